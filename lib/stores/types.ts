@@ -1,0 +1,229 @@
+// The storage interfaces every backend (memory, SQLite, PostgreSQL, Redis) implements.
+// Times are ISO-8601 strings in records and epoch milliseconds in arguments.
+// A store never closes a client or pool it was handed; `close()` releases only what it opened.
+
+export interface AuditEntry {
+  id: string
+  at: string
+  requestId: string
+  method: string
+  route: string
+  url: string
+  status: number
+  durationMs: number
+  principal: string
+  ip: string
+  agent?: string
+  runId?: string
+  sessionId?: string
+  traceId?: string
+  idempotencyKey?: string
+  replayed?: boolean
+  /** true for Admin API requests: audited like any other, counted apart */
+  admin?: boolean
+}
+
+export interface AuditQuery {
+  /** 1..500 */
+  limit: number
+  /** opaque, from a previous page's `nextCursor` */
+  cursor?: string
+  agent?: string
+  /** inclusive status range; `404` is { statusFrom: 404, statusTo: 404 }, `4xx` is 400..499 */
+  statusFrom?: number
+  statusTo?: number
+}
+
+export interface AuditPage {
+  /** most recent first */
+  entries: AuditEntry[]
+  /** null when there is nothing older */
+  nextCursor: string | null
+}
+
+export interface AuditStore {
+  /** Appends in order; resolves once the entries are durable (for a durable backend). */
+  append(entries: readonly AuditEntry[]): Promise<void>
+  /** Pages are stable while entries are appended: no duplicates, no gaps. */
+  query(query: AuditQuery): Promise<AuditPage>
+  count(): Promise<number>
+  close?(): Promise<void>
+}
+
+export interface Message {
+  role: 'user' | 'assistant'
+  content: unknown
+  runId: string
+  at: string
+}
+
+export interface SessionRecord {
+  id: string
+  agent: string | null
+  principal: string
+  createdAt: string
+  lastActiveAt: string
+  /** completed runs */
+  turns: number
+  metadata: Record<string, unknown>
+}
+
+export interface SessionWithMessages extends SessionRecord {
+  messages: Message[]
+}
+
+export interface NewSession {
+  id: string
+  agent: string | null
+  principal: string
+  metadata: Record<string, unknown>
+}
+
+export interface SessionListQuery {
+  limit: number
+  cursor?: string
+}
+
+export interface SessionStore {
+  /** `ttlMs`: idle time after which the session expires (every write below resets it). */
+  create(session: NewSession, ttlMs: number): Promise<SessionRecord>
+  /** null when absent or expired */
+  get(id: string): Promise<SessionWithMessages | null>
+  /** Appends a completed turn's messages, increments `turns`, touches. false when absent or expired. */
+  appendTurn(id: string, messages: readonly Message[], ttlMs: number): Promise<boolean>
+  /** Marks activity. false when absent or expired. */
+  touch(id: string, ttlMs: number): Promise<boolean>
+  /** true when something was deleted */
+  delete(id: string): Promise<boolean>
+  /** Unexpired sessions, most recently active first. */
+  list(query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }>
+  close?(): Promise<void>
+}
+
+export type ApprovalStatus = 'pending' | 'approved' | 'rejected' | 'expired' | 'cancelled'
+
+export interface ApprovalDecision {
+  approved: boolean
+  comment: string | null
+  decidedBy: string | null
+  decidedAt: string
+}
+
+export interface ApprovalRecord {
+  id: string
+  runId: string
+  agent: string
+  sessionId: string
+  principal: string
+  action: string
+  payload: unknown
+  reason: string | null
+  status: ApprovalStatus
+  requestedAt: string
+  expiresAt: string
+  decision?: ApprovalDecision
+}
+
+export type DecideResult =
+  | { outcome: 'decided', approval: ApprovalRecord }
+  | { outcome: 'not_found' }
+  | { outcome: 'already_decided', approval: ApprovalRecord }
+  | { outcome: 'expired', approval: ApprovalRecord }
+
+export interface ApprovalStore {
+  create(approval: ApprovalRecord): Promise<void>
+  /** A pending approval past `expiresAt` is returned (and stored) as `expired`. */
+  get(id: string): Promise<ApprovalRecord | null>
+  /** Pending and unexpired, oldest first. */
+  listPending(filter?: { agent?: string, runId?: string }): Promise<ApprovalRecord[]>
+  /** Compare-and-set on status = 'pending' (and not past expiresAt): exactly one concurrent caller wins. */
+  decide(id: string, decision: ApprovalDecision): Promise<DecideResult>
+  /** pending → expired; returns the record as it now is (null when absent). */
+  expire(id: string): Promise<ApprovalRecord | null>
+  /** pending → cancelled; returns the record as it now is (null when absent). */
+  cancel(id: string): Promise<ApprovalRecord | null>
+  /**
+   * Resolves with the record once its status is no longer `pending` — decided on this instance or on
+   * any other sharing the store. Rejects with `signal.reason` when the signal aborts. Does not expire.
+   */
+  waitForDecision(id: string, signal: AbortSignal): Promise<ApprovalRecord>
+  close?(): Promise<void>
+}
+
+export interface CheckpointRecord {
+  runId: string
+  agent: string
+  sessionId: string
+  /** 1 for the first save of a run, then +1 per save */
+  step: number
+  state: unknown
+  createdAt: string
+  updatedAt: string
+}
+
+export interface CheckpointSummary {
+  runId: string
+  agent: string
+  sessionId: string
+  step: number
+  createdAt: string
+  updatedAt: string
+  /** size of the JSON-encoded state */
+  bytes: number
+}
+
+export interface CheckpointStore {
+  save(checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord>
+  load(runId: string): Promise<CheckpointRecord | null>
+  delete(runId: string): Promise<void>
+  /** Every stored checkpoint (runs that have not completed), most recently updated first, without state. */
+  list(): Promise<CheckpointSummary[]>
+  close?(): Promise<void>
+}
+
+export interface IdempotencyResponse {
+  status: number
+  /** the serialized body as sent */
+  body: string
+  contentType: string
+}
+
+export interface IdempotencyRecord {
+  key: string
+  fingerprint: string
+  state: 'in_progress' | 'completed'
+  response?: IdempotencyResponse
+  createdAt: string
+  /** when the completed record stops being replayed */
+  expiresAt: string
+  /** while in progress: when the reservation is considered abandoned */
+  lockedUntil: string
+}
+
+export type ReserveResult =
+  | { outcome: 'reserved' }
+  | { outcome: 'existing', record: IdempotencyRecord }
+
+export interface IdempotencyStore {
+  /**
+   * Atomically reserves `key` unless a live record holds it. A record past `expiresAt`, or still
+   * `in_progress` past `lockedUntil` (its process died), counts as absent and is taken over.
+   */
+  reserve(key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult>
+  /** Stores the response; the record is replayed until now + ttlMs. */
+  complete(key: string, response: IdempotencyResponse, ttlMs: number): Promise<void>
+  /** Forgets the key (a 5xx: the retry runs again). */
+  release(key: string): Promise<void>
+  /** null when absent or expired */
+  get(key: string): Promise<IdempotencyRecord | null>
+  close?(): Promise<void>
+}
+
+/** What a store factory returns: keys are option names, so the result spreads into the options. */
+export interface StoreSet {
+  auditStore?: AuditStore
+  sessionStore?: SessionStore
+  approvalStore?: ApprovalStore
+  checkpointStore?: CheckpointStore
+  idempotency?: { store: IdempotencyStore }
+}
