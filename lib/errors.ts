@@ -1,0 +1,22 @@
+import createError from '@fastify/error'
+
+// Every coded error the service throws. The error handler (plugins/error-handler.ts) turns each
+// into the contract's body: { statusCode, error, message, code, requestId, traceId }.
+
+export const AgentNotFoundError = createError('AGENT_NOT_FOUND', 'Agent "%s" not found', 404)
+export const SessionNotFoundError = createError('SESSION_NOT_FOUND', 'Session "%s" not found', 404)
+export const ApprovalNotFoundError = createError('APPROVAL_NOT_FOUND', 'Approval "%s" not found', 404)
+export const RunNotFoundError = createError('RUN_NOT_FOUND', 'No resumable run "%s"', 404)
+export const RouteNotFoundError = createError('ROUTE_NOT_FOUND', 'Route %s:%s not found', 404)
+export const MethodNotAllowedError = createError('METHOD_NOT_ALLOWED', 'Method %s not allowed on %s', 405)
+export const RunInProgressError = createError('RUN_IN_PROGRESS', 'Run "%s" is still in flight', 409)
+export const ApprovalAlreadyDecidedError = createError('APPROVAL_ALREADY_DECIDED', 'Approval "%s" was already decided', 409)
+export const ApprovalExpiredError = createError('APPROVAL_EXPIRED', 'Approval "%s" has expired', 409)
+export const AgentError = createError('AGENT_ERROR', '%s', 500)
+export const ShutdownError = createError('SHUTDOWN', 'The service is shutting down', 503)
+export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did not finish within %d ms', 504)
+export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
+export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
+
+/** Thrown at registration: one message naming every offending option path. */
+export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'invalid options: %s', 500)

@@ -1,0 +1,31 @@
+import { createRequire } from 'node:module'
+import type { SwaggerOptions } from '@fastify/swagger'
+import type { Settings } from './settings.js'
+
+const require = createRequire(import.meta.url)
+// A self-reference: resolves to our package.json from lib/ (tests) and from dist/lib/ (users) alike.
+const { version } = require('fastify-agents/package.json') as { version: string }
+export const packageVersion = version
+
+/** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas. */
+export function openApiOptions (settings: Settings): SwaggerOptions {
+  return {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'fastify-agents',
+        version,
+        description: 'Named AI agents over JSON, Server-Sent Events and WebSocket.'
+      },
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'api-key auth (also accepted as Authorization: Bearer <key>)' },
+          bearerJwt: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'JWT auth with roles' },
+          adminBearer: { type: 'http', scheme: 'bearer', description: 'The Admin API token (adminApi.bearerToken)' }
+        }
+      },
+      security: settings.auth === null ? [] : settings.auth.strategy === 'api-key' ? [{ apiKey: [] }] : [{ bearerJwt: [] }]
+    },
+    hideUntagged: false
+  }
+}

@@ -1,0 +1,52 @@
+import { AgentRun } from './runner.js'
+import type { RunAbortCode, RunOptions, RunOutcome } from './runner.js'
+import type { ServiceStats } from './stats.js'
+
+/** Every run in flight on this instance: counted, findable by id, abortable together on drain. */
+export class RunRegistry {
+  #active = new Map<string, AgentRun>()
+  #stats: ServiceStats
+  #idle: Array<() => void> = []
+
+  constructor (stats: ServiceStats) {
+    this.#stats = stats
+  }
+
+  get size (): number {
+    return this.#active.size
+  }
+
+  has (runId: string): boolean {
+    return this.#active.has(runId)
+  }
+
+  get (runId: string): AgentRun | undefined {
+    return this.#active.get(runId)
+  }
+
+  /**
+   * Creates a run; the caller subscribes with `run.onEvent()` and then calls `run.start()`.
+   * `streamed` says whether a failure reaches the client as an event (counted as an error) or a status.
+   */
+  create (options: RunOptions, streamed: boolean): AgentRun {
+    const run = new AgentRun(options)
+    this.#active.set(run.runId, run)
+    this.#stats.runStarted(run.agentName)
+    void run.done.then((outcome: RunOutcome) => {
+      this.#active.delete(run.runId)
+      this.#stats.runEnded(run.agentName, outcome, streamed)
+      if (this.#active.size === 0) for (const resolve of this.#idle.splice(0)) resolve()
+    })
+    return run
+  }
+
+  abortAll (code: RunAbortCode): void {
+    for (const run of this.#active.values()) run.abort(code)
+  }
+
+  /** Resolves when no run is in flight. */
+  idle (): Promise<void> {
+    if (this.#active.size === 0) return Promise.resolve()
+    return new Promise((resolve) => this.#idle.push(resolve))
+  }
+}

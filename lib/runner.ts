@@ -1,0 +1,253 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type {
+  Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
+} from './types.js'
+import type { Message } from './stores/types.js'
+
+export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
+export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
+
+export interface RunEvent {
+  seq: number
+  type: string
+  data: unknown
+}
+
+export interface RunResult {
+  runId: string
+  agent: string
+  sessionId: string
+  status: 'completed'
+  output: unknown
+  usage: { inputTokens: number, outputTokens: number, totalTokens: number }
+  finishReason: string
+  requestId: string
+  traceId: string
+}
+
+export type RunOutcome =
+  | { status: 'completed', result: RunResult, durationMs: number }
+  | { status: 'failed', code: RunFailureCode, message: string, error: unknown, durationMs: number }
+
+/** What a run can do beyond the agent itself; lib/run-capabilities.ts gives the store-backed ones. */
+export interface RunCapabilities {
+  requestApproval(run: AgentRun, request: ApprovalRequest): Promise<Decision>
+  checkpoint(run: AgentRun, state: unknown): Promise<void>
+  /** Persists what a completed run leaves behind (session turn, checkpoint removal) before `run.completed`. */
+  finish(run: AgentRun, result: RunResult): Promise<void>
+}
+
+export interface RunOptions {
+  runId: string
+  agentName: string
+  agent: Agent
+  input: unknown
+  sessionId: string
+  principal: string
+  requestId: string
+  trace: TraceContext
+  history: Message[]
+  metadata: Record<string, unknown>
+  resume?: { step: number, state: unknown }
+  timeoutMs: number | null
+  exposeErrors: boolean
+  log: FastifyBaseLogger
+  capabilities: RunCapabilities
+}
+
+/** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
+export class RunAbortedError extends Error {
+  readonly code: RunAbortCode
+  constructor (code: RunAbortCode, message: string) {
+    super(message)
+    this.name = 'RunAbortedError'
+    this.code = code
+  }
+}
+
+const abortMessages: Record<RunAbortCode, string> = {
+  AGENT_TIMEOUT: '',
+  CANCELLED: 'The run was cancelled',
+  SHUTDOWN: 'The service is shutting down'
+}
+
+function tokens (value: unknown): number {
+  return typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0
+}
+
+function isAsyncIterable (value: unknown): value is AsyncIterable<string | AgentEvent> {
+  return typeof (value as AsyncIterable<unknown> | null)?.[Symbol.asyncIterator] === 'function'
+}
+
+function isAgentResult (value: unknown): value is AgentResult {
+  return typeof value === 'object' && value !== null && 'output' in value
+}
+
+/**
+ * One run of one agent. `done` settles at the earliest of: the agent finishing, the agent failing,
+ * or an abort (timeout, disconnect, cancel, shutdown) — at the abort, even when the agent ignores its
+ * signal. Events get sequence numbers from 1; nothing is emitted after the terminal event.
+ */
+export class AgentRun {
+  readonly runId: string
+  readonly agentName: string
+  readonly sessionId: string
+  readonly options: RunOptions
+  readonly done: Promise<RunOutcome>
+  #controller = new AbortController()
+  #seq = 0
+  #settled = false
+  #listener: (event: RunEvent) => void = () => {}
+  #resolve!: (outcome: RunOutcome) => void
+  #timer: NodeJS.Timeout | undefined
+  #started = 0
+  #text = ''
+  /** set once ctx.checkpoint() has saved something (or the run resumed one) */
+  checkpointed: boolean
+
+  constructor (options: RunOptions) {
+    this.options = options
+    this.runId = options.runId
+    this.agentName = options.agentName
+    this.sessionId = options.sessionId
+    this.checkpointed = options.resume !== undefined
+    this.done = new Promise((resolve) => { this.#resolve = resolve })
+  }
+
+  get signal (): AbortSignal {
+    return this.#controller.signal
+  }
+
+  get settled (): boolean {
+    return this.#settled
+  }
+
+  /** Subscribes the one consumer (a JSON reply, an SSE stream, a WebSocket) before `start()`. */
+  onEvent (listener: (event: RunEvent) => void): void {
+    this.#listener = listener
+  }
+
+  emit (type: string, data?: unknown): void {
+    if (this.#settled) return
+    if (type === 'message.delta') {
+      const text = (data as { text?: unknown } | undefined)?.text
+      if (typeof text === 'string') this.#text += text
+    }
+    this.#listener({ seq: ++this.#seq, type, data: data ?? null })
+  }
+
+  start (): this {
+    const { options } = this
+    this.#started = performance.now()
+    if (options.timeoutMs !== null) {
+      this.#timer = setTimeout(() => this.abort('AGENT_TIMEOUT'), options.timeoutMs)
+      this.#timer.unref()
+    }
+    this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
+    this.#execute()
+      .then(async (result) => {
+        if (this.#settled) return
+        const runResult = this.#toRunResult(result)
+        await options.capabilities.finish(this, runResult)
+        this.#complete(runResult)
+      })
+      .catch((err: unknown) => this.#fail('AGENT_ERROR', err))
+    return this
+  }
+
+  abort (code: RunAbortCode): void {
+    if (this.#settled) return
+    const message = code === 'AGENT_TIMEOUT'
+      ? `Agent "${this.agentName}" did not finish within ${this.options.timeoutMs} ms`
+      : abortMessages[code]
+    const reason = new RunAbortedError(code, message)
+    this.#fail(code, reason)
+    this.#controller.abort(reason)
+  }
+
+  #context (): RunContext {
+    const { options } = this
+    const ctx: RunContext = {
+      runId: this.runId,
+      agent: this.agentName,
+      sessionId: this.sessionId,
+      principal: options.principal,
+      requestId: options.requestId,
+      trace: options.trace,
+      signal: this.#controller.signal,
+      history: options.history,
+      metadata: options.metadata,
+      log: options.log,
+      emit: (type, data) => this.emit(type, data),
+      requestApproval: (request) => options.capabilities.requestApproval(this, request),
+      checkpoint: (state) => options.capabilities.checkpoint(this, state)
+    }
+    if (options.resume !== undefined) ctx.resume = options.resume
+    return ctx
+  }
+
+  async #execute (): Promise<AgentResult> {
+    const returned = this.options.agent.run(this.options.input, this.#context())
+    if (!isAsyncIterable(returned)) {
+      const result = await returned
+      if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
+      return result
+    }
+    const iterator = returned[Symbol.asyncIterator]()
+    // An agent that ignores its signal is still told to stop: return() runs its finally blocks.
+    const stop = (): void => { iterator.return?.()?.catch(() => {}) }
+    this.#controller.signal.addEventListener('abort', stop, { once: true })
+    for (;;) {
+      const step = await iterator.next()
+      if (this.#settled) return { output: null }
+      if (step.done === true) {
+        this.#controller.signal.removeEventListener('abort', stop)
+        return isAgentResult(step.value) ? step.value : { output: this.#text }
+      }
+      const value = step.value
+      if (typeof value === 'string') this.emit('message.delta', { text: value })
+      else if (typeof value?.type === 'string') this.emit(value.type, value.data)
+      else throw new TypeError(`Agent "${this.agentName}" yielded ${JSON.stringify(value)}: expected a string or { type, data }`)
+    }
+  }
+
+  #toRunResult (result: AgentResult): RunResult {
+    const inputTokens = tokens(result.usage?.inputTokens)
+    const outputTokens = tokens(result.usage?.outputTokens)
+    return {
+      runId: this.runId,
+      agent: this.agentName,
+      sessionId: this.sessionId,
+      status: 'completed',
+      output: result.output === undefined ? null : result.output,
+      usage: { inputTokens, outputTokens, totalTokens: inputTokens + outputTokens },
+      finishReason: typeof result.finishReason === 'string' ? result.finishReason : 'stop',
+      requestId: this.options.requestId,
+      traceId: this.options.trace.traceId
+    }
+  }
+
+  #complete (runResult: RunResult): void {
+    if (this.#settled) return
+    this.emit('run.completed', runResult)
+    this.#settle({ status: 'completed', result: runResult, durationMs: performance.now() - this.#started })
+  }
+
+  #fail (code: RunFailureCode, error: unknown): void {
+    if (this.#settled) return
+    let message: string
+    if (code !== 'AGENT_ERROR') message = (error as RunAbortedError).message
+    else {
+      this.options.log.error({ err: error, runId: this.runId, agent: this.agentName }, 'agent failed')
+      message = this.options.exposeErrors ? String((error as Error)?.message ?? error) : 'Internal Server Error'
+    }
+    this.emit('run.failed', { error: { code, message }, traceId: this.options.trace.traceId })
+    this.#settle({ status: 'failed', code, message, error, durationMs: performance.now() - this.#started })
+  }
+
+  #settle (outcome: RunOutcome): void {
+    this.#settled = true
+    clearTimeout(this.#timer)
+    this.#resolve(outcome)
+  }
+}

@@ -1,0 +1,186 @@
+import { Ajv } from 'ajv'
+import type { ErrorObject } from 'ajv'
+import { AgentNamePattern } from '../schemas/common.js'
+import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../schemas/options.js'
+import { InvalidOptionsError } from './errors.js'
+import { toHealthProbe } from './health-probe.js'
+import type { HealthProbe } from './health-probe.js'
+import { memoryStores } from './stores/memory.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from './stores/types.js'
+import type {
+  Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
+} from './types.js'
+
+export const DEFAULT_SESSION_TTL_MS = 30 * 60_000
+export const DEFAULT_HEALTH_TIMEOUT_MS = 2_000
+export const DEFAULT_BODY_LIMIT = 1024 * 1024
+export const DEFAULT_IDEMPOTENCY_TTL_MS = 24 * 60 * 60_000
+export const DEFAULT_IDEMPOTENCY_LEASE_MS = 60_000
+export const DEFAULT_ADMIN_PREFIX = '/admin'
+
+export interface AdminApiSettings {
+  readonly prefix: string
+  readonly bearerToken: string | null
+  readonly auditStore: AuditStore
+  readonly checkpointStore: CheckpointStore
+}
+
+/** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
+export interface Settings {
+  readonly agents: ReadonlyMap<string, Agent>
+  readonly auditStore: AuditStore
+  readonly sessionStore: SessionStore
+  readonly approvalStore: ApprovalStore
+  readonly checkpointStore: CheckpointStore
+  readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
+  readonly auth: ApiKeyAuth | JwtAuth | null
+  readonly rateLimit: RateLimitOptions | null
+  readonly cors: string | null
+  readonly websocket: boolean
+  readonly requestTimeoutMs: number | null
+  readonly host: string
+  readonly exposeErrors: boolean
+  readonly dbProbe: HealthProbe | null
+  readonly healthTimeoutMs: number
+  readonly sessionTtlMs: number
+  readonly adminApi: AdminApiSettings | null
+  readonly bodyLimit: number
+  readonly trustProxy: boolean
+  readonly docs: boolean
+}
+
+const ajv = new Ajv({ allErrors: true, strict: false })
+const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
+  const missing = methods.filter((m) => typeof (data as Record<string, unknown>)?.[m] !== 'function')
+  if (missing.length === 0) return true
+  checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.join(', ')}()`, params: { missing } }]
+  return false
+}
+ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
+const validateOptions = ajv.compile(OptionsSchema)
+const validateApiKeyAuth = ajv.compile(ApiKeyAuthOptions)
+const validateJwtAuth = ajv.compile(JwtAuthOptions)
+const validateAdminApi = ajv.compile(AdminApiSchema)
+
+const agentName = new RegExp(AgentNamePattern)
+let adminApiTrueWarned = false
+
+function pointerSegment (key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1')
+}
+
+function describe (errors: ErrorObject[] | null | undefined, prefix = ''): string[] {
+  // The unions (adminApi, auth) are checked branch by branch below; their anyOf noise is dropped here.
+  return (errors ?? [])
+    .filter((e) => e.keyword !== 'anyOf' && !/^\/(adminApi|auth)(\/|$)/.test(prefix + e.instancePath))
+    .map((e) => {
+      const path = prefix + e.instancePath
+      if (e.keyword === 'additionalProperties') return `${path}/${pointerSegment(String(e.params.additionalProperty))} is not a known option`
+      return `${path === '' ? '/' : path} ${e.message}`
+    })
+}
+
+function adminPrefixProblems (prefix: string): string[] {
+  const problems: string[] = []
+  if (!prefix.startsWith('/')) problems.push('/adminApi/prefix must start with "/"')
+  if (prefix.endsWith('/')) problems.push('/adminApi/prefix must not end with "/"')
+  for (const taken of ['/v1', '/health', '/docs']) {
+    if (prefix === taken || prefix.startsWith(taken + '/')) problems.push(`/adminApi/prefix must not clash with ${taken}`)
+  }
+  return problems
+}
+
+function authProblems (auth: unknown): string[] {
+  if (typeof auth !== 'object' || auth === null) return ['/auth must be object']
+  const strategy = (auth as { strategy?: unknown }).strategy
+  if (strategy === 'api-key') return validateApiKeyAuth(auth) ? [] : describe(validateApiKeyAuth.errors, '/auth')
+  if (strategy !== 'jwt') return ['/auth/strategy must be "api-key" or "jwt"']
+  if (!validateJwtAuth(auth)) return describe(validateJwtAuth.errors, '/auth')
+  const jwt = auth as JwtAuth
+  if (jwt.secret === undefined && jwt.publicKey === undefined) return ['/auth must have secret (HS256) or publicKey (RS/ES/EdDSA)']
+  const algorithms = jwt.algorithms ?? []
+  const problems: string[] = []
+  if (jwt.secret !== undefined && algorithms.some((a) => !a.startsWith('HS'))) problems.push('/auth/algorithms must be HS* with a secret')
+  if (jwt.publicKey !== undefined && algorithms.some((a) => a.startsWith('HS'))) problems.push('/auth/algorithms must not be HS* with a publicKey')
+  return problems
+}
+
+/**
+ * Checks every option and resolves defaults. Throws one InvalidOptionsError naming every bad path,
+ * so nothing is registered and no port is bound with a wrong option.
+ */
+export function resolveSettings (options: AgentServiceOptions): Settings {
+  if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('/ must be object')
+  const problems: string[] = []
+  if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
+
+  for (const name of Object.keys(options.agents ?? {})) {
+    if (!agentName.test(name)) problems.push(`/agents/${pointerSegment(name)} is not a valid agent name (${AgentNamePattern})`)
+  }
+
+  let adminApi = options.adminApi
+  if (adminApi === true) {
+    adminApi = { enabled: true }
+    if (!adminApiTrueWarned) {
+      adminApiTrueWarned = true
+      process.emitWarning('adminApi: true is deprecated; use adminApi: { enabled: true }', { code: 'FASTIFY_AGENTS_DEP001', type: 'DeprecationWarning' })
+    }
+  }
+  if (adminApi !== undefined) {
+    if (typeof adminApi !== 'object' || adminApi === null) problems.push('/adminApi must be true or an object')
+    else if (!validateAdminApi(adminApi)) problems.push(...describe(validateAdminApi.errors, '/adminApi'))
+    else problems.push(...adminPrefixProblems((adminApi as { prefix?: string }).prefix ?? DEFAULT_ADMIN_PREFIX))
+  }
+
+  if (options.auth !== undefined) problems.push(...authProblems(options.auth))
+
+  let dbProbe: HealthProbe | null = null
+  if (typeof options.db === 'object' && options.db !== null) {
+    dbProbe = toHealthProbe(options.db)
+    if (dbProbe === null) problems.push('/db must have health(), or be a pg Pool, a better-sqlite3 Database or an ioredis client')
+  }
+
+  if (problems.length > 0) throw new InvalidOptionsError(problems.join('; '))
+
+  const defaults = memoryStores()
+  const auditStore = options.auditStore ?? (adminApi as { auditStore?: AuditStore } | undefined)?.auditStore ?? defaults.auditStore
+  const checkpointStore = options.checkpointStore ?? defaults.checkpointStore
+  const admin = adminApi as Exclude<AgentServiceOptions['adminApi'], true | undefined> | undefined
+
+  return Object.freeze({
+    agents: new Map(Object.entries(options.agents)),
+    auditStore,
+    sessionStore: options.sessionStore ?? defaults.sessionStore,
+    approvalStore: options.approvalStore ?? defaults.approvalStore,
+    checkpointStore,
+    idempotency: options.idempotency === undefined
+      ? null
+      : Object.freeze({
+        store: options.idempotency.store ?? defaults.idempotency.store,
+        ttlMs: options.idempotency.ttlMs ?? DEFAULT_IDEMPOTENCY_TTL_MS,
+        lockLeaseMs: options.idempotency.lockLeaseMs ?? DEFAULT_IDEMPOTENCY_LEASE_MS
+      }),
+    auth: options.auth ?? null,
+    rateLimit: options.rateLimit ?? null,
+    cors: options.cors ?? null,
+    websocket: options.websocket ?? false,
+    requestTimeoutMs: options.requestTimeoutMs ?? null,
+    host: options.host ?? '0.0.0.0',
+    exposeErrors: options.exposeErrors ?? false,
+    dbProbe,
+    healthTimeoutMs: options.healthTimeoutMs ?? DEFAULT_HEALTH_TIMEOUT_MS,
+    sessionTtlMs: options.sessionTtlMs ?? DEFAULT_SESSION_TTL_MS,
+    adminApi: admin?.enabled === true
+      ? Object.freeze({
+        prefix: admin.prefix ?? DEFAULT_ADMIN_PREFIX,
+        bearerToken: admin.bearerToken ?? null,
+        // the admin API reads what the service writes, whichever option named the store
+        auditStore: admin.auditStore ?? auditStore,
+        checkpointStore: admin.checkpointStore ?? checkpointStore
+      })
+      : null,
+    bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+    trustProxy: options.trustProxy ?? false,
+    docs: options.docs ?? false
+  })
+}

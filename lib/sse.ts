@@ -1,0 +1,72 @@
+import type { ServerResponse } from 'node:http'
+import type { RunEvent } from './runner.js'
+
+export const SSE_HEARTBEAT_MS = 15_000
+
+/** One Server-Sent Events response: `id: <seq>`, `event: <type>`, `data: <json>` per event. */
+export class SseStream {
+  readonly raw: ServerResponse
+  #open = true
+
+  constructor (raw: ServerResponse, headers: Record<string, string | number | string[]>) {
+    this.raw = raw
+    raw.writeHead(200, {
+      ...headers,
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no'
+    })
+    raw.on('close', () => { this.#open = false })
+  }
+
+  get open (): boolean {
+    return this.#open && !this.raw.writableEnded
+  }
+
+  send (event: RunEvent): void {
+    if (this.open) this.raw.write(`id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event.data)}\n\n`)
+  }
+
+  comment (text: string): void {
+    if (this.open) this.raw.write(`: ${text}\n\n`)
+  }
+
+  end (): void {
+    if (this.open) this.raw.end()
+    this.#open = false
+  }
+}
+
+/**
+ * One timer for every open stream's `: ping` comment, rather than a timer per stream: ten thousand idle
+ * streams cost ten thousand set entries, not ten thousand timers.
+ */
+export class SseHeartbeat {
+  #streams = new Set<SseStream>()
+  #timer: NodeJS.Timeout | null = null
+  readonly intervalMs: number
+
+  constructor (intervalMs = SSE_HEARTBEAT_MS) {
+    this.intervalMs = intervalMs
+  }
+
+  add (stream: SseStream): void {
+    this.#streams.add(stream)
+    if (this.#timer === null) {
+      this.#timer = setInterval(() => { for (const s of this.#streams) s.comment('ping') }, this.intervalMs)
+      this.#timer.unref()
+    }
+  }
+
+  delete (stream: SseStream): void {
+    this.#streams.delete(stream)
+    if (this.#streams.size === 0 && this.#timer !== null) {
+      clearInterval(this.#timer)
+      this.#timer = null
+    }
+  }
+
+  get size (): number {
+    return this.#streams.size
+  }
+}

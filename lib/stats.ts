@@ -1,0 +1,125 @@
+import { Histogram } from './histogram.js'
+import type { RunOutcome } from './runner.js'
+
+interface TokenCount { input: number, output: number }
+
+class AgentFigures {
+  runs = 0
+  completed = 0
+  failed = 0
+  timedOut = 0
+  inFlight = 0
+  tokens: TokenCount = { input: 0, output: 0 }
+  latency = new Histogram()
+}
+
+/**
+ * The service's own figures. Admin requests are counted apart so that watching the service does not
+ * change what it reports.
+ */
+export class ServiceStats {
+  readonly #startedAt = Date.now()
+  readonly since = new Date(this.#startedAt).toISOString()
+  #requests = 0
+  #byStatus = [0, 0, 0, 0]
+  #serverErrors = 0
+  #streamFailures = 0
+  #adminRequests = 0
+  #runs = { started: 0, completed: 0, failed: 0, timedOut: 0, inFlight: 0 }
+  #tokens: TokenCount = { input: 0, output: 0 }
+  #latency = new Histogram()
+  #agents = new Map<string, AgentFigures>()
+  auditFailures = 0
+
+  constructor (agentNames: Iterable<string>) {
+    for (const name of agentNames) this.#agents.set(name, new AgentFigures())
+  }
+
+  recordRequest (status: number, durationMs: number, admin: boolean): void {
+    if (admin) {
+      this.#adminRequests++
+      return
+    }
+    this.#requests++
+    const statusClass = Math.floor(status / 100) - 2
+    if (statusClass >= 0 && statusClass <= 3) this.#byStatus[statusClass]!++
+    if (status >= 500) this.#serverErrors++
+    this.#latency.record(durationMs)
+  }
+
+  runStarted (agent: string): void {
+    this.#runs.started++
+    this.#runs.inFlight++
+    const figures = this.#agents.get(agent)!
+    figures.runs++
+    figures.inFlight++
+  }
+
+  /** `streamed`: the run's outcome reached the client as an event, not as an HTTP status. */
+  runEnded (agent: string, outcome: RunOutcome, streamed: boolean): void {
+    const figures = this.#agents.get(agent)!
+    this.#runs.inFlight--
+    figures.inFlight--
+    figures.latency.record(outcome.durationMs)
+    if (outcome.status === 'completed') {
+      this.#runs.completed++
+      figures.completed++
+      const { inputTokens, outputTokens } = outcome.result.usage
+      this.#tokens.input += inputTokens
+      this.#tokens.output += outputTokens
+      figures.tokens.input += inputTokens
+      figures.tokens.output += outputTokens
+      return
+    }
+    this.#runs.failed++
+    figures.failed++
+    if (outcome.code === 'AGENT_TIMEOUT') {
+      this.#runs.timedOut++
+      figures.timedOut++
+    }
+    if (streamed) this.#streamFailures++
+  }
+
+  agent (name: string): { runs: number, completed: number, failed: number, inFlight: number, tokens: { input: number, output: number, total: number }, latencyMs: { p50: number, p95: number, p99: number } } {
+    const f = this.#agents.get(name)!
+    return {
+      runs: f.runs,
+      completed: f.completed,
+      failed: f.failed,
+      inFlight: f.inFlight,
+      tokens: { input: f.tokens.input, output: f.tokens.output, total: f.tokens.input + f.tokens.output },
+      latencyMs: f.latency.summary()
+    }
+  }
+
+  snapshot (): StatsSnapshot {
+    const agents: StatsSnapshot['agents'] = {}
+    for (const name of this.#agents.keys()) agents[name] = this.agent(name)
+    const [s2, s3, s4, s5] = this.#byStatus as [number, number, number, number]
+    return {
+      since: this.since,
+      uptimeSeconds: Math.floor((Date.now() - this.#startedAt) / 1000),
+      requests: { total: this.#requests, byStatus: { '2xx': s2, '3xx': s3, '4xx': s4, '5xx': s5 } },
+      errors: this.#serverErrors + this.#streamFailures,
+      runs: { ...this.#runs },
+      tokens: { input: this.#tokens.input, output: this.#tokens.output, total: this.#tokens.input + this.#tokens.output },
+      latencyMs: this.#latency.summary(),
+      admin: { requests: this.#adminRequests },
+      auditFailures: this.auditFailures,
+      agents
+    }
+  }
+}
+
+export interface StatsSnapshot {
+  since: string
+  uptimeSeconds: number
+  requests: { total: number, byStatus: { '2xx': number, '3xx': number, '4xx': number, '5xx': number } }
+  errors: number
+  runs: { started: number, completed: number, failed: number, timedOut: number, inFlight: number }
+  tokens: { input: number, output: number, total: number }
+  latencyMs: { p50: number, p95: number, p99: number }
+  admin: { requests: number }
+  auditFailures: number
+  agents: Record<string, ReturnType<ServiceStats['agent']>>
+}

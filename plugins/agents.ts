@@ -1,0 +1,160 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import {
+  AgentError, AgentNotFoundError, AgentTimeoutError, RunInProgressError, RunNotFoundError, SessionNotFoundError, ShutdownError
+} from '../lib/errors.js'
+import type { AgentRun, RunOutcome, RunResult } from '../lib/runner.js'
+import { SseStream } from '../lib/sse.js'
+import type { Message } from '../lib/stores/types.js'
+import type { Agent } from '../lib/types.js'
+import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
+import { errorResponses } from '../schemas/common.js'
+import { RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
+import type { AgentServiceState } from './core.js'
+import { auditRequest } from './audit.js'
+import { requestContextOf } from './request-context.js'
+
+export type AgentsPluginOptions = Record<never, never>
+
+function infoOf (name: string, agent: Agent): AgentInfo {
+  return { name, description: agent.description ?? '', metadata: agent.metadata ?? {} }
+}
+
+/** Thrown when the client went away before its JSON run finished; nobody reads the answer. */
+class ClientClosedError extends Error {
+  readonly statusCode = 499
+  readonly code = 'CANCELLED'
+}
+
+function failureOf (outcome: Exclude<RunOutcome, { status: 'completed' }>, run: AgentRun): Error {
+  switch (outcome.code) {
+    case 'AGENT_TIMEOUT': return new AgentTimeoutError(run.agentName, run.options.timeoutMs)
+    case 'SHUTDOWN': return new ShutdownError()
+    case 'CANCELLED': return new ClientClosedError(outcome.message)
+    default: return new AgentError(outcome.message)
+  }
+}
+
+function wantsStream (request: FastifyRequest, stream: boolean | undefined): boolean {
+  if (stream !== undefined) return stream
+  return request.headers.accept?.includes('text/event-stream') === true
+}
+
+/** Streams a run as Server-Sent Events; resolves when the stream has ended. */
+async function streamRun (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun): Promise<void> {
+  reply.hijack()
+  // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
+  const stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
+  state.heartbeat.add(stream)
+  run.onEvent((event) => stream.send(event))
+  reply.raw.once('close', () => run.abort('CANCELLED'))
+  run.start()
+  await run.done
+  state.heartbeat.delete(stream)
+  stream.end()
+  auditRequest(state, request, 200)
+}
+
+const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) => {
+  const state = fastify.agentService
+  const { settings } = state
+  const list = { agents: [...settings.agents].map(([name, agent]) => infoOf(name, agent)) }
+
+  fastify.get('/agents', {
+    schema: { summary: 'List agents', tags: ['agents'], response: { 200: AgentList, ...errorResponses(400, 401, 429, 503) } }
+  }, async () => list)
+
+  fastify.get('/agents/:name', {
+    schema: { summary: 'Get one agent', tags: ['agents'], params: AgentParams, response: { 200: AgentInfo, ...errorResponses(400, 401, 404, 429, 503) } }
+  }, async (request) => {
+    const agent = settings.agents.get(request.params.name)
+    if (agent === undefined) throw new AgentNotFoundError(request.params.name)
+    return infoOf(request.params.name, agent)
+  })
+
+  fastify.post('/agents/:name/runs', {
+    bodyLimit: settings.bodyLimit,
+    schema: {
+      summary: 'Run an agent',
+      description: 'Answers JSON, or Server-Sent Events with `Accept: text/event-stream` or `"stream": true`.',
+      tags: ['agents'],
+      params: AgentParams,
+      body: RunRequest,
+      response: {
+        200: {
+          description: 'The run result, or the run as an event stream',
+          content: {
+            'application/json': { schema: RunResultSchema },
+            'text/event-stream': { schema: { type: 'string', description: SseStreamDescription } }
+          }
+        },
+        ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
+      }
+    }
+  }, async (request, reply): Promise<RunResult | undefined> => {
+    const name = request.params.name
+    const agent = settings.agents.get(name)
+    if (agent === undefined) throw new AgentNotFoundError(name)
+    const context = requestContextOf(request)
+    const body = request.body
+    context.agent = name
+
+    let runId: string = randomUUID()
+    let sessionId = body.sessionId
+    let resume: { step: number, state: unknown } | undefined
+    if (body.resumeRunId !== undefined) {
+      if (state.runs.has(body.resumeRunId)) throw new RunInProgressError(body.resumeRunId)
+      const checkpoint = await settings.checkpointStore.load(body.resumeRunId)
+      if (checkpoint === null || checkpoint.agent !== name) throw new RunNotFoundError(body.resumeRunId)
+      runId = checkpoint.runId
+      sessionId = checkpoint.sessionId
+      resume = { step: checkpoint.step, state: checkpoint.state }
+    }
+
+    let history: Message[] = []
+    if (sessionId !== undefined) {
+      const session = await settings.sessionStore.get(sessionId)
+      // Another principal's session is indistinguishable from a missing one: no probing, no takeover.
+      if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(sessionId)
+      history = session.messages
+    } else {
+      sessionId = randomUUID()
+      await settings.sessionStore.create({ id: sessionId, agent: name, principal: context.principal, metadata: {} }, settings.sessionTtlMs)
+    }
+    context.runId = runId
+    context.sessionId = sessionId
+
+    const streamed = wantsStream(request, body.stream)
+    const run = state.runs.create({
+      runId,
+      agentName: name,
+      agent,
+      input: body.input,
+      sessionId,
+      principal: context.principal,
+      requestId: context.requestId,
+      trace: context.trace,
+      history,
+      metadata: body.metadata ?? {},
+      resume,
+      timeoutMs: settings.requestTimeoutMs,
+      exposeErrors: settings.exposeErrors,
+      log: request.log,
+      capabilities: state.capabilities
+    }, streamed)
+
+    if (streamed) return streamRun(state, request, reply, run) as Promise<undefined>
+
+    const abortOnClose = (): void => { if (!reply.raw.writableFinished) run.abort('CANCELLED') }
+    reply.raw.once('close', abortOnClose)
+    run.start()
+    const outcome = await run.done
+    reply.raw.off('close', abortOnClose)
+    if (outcome.status === 'completed') return outcome.result
+    throw failureOf(outcome, run)
+  })
+}
+
+export const agentsPlugin = agents
+export default agentsPlugin

@@ -1,0 +1,51 @@
+import { randomUUID } from 'node:crypto'
+import fp from 'fastify-plugin'
+import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+import type { AuditEntry } from '../lib/stores/types.js'
+import type { AgentServiceState } from './core.js'
+import { requestContextOf } from './request-context.js'
+
+/**
+ * Writes the request's one audit entry and counts it. Called once per request: by the onResponse
+ * hook, or by the SSE route for a hijacked reply (Fastify runs no onResponse hook for those).
+ */
+export function auditRequest (state: AgentServiceState, request: FastifyRequest, status: number): void {
+  const context = requestContextOf(request)
+  const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
+  state.stats.recordRequest(status, durationMs, context.admin)
+  // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
+  const entry: AuditEntry = {
+    id: randomUUID(),
+    at: new Date().toISOString(),
+    requestId: context.requestId,
+    method: request.method,
+    route: request.routeOptions.url ?? '',
+    url: request.url,
+    status,
+    durationMs,
+    principal: context.principal,
+    ip: request.ip
+  }
+  if (context.agent !== undefined) entry.agent = context.agent
+  if (context.runId !== undefined) entry.runId = context.runId
+  if (context.sessionId !== undefined) entry.sessionId = context.sessionId
+  const traceId = context.knownTraceId
+  if (traceId !== undefined) entry.traceId = traceId
+  if (context.idempotencyKey !== undefined) entry.idempotencyKey = context.idempotencyKey
+  if (context.replayed !== undefined) entry.replayed = context.replayed
+  if (context.admin) entry.admin = true
+  state.audit.write(entry)
+}
+
+const audit: FastifyPluginCallback = (fastify, _options, done) => {
+  const state = fastify.agentService
+  fastify.addHook('onResponse', (request, reply, next) => {
+    auditRequest(state, request, reply.statusCode)
+    next()
+  })
+  done()
+}
+
+/** Audits and counts every request of the scope it is registered in. */
+export const auditPlugin = fp(audit, { fastify: '5.x', name: 'fastify-agents-audit', dependencies: ['fastify-agents-core'] })
+export default auditPlugin

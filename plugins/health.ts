@@ -1,0 +1,42 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { runHealthProbe } from '../lib/health-probe.js'
+import type { DbCheck } from '../lib/health-probe.js'
+import { errorResponses } from '../schemas/common.js'
+import { HealthResponse } from '../schemas/health.js'
+
+export type HealthPluginOptions = Record<never, never>
+
+export interface HealthReport {
+  status: 'ok' | 'degraded'
+  uptimeSeconds: number
+  checks: { db?: DbCheck }
+}
+
+/** Liveness plus a live probe of the `db` option, each call (no cached answer hides an outage). */
+export async function healthReport (probe: Parameters<typeof runHealthProbe>[0] | null, timeoutMs: number): Promise<HealthReport> {
+  const report: HealthReport = { status: 'ok', uptimeSeconds: Math.floor(process.uptime()), checks: {} }
+  if (probe !== null) {
+    report.checks.db = await runHealthProbe(probe, timeoutMs)
+    if (report.checks.db.status !== 'ok') report.status = 'degraded'
+  }
+  return report
+}
+
+// Registered twice by the service: at `/health` (prefix) and at `/v1/health`.
+const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) => {
+  const { settings } = fastify.agentService
+  fastify.get('', {
+    config: { public: true },
+    schema: {
+      summary: 'Liveness and a live database probe',
+      tags: ['health'],
+      response: { 200: HealthResponse, 503: HealthResponse, ...errorResponses(404, 405) }
+    }
+  }, async (_request, reply) => {
+    const report = await healthReport(settings.dbProbe, settings.healthTimeoutMs)
+    return reply.code(report.status === 'ok' ? 200 : 503).send(report)
+  })
+}
+
+export const healthPlugin = health
+export default healthPlugin

@@ -1,0 +1,86 @@
+import { randomUUID } from 'node:crypto'
+import fp from 'fastify-plugin'
+import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+import { isValidRequestId, newTraceId, parseTraceparent } from '../lib/trace-context.js'
+import type { TraceContext } from '../lib/types.js'
+
+/** What every request carries: its id (echoed as X-Request-ID) and its trace. */
+export class RequestContext {
+  readonly requestId: string
+  readonly startedAt: number
+  /** who authenticated; set by the auth plugin */
+  principal = 'anonymous'
+  /** recorded in the request's audit entry */
+  agent: string | undefined
+  runId: string | undefined
+  sessionId: string | undefined
+  idempotencyKey: string | undefined
+  replayed: boolean | undefined
+  /** Admin API requests are audited like any other but counted apart */
+  admin = false
+  #traceparent: unknown
+  #tracestate: unknown
+  #trace: TraceContext | null = null
+
+  constructor (requestId: string, traceparent: unknown, tracestate: unknown) {
+    this.requestId = requestId
+    this.startedAt = performance.now()
+    this.#traceparent = traceparent
+    this.#tracestate = tracestate
+  }
+
+  // Parsed (or started) on first use: most requests never read it, and a new trace id costs a random read.
+  get trace (): TraceContext {
+    if (this.#trace === null) this.#trace = parseTraceparent(this.#traceparent, this.#tracestate) ?? { traceId: newTraceId() }
+    return this.#trace
+  }
+
+  /** The trace id if something already used the trace, without starting one just to log it. */
+  get knownTraceId (): string | undefined {
+    return this.#trace?.traceId
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    agentsContext: RequestContext | null
+  }
+}
+
+export interface RequestContextOptions {
+  /**
+   * Use `request.id` as the request id as it is: set when the app's own `genReqId` already applies
+   * the X-Request-ID rule (the standalone server does), so logs and responses share one id.
+   */
+  trustRequestId?: boolean
+}
+
+/** Returns the request's context, creating it for requests that bypassed the hook (early errors). */
+export function requestContextOf (request: FastifyRequest): RequestContext {
+  if (request.agentsContext === null) {
+    request.agentsContext = new RequestContext(genRequestId(request), request.headers.traceparent, request.headers.tracestate)
+  }
+  return request.agentsContext
+}
+
+/** An id generator applying the X-Request-ID rule, for Fastify's `genReqId` option. */
+export function genRequestId (req: { headers: Record<string, string | string[] | undefined> }): string {
+  const incoming = req.headers['x-request-id']
+  return isValidRequestId(incoming) ? incoming : randomUUID()
+}
+
+const requestContext: FastifyPluginCallback<RequestContextOptions> = (fastify, options, done) => {
+  const trustRequestId = options.trustRequestId === true
+  if (!fastify.hasRequestDecorator('agentsContext')) fastify.decorateRequest('agentsContext', null)
+
+  fastify.addHook('onRequest', (request, reply, next) => {
+    const requestId = trustRequestId ? request.id : genRequestId(request)
+    request.agentsContext = new RequestContext(requestId, request.headers.traceparent, request.headers.tracestate)
+    reply.header('x-request-id', requestId)
+    next()
+  })
+  done()
+}
+
+export const requestContextPlugin = fp(requestContext, { fastify: '5.x', name: 'fastify-agents-request-context' })
+export default requestContextPlugin

@@ -1,0 +1,99 @@
+import fp from 'fastify-plugin'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import { ShutdownError } from '../lib/errors.js'
+import { resolveSettings } from '../lib/settings.js'
+import type { Settings } from '../lib/settings.js'
+import type { AgentServiceOptions } from '../lib/types.js'
+import { formatSchemaErrors, strictValidatorCompiler } from '../lib/validation.js'
+import { openApiOptions } from '../lib/openapi-options.js'
+import { agentsPlugin } from './agents.js'
+import { auditPlugin } from './audit.js'
+import { corePlugin } from './core.js'
+import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from './error-handler.js'
+import { healthPlugin } from './health.js'
+import { requestContextPlugin } from './request-context.js'
+import { sessionsPlugin } from './sessions.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** public routes (health): no auth, no rate limit, answered while draining */
+    public?: boolean
+  }
+}
+
+interface Resolved {
+  settings: Settings
+  /** the service factory owns the whole app: request context, audit and 404s apply at the root */
+  ownsRoot: boolean
+}
+
+// Options resolved by createAgentService (which must throw synchronously) are not resolved twice.
+const resolvedOptions = new WeakMap<object, Resolved>()
+
+export function markResolved (options: AgentServiceOptions, settings: Settings): void {
+  resolvedOptions.set(options, { settings, ownsRoot: true })
+}
+
+/** Everything the service mounts, in its own encapsulated scope: the host app keeps its own validator and error handler. */
+async function serviceScope (scope: FastifyInstance): Promise<void> {
+  const state = scope.agentService
+  const { settings } = state
+  const routes = new RouteIndex()
+  routes.collect(scope)
+  const notFound = buildNotFoundHandler(routes)
+
+  scope.setValidatorCompiler(strictValidatorCompiler)
+  scope.setSchemaErrorFormatter(formatSchemaErrors)
+  scope.setErrorHandler(buildErrorHandler(settings.exposeErrors))
+  if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
+  if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
+
+  scope.addHook('onRequest', (request, reply, next) => {
+    if (!state.draining || request.routeOptions.config.public === true) return next()
+    // a kept-alive connection must not outlive the drain
+    void reply.header('connection', 'close')
+    next(new ShutdownError())
+  })
+  scope.addHook('onSend', (_request, reply, payload, next) => {
+    if (state.draining) void reply.header('connection', 'close')
+    next(null, payload)
+  })
+
+  await scope.register(swagger, openApiOptions(settings))
+  state.openApiDocument = () => scope.swagger() as unknown as Record<string, unknown>
+  if (settings.docs) await scope.register(swaggerUi, { routePrefix: '/docs' })
+
+  await scope.register(async (health) => {
+    health.setNotFoundHandler(notFound)
+    await health.register(healthPlugin)
+  }, { prefix: '/health' })
+
+  await scope.register(async (v1) => {
+    v1.setNotFoundHandler(notFound)
+    await v1.register(healthPlugin, { prefix: '/health' })
+    await v1.register(agentsPlugin)
+    await v1.register(sessionsPlugin)
+  }, { prefix: '/v1' })
+}
+
+const service: FastifyPluginAsync<AgentServiceOptions> = async (fastify, options) => {
+  const resolved = resolvedOptions.get(options) ?? { settings: resolveSettings(options), ownsRoot: false }
+  const { settings } = resolved
+  await fastify.register(corePlugin, { settings })
+
+  if (resolved.ownsRoot) {
+    const routes = new RouteIndex()
+    routes.collect(fastify)
+    await fastify.register(requestContextPlugin, { trustRequestId: true })
+    await fastify.register(auditPlugin)
+    fastify.setErrorHandler(buildErrorHandler(settings.exposeErrors))
+    fastify.setNotFoundHandler(buildNotFoundHandler(routes))
+  }
+  await fastify.register(serviceScope)
+}
+
+/** The whole service as one plugin: `app.register(fastifyAgents, { agents })`. */
+export const fastifyAgents = fp(service, { fastify: '5.x', name: 'fastify-agents' })
+export default fastifyAgents

@@ -1,0 +1,64 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { AgentNotFoundError, SessionNotFoundError } from '../lib/errors.js'
+import { errorResponses } from '../schemas/common.js'
+import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+import { requestContextOf } from './request-context.js'
+
+export type SessionsPluginOptions = Record<never, never>
+
+const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastify) => {
+  const { settings } = fastify.agentService
+  const store = settings.sessionStore
+
+  fastify.post('/sessions', {
+    bodyLimit: settings.bodyLimit,
+    schema: {
+      summary: 'Create a session',
+      tags: ['sessions'],
+      body: CreateSessionRequest,
+      response: { 201: Session, ...errorResponses(400, 401, 403, 404, 413, 415, 429, 503) }
+    }
+  }, async (request, reply) => {
+    const context = requestContextOf(request)
+    const body = request.body ?? {}
+    if (body.agent !== undefined && !settings.agents.has(body.agent)) throw new AgentNotFoundError(body.agent)
+    const session = await store.create({ id: randomUUID(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
+    context.sessionId = session.id
+    return reply.code(201).send(session)
+  })
+
+  fastify.get('/sessions/:id', {
+    schema: {
+      summary: 'Get a session with its messages',
+      tags: ['sessions'],
+      params: SessionParams,
+      response: { 200: SessionWithMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const context = requestContextOf(request)
+    const session = await store.get(request.params.id)
+    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(request.params.id)
+    context.sessionId = session.id
+    return session
+  })
+
+  fastify.delete('/sessions/:id', {
+    schema: {
+      summary: 'Delete a session',
+      tags: ['sessions'],
+      params: SessionParams,
+      response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request, reply) => {
+    const context = requestContextOf(request)
+    const session = await store.get(request.params.id)
+    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(request.params.id)
+    await store.delete(session.id)
+    context.sessionId = session.id
+    return reply.code(204).send()
+  })
+}
+
+export const sessionsPlugin = sessions
+export default sessionsPlugin

@@ -1,0 +1,14 @@
+import { Type } from '@sinclair/typebox'
+import type { Static } from '@sinclair/typebox'
+import { AgentName, Metadata } from './common.js'
+
+export const AgentInfo = Type.Object({
+  name: Type.String(),
+  description: Type.String(),
+  metadata: Metadata
+})
+export type AgentInfo = Static<typeof AgentInfo>
+
+export const AgentList = Type.Object({ agents: Type.Array(AgentInfo) })
+
+export const AgentParams = Type.Object({ name: AgentName }, { additionalProperties: false })

@@ -1,0 +1,53 @@
+import { Type } from '@sinclair/typebox'
+import type { Static, TSchema } from '@sinclair/typebox'
+
+/** The one error body every route answers with (Fastify's shape plus `requestId` and `traceId`). */
+export const ErrorResponse = Type.Object({
+  statusCode: Type.Integer(),
+  error: Type.String(),
+  message: Type.String(),
+  code: Type.Optional(Type.String()),
+  requestId: Type.String(),
+  traceId: Type.Optional(Type.String())
+}, { description: 'Every error response has this shape' })
+export type ErrorResponse = Static<typeof ErrorResponse>
+
+export const Metadata = Type.Record(Type.String(), Type.Unknown())
+
+export const Usage = Type.Object({
+  inputTokens: Type.Integer({ minimum: 0 }),
+  outputTokens: Type.Integer({ minimum: 0 }),
+  totalTokens: Type.Integer({ minimum: 0 })
+})
+export type Usage = Static<typeof Usage>
+
+export const AgentNamePattern = '^[a-z0-9][a-z0-9._-]{0,63}$'
+export const AgentName = Type.String({ pattern: AgentNamePattern })
+
+/** Path ids: generous but bounded, so a 10 KB id is a 400 rather than a store look-up. */
+export const Id = Type.String({ minLength: 1, maxLength: 128 })
+
+const errorDescriptions: Record<number, string> = {
+  400: 'Invalid request',
+  401: 'Missing or invalid credentials',
+  403: 'Authenticated, but lacking the role',
+  404: 'Not found',
+  405: 'Method not allowed',
+  409: 'Conflict',
+  413: 'Body too large',
+  415: 'Unsupported content type',
+  422: 'Idempotency key reused with another body',
+  429: 'Rate limited',
+  500: 'Internal error',
+  503: 'Unavailable (shutting down, or degraded)',
+  504: 'Agent timed out'
+}
+
+/** `{ [status]: ErrorResponse }` for the given statuses: every route documents its error statuses. */
+export function errorResponses (...statuses: number[]): Record<number, TSchema> {
+  const out: Record<number, TSchema> = {}
+  for (const status of statuses) {
+    out[status] = Type.Composite([ErrorResponse], { description: errorDescriptions[status] })
+  }
+  return out
+}

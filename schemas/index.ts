@@ -1,0 +1,6 @@
+export * from './common.js'
+export * from './options.js'
+export * from './agents.js'
+export * from './runs.js'
+export * from './sessions.js'
+export * from './health.js'

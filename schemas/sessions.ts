@@ -1,0 +1,30 @@
+import { Type } from '@sinclair/typebox'
+import type { Static } from '@sinclair/typebox'
+import { Id, Metadata } from './common.js'
+
+export const CreateSessionRequest = Type.Object({
+  agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  metadata: Type.Optional(Metadata)
+}, { additionalProperties: false })
+export type CreateSessionRequest = Static<typeof CreateSessionRequest>
+
+export const Session = Type.Object({
+  id: Type.String(),
+  agent: Type.Union([Type.String(), Type.Null()]),
+  principal: Type.String(),
+  createdAt: Type.String({ format: 'date-time' }),
+  lastActiveAt: Type.String({ format: 'date-time' }),
+  turns: Type.Integer({ minimum: 0 }),
+  metadata: Metadata
+})
+
+export const SessionMessage = Type.Object({
+  role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
+  content: Type.Unknown(),
+  runId: Type.String(),
+  at: Type.String({ format: 'date-time' })
+})
+
+export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })])
+
+export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })
