@@ -140,8 +140,9 @@ export class AgentRun {
     const { options } = this
     this.#started = performance.now()
     if (options.timeoutMs !== null) {
+      // Not unref()ed: a deadline is work in flight (the 504 is owed even with nothing else on the loop),
+      // and drain clears it by aborting the run.
       this.#timer = setTimeout(() => this.abort('AGENT_TIMEOUT'), options.timeoutMs)
-      this.#timer.unref()
     }
     this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
     this.#execute()

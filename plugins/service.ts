@@ -8,6 +8,7 @@ import type { Settings } from '../lib/settings.js'
 import type { AgentServiceOptions } from '../lib/types.js'
 import { formatSchemaErrors, strictValidatorCompiler } from '../lib/validation.js'
 import { openApiOptions } from '../lib/openapi-options.js'
+import { adminApiPlugin } from './admin-api.js'
 import { agentsPlugin } from './agents.js'
 import { auditPlugin } from './audit.js'
 import { corePlugin } from './core.js'
@@ -47,6 +48,8 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   scope.setValidatorCompiler(strictValidatorCompiler)
   scope.setSchemaErrorFormatter(formatSchemaErrors)
   scope.setErrorHandler(buildErrorHandler(settings.exposeErrors))
+  // Our bodies are JSON only: anything else is a 415, not a 400 from a body that parsed as a string.
+  scope.removeContentTypeParser('text/plain')
   if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
   if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
 
@@ -76,6 +79,10 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(agentsPlugin)
     await v1.register(sessionsPlugin)
   }, { prefix: '/v1' })
+
+  if (settings.adminApi !== null) {
+    await scope.register(adminApiPlugin, { prefix: settings.adminApi.prefix, notFoundHandler: notFound })
+  }
 }
 
 const service: FastifyPluginAsync<AgentServiceOptions> = async (fastify, options) => {

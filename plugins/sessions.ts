@@ -18,10 +18,12 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       tags: ['sessions'],
       body: CreateSessionRequest,
       response: { 201: Session, ...errorResponses(400, 401, 403, 404, 413, 415, 429, 503) }
-    }
+    },
+    // `curl -X POST /v1/sessions` with no body is a session without options, not a 400
+    preValidation: async (request) => { request.body ??= {} }
   }, async (request, reply) => {
     const context = requestContextOf(request)
-    const body = request.body ?? {}
+    const body = request.body
     if (body.agent !== undefined && !settings.agents.has(body.agent)) throw new AgentNotFoundError(body.agent)
     const session = await store.create({ id: randomUUID(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
     context.sessionId = session.id

@@ -1,0 +1,663 @@
+// The behaviour every store backend must have, one function per interface, run by each backend's test file
+// against a factory that makes a fresh, empty store for a subtest (and cleans up after it in teardown).
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Test } from 'tap'
+import type {
+  ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditStore, CheckpointStore, IdempotencyStore,
+  Message, SessionRecord, SessionStore, StoreSet
+} from '../../lib/stores/types.js'
+
+export type StoreFactory<S> = (t: Test) => S | Promise<S>
+
+export interface ConformanceFactories {
+  audit?: StoreFactory<AuditStore>
+  session?: StoreFactory<SessionStore>
+  approval?: StoreFactory<ApprovalStore>
+  checkpoint?: StoreFactory<CheckpointStore>
+  idempotency?: StoreFactory<IdempotencyStore>
+}
+
+/** Runs the suite of every interface a factory is given for. */
+export function storeConformance (t: Test, factories: ConformanceFactories): void {
+  if (factories.audit !== undefined) auditStoreConformance(t, factories.audit)
+  if (factories.session !== undefined) sessionStoreConformance(t, factories.session)
+  if (factories.approval !== undefined) approvalStoreConformance(t, factories.approval)
+  if (factories.checkpoint !== undefined) checkpointStoreConformance(t, factories.checkpoint)
+  if (factories.idempotency !== undefined) idempotencyStoreConformance(t, factories.idempotency)
+}
+
+/** Factories from a store set factory such as `memoryStores` (a new set per subtest). */
+export function factoriesOf (make: (t: Test) => StoreSet | Promise<StoreSet>): ConformanceFactories {
+  const pick = <S>(choose: (set: StoreSet) => S | undefined): StoreFactory<S> => async (t) => {
+    const store = choose(await make(t))
+    if (store === undefined) throw new Error('the store set lacks this store')
+    return store
+  }
+  return {
+    audit: pick((set) => set.auditStore),
+    session: pick((set) => set.sessionStore),
+    approval: pick((set) => set.approvalStore),
+    checkpoint: pick((set) => set.checkpointStore),
+    idempotency: pick((set) => set.idempotency?.store)
+  }
+}
+
+async function open<S extends { close?: () => Promise<void> }> (t: Test, factory: StoreFactory<S>): Promise<S> {
+  const store = await factory(t)
+  t.teardown(async () => { await store.close?.() })
+  return store
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// audit
+
+export function auditEntry (i: number, extra: Partial<AuditEntry> = {}): AuditEntry {
+  return {
+    id: `entry-${i}`,
+    at: new Date(1_700_000_000_000 + i).toISOString(),
+    requestId: `req-${i}`,
+    method: 'POST',
+    route: '/v1/agents/:name/runs',
+    url: `/v1/agents/echo/runs?i=${i}`,
+    status: 200,
+    durationMs: i,
+    principal: 'anonymous',
+    ip: '127.0.0.1',
+    ...extra
+  }
+}
+
+function ids (entries: Array<{ id: string }>): string[] {
+  return entries.map((entry) => entry.id)
+}
+
+function range (from: number, to: number): number[] {
+  const out: number[] = []
+  for (let i = from; i <= to; i++) out.push(i)
+  return out
+}
+
+export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore>): void {
+  t.test('audit: an empty store', async (t) => {
+    const store = await open(t, factory)
+    t.same(await store.query({ limit: 10 }), { entries: [], nextCursor: null })
+    await store.append([])
+    t.equal(await store.count(), 0)
+  })
+
+  t.test('audit: entries come back whole, most recent first', async (t) => {
+    const store = await open(t, factory)
+    const full = auditEntry(2, {
+      agent: 'echo', runId: 'run-1', sessionId: 'ses-1', traceId: 'a'.repeat(32), idempotencyKey: 'key-1',
+      replayed: true, admin: false, status: 201, url: '/v1/agents/echo/runs?q=é'
+    })
+    await store.append([auditEntry(0), auditEntry(1)])
+    await store.append([full])
+    await store.append([auditEntry(3, { admin: true, route: '/admin/audit', method: 'GET' })])
+    const page = await store.query({ limit: 10 })
+    t.same(ids(page.entries), ['entry-3', 'entry-2', 'entry-1', 'entry-0'])
+    t.strictSame(page.entries[1], full)
+    t.strictSame(page.entries[3], auditEntry(0))
+    t.equal(page.nextCursor, null)
+    t.equal(await store.count(), 4)
+  })
+
+  t.test('audit: cursor pages have no duplicates and no gaps while entries are appended', async (t) => {
+    const store = await open(t, factory)
+    await store.append(range(0, 24).map((i) => auditEntry(i)))
+    const seen: string[] = []
+    let cursor: string | undefined
+    let pages = 0
+    let next = 25
+    do {
+      const page = await store.query({ limit: 10, cursor })
+      seen.push(...ids(page.entries))
+      cursor = page.nextCursor ?? undefined
+      pages++
+      // newer entries arriving between pages must not shift the older ones
+      await store.append([auditEntry(next++), auditEntry(next++)])
+    } while (cursor !== undefined)
+    t.equal(pages, 3)
+    t.same(seen, range(0, 24).reverse().map((i) => `entry-${i}`))
+    t.equal(await store.count(), 31)
+
+    // a page that ends exactly at the oldest entry says there is nothing more
+    const first = await store.query({ limit: 30 })
+    t.type(first.nextCursor, 'string')
+    const last = await store.query({ limit: 1, cursor: first.nextCursor as string })
+    t.same(ids(last.entries), ['entry-0'])
+    t.equal(last.nextCursor, null)
+  })
+
+  t.test('audit: filters by agent and status range, also across pages', async (t) => {
+    const store = await open(t, factory)
+    const statuses = [200, 404, 500, 429, 201, 404, 400, 499, 503, 404]
+    await store.append(statuses.map((status, i) => auditEntry(i, { status, agent: i % 2 === 0 ? 'alpha' : 'beta' })))
+    await store.append([auditEntry(10, { status: 404 })]) // no agent
+
+    t.same(ids((await store.query({ limit: 50, agent: 'alpha' })).entries), ['entry-8', 'entry-6', 'entry-4', 'entry-2', 'entry-0'])
+    t.same(ids((await store.query({ limit: 50, statusFrom: 404, statusTo: 404 })).entries), ['entry-10', 'entry-9', 'entry-5', 'entry-1'])
+    t.same(ids((await store.query({ limit: 50, statusFrom: 400, statusTo: 499 })).entries),
+      ['entry-10', 'entry-9', 'entry-7', 'entry-6', 'entry-5', 'entry-3', 'entry-1'])
+    t.same(ids((await store.query({ limit: 50, statusFrom: 500 })).entries), ['entry-8', 'entry-2'])
+    t.same(ids((await store.query({ limit: 50, statusTo: 201 })).entries), ['entry-4', 'entry-0'])
+    t.same((await store.query({ limit: 50, agent: 'gamma' })).entries, [])
+
+    const seen: string[] = []
+    let cursor: string | undefined
+    do {
+      const page = await store.query({ limit: 2, agent: 'beta', statusFrom: 400, statusTo: 499, cursor })
+      t.ok(page.entries.length <= 2)
+      seen.push(...ids(page.entries))
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    t.same(seen, ['entry-9', 'entry-7', 'entry-5', 'entry-3', 'entry-1'])
+  })
+
+  t.test('audit: a large batch keeps its order', async (t) => {
+    const store = await open(t, factory)
+    await store.append(range(0, 299).map((i) => auditEntry(i, { agent: `agent-${i % 3}` })))
+    t.equal(await store.count(), 300)
+    const page = await store.query({ limit: 500 })
+    t.same(ids(page.entries), range(0, 299).reverse().map((i) => `entry-${i}`))
+  })
+
+  t.test('audit: rejects a malformed cursor and a limit out of 1..500', async (t) => {
+    const store = await open(t, factory)
+    await store.append([auditEntry(0)])
+    await t.rejects(store.query({ limit: 10, cursor: 'not a cursor!' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
+    await t.rejects(store.query({ limit: 10, cursor: Buffer.from('-1').toString('base64url') }), { code: 'FA_INVALID_CURSOR' })
+    for (const limit of [0, 501, 1.5, Number.NaN]) {
+      await t.rejects(store.query({ limit }), RangeError, `limit ${limit}`)
+    }
+    t.equal((await store.query({ limit: 500 })).entries.length, 1)
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// sessions
+
+const LONG = 60_000
+
+function message (role: Message['role'], content: unknown, runId = 'run-1'): Message {
+  return { role, content, runId, at: new Date().toISOString() }
+}
+
+function newSession (id: string, extra: Partial<{ agent: string | null, principal: string, metadata: Record<string, unknown> }> = {}) {
+  return { id, agent: 'echo', principal: 'key_abc', metadata: {}, ...extra }
+}
+
+export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionStore>): void {
+  t.test('sessions: create and get', async (t) => {
+    const store = await open(t, factory)
+    const before = Date.now()
+    const created = await store.create(newSession('s1', { metadata: { tier: 'gold', nested: { n: 1 } } }), LONG)
+    t.match(created, { id: 's1', agent: 'echo', principal: 'key_abc', turns: 0, metadata: { tier: 'gold', nested: { n: 1 } } })
+    t.equal(created.createdAt, created.lastActiveAt)
+    t.ok(Date.parse(created.createdAt) >= before - 1 && Date.parse(created.createdAt) <= Date.now() + 1)
+    t.strictSame(await store.get('s1'), { ...created, messages: [] })
+
+    const anonymous = await store.create(newSession('s2', { agent: null }), LONG)
+    t.equal(anonymous.agent, null)
+    t.equal((await store.get('s2'))?.agent, null)
+    t.equal(await store.get('nope'), null)
+  })
+
+  t.test('sessions: appendTurn adds messages in order, counts turns and touches', async (t) => {
+    const store = await open(t, factory)
+    const created = await store.create(newSession('s1'), LONG)
+    await sleep(5)
+    const first = [message('user', 'hi'), message('assistant', { text: 'hello', n: [1, 2] })]
+    t.equal(await store.appendTurn('s1', first, LONG), true)
+    const second = [message('user', 'again', 'run-2'), message('assistant', 'ok', 'run-2')]
+    t.equal(await store.appendTurn('s1', second, LONG), true)
+    t.equal(await store.appendTurn('s1', [], LONG), true)
+    const session = await store.get('s1')
+    t.equal(session?.turns, 3)
+    t.strictSame(session?.messages, [...first, ...second])
+    t.equal(session?.createdAt, created.createdAt)
+    t.ok(Date.parse(session?.lastActiveAt as string) > Date.parse(created.lastActiveAt))
+    t.equal(await store.appendTurn('nope', first, LONG), false)
+    t.equal(await store.get('nope'), null)
+  })
+
+  t.test('sessions: touch and delete', async (t) => {
+    const store = await open(t, factory)
+    const created = await store.create(newSession('s1'), LONG)
+    await sleep(5)
+    t.equal(await store.touch('s1', LONG), true)
+    t.ok(Date.parse((await store.get('s1'))?.lastActiveAt as string) > Date.parse(created.lastActiveAt))
+    t.equal(await store.touch('nope', LONG), false)
+    t.equal(await store.delete('s1'), true)
+    t.equal(await store.get('s1'), null)
+    t.equal(await store.delete('s1'), false)
+    t.equal(await store.touch('s1', LONG), false)
+    t.same((await store.list({ limit: 10 })).sessions, [])
+  })
+
+  t.test('sessions: creating an existing id starts it afresh', async (t) => {
+    const store = await open(t, factory)
+    await store.create(newSession('s1'), LONG)
+    await store.appendTurn('s1', [message('user', 'hi')], LONG)
+    await store.create(newSession('s1', { principal: 'other', metadata: { v: 2 } }), LONG)
+    t.match(await store.get('s1'), { principal: 'other', turns: 0, messages: [], metadata: { v: 2 } })
+  })
+
+  t.test('sessions: expire after ttl of inactivity, and every write resets the ttl', async (t) => {
+    const store = await open(t, factory)
+    await store.create(newSession('short'), 50)
+    await store.create(newSession('touched'), 120)
+    await store.create(newSession('appended'), 120)
+    await store.create(newSession('long'), LONG)
+    await sleep(70)
+    t.equal(await store.touch('touched', 120), true)
+    t.equal(await store.appendTurn('appended', [message('user', 'x')], 120), true)
+    t.equal(await store.get('short'), null, 'expired')
+    t.equal(await store.touch('short', LONG), false)
+    t.equal(await store.appendTurn('short', [message('user', 'x')], LONG), false)
+    t.equal(await store.delete('short'), false, 'an expired session counts as absent')
+    await sleep(70)
+    t.not(await store.get('touched'), null, 'touch reset the ttl')
+    t.equal((await store.get('appended'))?.turns, 1, 'appendTurn reset the ttl')
+    t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), ['appended', 'long', 'touched'])
+  })
+
+  t.test('sessions: list is most recently active first and pages by cursor', async (t) => {
+    const store = await open(t, factory)
+    for (const id of ['s1', 's2', 's3', 's4', 's5']) {
+      await store.create(newSession(id), LONG)
+      await sleep(3)
+    }
+    await store.touch('s2', LONG)
+    await sleep(3)
+    await store.appendTurn('s4', [message('user', 'x')], LONG)
+    const all = await store.list({ limit: 10 })
+    t.same(all.sessions.map((s) => s.id), ['s4', 's2', 's5', 's3', 's1'])
+    t.equal(all.nextCursor, null)
+    t.equal(all.sessions[0].turns, 1)
+    t.notOk('messages' in all.sessions[0], 'list() leaves the messages out')
+
+    const pages: string[][] = []
+    let cursor: string | undefined
+    do {
+      const page = await store.list({ limit: 2, cursor })
+      pages.push(page.sessions.map((s) => s.id))
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    t.same(pages, [['s4', 's2'], ['s5', 's3'], ['s1']])
+  })
+
+  t.test('sessions: paging is complete when several sessions share a lastActiveAt', async (t) => {
+    const store = await open(t, factory)
+    const created = await Promise.all(['a', 'b', 'c', 'd', 'e', 'f'].map((id) => store.create(newSession(id), LONG)))
+    const seen: SessionRecord[] = []
+    let cursor: string | undefined
+    do {
+      const page = await store.list({ limit: 1, cursor })
+      seen.push(...page.sessions)
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    t.same(seen.map((s) => s.id).sort(), created.map((s) => s.id).sort())
+    for (let i = 1; i < seen.length; i++) t.ok(seen[i - 1].lastActiveAt >= seen[i].lastActiveAt)
+  })
+
+  t.test('sessions: reject bad input', async (t) => {
+    const store = await open(t, factory)
+    await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR' })
+    await t.rejects(store.list({ limit: 10, cursor: Buffer.from('[1]').toString('base64url') }), { code: 'FA_INVALID_CURSOR' })
+    await t.rejects(store.list({ limit: 0 }), RangeError)
+    await t.rejects(store.create(newSession('s1'), 0), RangeError)
+    await t.rejects(store.touch('s1', -1), RangeError)
+    await t.rejects(store.appendTurn('s1', [], Number.NaN), RangeError)
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// approvals
+
+export function approval (id: string, extra: Partial<ApprovalRecord> = {}): ApprovalRecord {
+  const now = Date.now()
+  return {
+    id,
+    runId: 'run-1',
+    agent: 'echo',
+    sessionId: 'ses-1',
+    principal: 'key_abc',
+    action: 'transfer',
+    payload: { amount: 10, to: ['acct', 1] },
+    reason: null,
+    status: 'pending',
+    requestedAt: new Date(now).toISOString(),
+    expiresAt: new Date(now + LONG).toISOString(),
+    ...extra
+  }
+}
+
+function decision (approved: boolean, decidedBy = 'alice'): ApprovalDecision {
+  return { approved, comment: approved ? 'fine' : null, decidedBy, decidedAt: new Date().toISOString() }
+}
+
+export function approvalStoreConformance (t: Test, factory: StoreFactory<ApprovalStore>): void {
+  t.test('approvals: create and get', async (t) => {
+    const store = await open(t, factory)
+    const record = approval('a1', { reason: 'large amount' })
+    await store.create(record)
+    t.strictSame(await store.get('a1'), record)
+    await store.create(approval('a2', { payload: undefined }))
+    t.equal((await store.get('a2'))?.payload, null, 'an undefined payload is stored as null')
+    t.equal(await store.get('nope'), null)
+    await t.rejects(store.create(approval('a1')), { code: 'FA_APPROVAL_EXISTS' })
+    await t.rejects(store.create(approval('a3', { expiresAt: 'soon' })), TypeError)
+  })
+
+  t.test('approvals: decide is a compare-and-set, 20 concurrent callers, one winner', async (t) => {
+    const store = await open(t, factory)
+    await store.create(approval('a1'))
+    const decisions = range(0, 19).map((i) => decision(i % 2 === 0, `user-${i}`))
+    const results = await Promise.all(decisions.map((d) => store.decide('a1', d)))
+    const winners = results.filter((r) => r.outcome === 'decided')
+    t.equal(winners.length, 1)
+    t.equal(results.filter((r) => r.outcome === 'already_decided').length, 19)
+    const winner = winners[0] as { approval: ApprovalRecord }
+    const stored = await store.get('a1')
+    t.strictSame(stored, winner.approval)
+    t.equal(stored?.status, stored?.decision?.approved === true ? 'approved' : 'rejected')
+    t.ok(decisions.some((d) => d.decidedBy === stored?.decision?.decidedBy))
+    for (const result of results) {
+      if (result.outcome === 'already_decided') t.strictSame(result.approval, stored)
+    }
+  })
+
+  t.test('approvals: rejected, not found, already decided', async (t) => {
+    const store = await open(t, factory)
+    await store.create(approval('a1'))
+    const rejected = decision(false)
+    const result = await store.decide('a1', rejected)
+    t.match(result, { outcome: 'decided', approval: { id: 'a1', action: 'transfer', status: 'rejected' } })
+    t.strictSame((result as { approval: ApprovalRecord }).approval.decision, rejected)
+    t.strictSame((result as { approval: ApprovalRecord }).approval, await store.get('a1'))
+    t.match(await store.decide('a1', decision(true)), { outcome: 'already_decided', approval: { status: 'rejected', decision: rejected } })
+    t.strictSame(await store.decide('nope', decision(true)), { outcome: 'not_found' })
+  })
+
+  t.test('approvals: past expiresAt a pending approval is expired', async (t) => {
+    const store = await open(t, factory)
+    await store.create(approval('soon', { expiresAt: new Date(Date.now() + 50).toISOString() }))
+    await store.create(approval('past', { expiresAt: new Date(Date.now() - 1000).toISOString() }))
+    await store.create(approval('gone', { expiresAt: new Date(Date.now() - 1000).toISOString() }))
+    t.equal((await store.listPending()).length, 1)
+    t.match(await store.get('past'), { status: 'expired' })
+    t.match(await store.expire('past'), { status: 'expired' }, 'get() stored it as expired')
+    t.match(await store.decide('gone', decision(true)), { outcome: 'expired', approval: { status: 'expired' } })
+    await sleep(70)
+    const result = await store.decide('soon', decision(true))
+    t.match(result, { outcome: 'expired', approval: { id: 'soon', status: 'expired' } })
+    t.notOk('decision' in (result as { approval: ApprovalRecord }).approval)
+    t.match(await store.get('soon'), { status: 'expired' })
+    t.same(await store.listPending(), [])
+  })
+
+  t.test('approvals: expire and cancel only change a pending approval', async (t) => {
+    const store = await open(t, factory)
+    for (const id of ['a1', 'a2', 'a3']) await store.create(approval(id))
+    t.match(await store.expire('a1'), { id: 'a1', status: 'expired' })
+    t.match(await store.expire('a1'), { status: 'expired' })
+    t.match(await store.cancel('a1'), { status: 'expired' })
+    t.match(await store.decide('a1', decision(true)), { outcome: 'expired' })
+
+    t.match(await store.cancel('a2'), { id: 'a2', status: 'cancelled' })
+    t.match(await store.decide('a2', decision(true)), { outcome: 'already_decided', approval: { status: 'cancelled' } })
+    t.match(await store.expire('a2'), { status: 'cancelled' })
+
+    await store.decide('a3', decision(true))
+    t.match(await store.cancel('a3'), { status: 'approved', decision: { approved: true } })
+    t.match(await store.expire('a3'), { status: 'approved' })
+
+    t.equal(await store.expire('nope'), null)
+    t.equal(await store.cancel('nope'), null)
+  })
+
+  t.test('approvals: listPending is oldest first and filters by agent and run', async (t) => {
+    const store = await open(t, factory)
+    const at = (ms: number): string => new Date(Date.now() - ms).toISOString()
+    // created out of order: the list is ordered by requestedAt, not by insertion
+    await store.create(approval('newest', { requestedAt: at(1000), agent: 'alpha', runId: 'r1' }))
+    await store.create(approval('oldest', { requestedAt: at(3000), agent: 'alpha', runId: 'r2' }))
+    await store.create(approval('middle', { requestedAt: at(2000), agent: 'beta', runId: 'r1' }))
+    await store.create(approval('decided', { requestedAt: at(2500), agent: 'alpha', runId: 'r1' }))
+    await store.create(approval('expired', { requestedAt: at(2600), agent: 'alpha', runId: 'r1', expiresAt: at(1) }))
+    await store.decide('decided', decision(true))
+    t.same(ids(await store.listPending()), ['oldest', 'middle', 'newest'])
+    t.same(ids(await store.listPending({})), ['oldest', 'middle', 'newest'])
+    t.same(ids(await store.listPending({ agent: 'alpha' })), ['oldest', 'newest'])
+    t.same(ids(await store.listPending({ runId: 'r1' })), ['middle', 'newest'])
+    t.same(ids(await store.listPending({ agent: 'alpha', runId: 'r1' })), ['newest'])
+    t.same(await store.listPending({ agent: 'nobody' }), [])
+    const [middle] = await store.listPending({ agent: 'beta' })
+    t.strictSame(middle, await store.get('middle'))
+  })
+
+  t.test('approvals: waitForDecision is woken by decide, cancel and expire', async (t) => {
+    const store = await open(t, factory)
+    for (const id of ['a1', 'a2', 'a3']) await store.create(approval(id))
+    const signal = new AbortController().signal
+    const first = store.waitForDecision('a1', signal)
+    const second = store.waitForDecision('a1', signal)
+    const cancelled = store.waitForDecision('a2', signal)
+    const expired = store.waitForDecision('a3', signal)
+    await sleep(20)
+    const started = Date.now()
+    const d = decision(true)
+    await store.decide('a1', d)
+    t.match(await first, { id: 'a1', status: 'approved', decision: d })
+    t.match(await second, { id: 'a1', status: 'approved' })
+    t.ok(Date.now() - started < 1000, 'within a second')
+    await store.cancel('a2')
+    t.match(await cancelled, { status: 'cancelled' })
+    await store.expire('a3')
+    t.match(await expired, { status: 'expired' })
+    // already decided: resolves at once
+    t.match(await store.waitForDecision('a1', signal), { status: 'approved' })
+  })
+
+  t.test('approvals: waitForDecision does not expire by itself', async (t) => {
+    const store = await open(t, factory)
+    await store.create(approval('a1', { expiresAt: new Date(Date.now() + 30).toISOString() }))
+    const controller = new AbortController()
+    const waiting = store.waitForDecision('a1', controller.signal)
+    let settled = false
+    waiting.then(() => { settled = true }, () => { settled = true })
+    await sleep(60)
+    t.equal(settled, false, 'still waiting past expiresAt')
+    await store.expire('a1')
+    t.match(await waiting, { status: 'expired' })
+  })
+
+  t.test('approvals: waitForDecision rejects on abort and for an unknown id', async (t) => {
+    const store = await open(t, factory)
+    await store.create(approval('a1'))
+    const controller = new AbortController()
+    const waiting = store.waitForDecision('a1', controller.signal)
+    await sleep(10)
+    const reason = new Error('run aborted')
+    controller.abort(reason)
+    await t.rejects(waiting, reason)
+    await t.rejects(store.waitForDecision('a1', AbortSignal.abort(reason)), reason, 'an aborted signal rejects at once')
+    await t.rejects(store.waitForDecision('nope', new AbortController().signal), { code: 'FA_APPROVAL_NOT_FOUND' })
+    // the aborted waiter is gone: deciding now wakes nobody and breaks nothing
+    t.match(await store.decide('a1', decision(true)), { outcome: 'decided' })
+  })
+
+  t.test('approvals: close rejects the waiters left', async (t) => {
+    const store = await factory(t)
+    await store.create(approval('a1'))
+    const waiting = store.waitForDecision('a1', new AbortController().signal)
+    await sleep(10)
+    await store.close?.()
+    await t.rejects(waiting, { code: 'FA_STORE_CLOSED' })
+    await store.close?.()
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// checkpoints
+
+export function checkpointStoreConformance (t: Test, factory: StoreFactory<CheckpointStore>): void {
+  t.test('checkpoints: steps count from 1, load returns the latest state', async (t) => {
+    const store = await open(t, factory)
+    const first = await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { n: 1 } })
+    t.match(first, { runId: 'r1', agent: 'echo', sessionId: 's1', step: 1, state: { n: 1 } })
+    t.equal(first.createdAt, first.updatedAt)
+    await sleep(5)
+    const state = { n: 2, list: ['a', { b: null }], text: 'é' }
+    await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { n: 'ignored' } })
+    const third = await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state })
+    t.equal(third.step, 3)
+    t.equal(third.createdAt, first.createdAt)
+    t.ok(third.updatedAt > first.updatedAt)
+    t.strictSame(third.state, state)
+    t.strictSame(await store.load('r1'), third)
+    t.equal(await store.load('nope'), null)
+  })
+
+  t.test('checkpoints: the state is a snapshot, undefined is null', async (t) => {
+    const store = await open(t, factory)
+    const state = { items: [1] }
+    await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state })
+    state.items.push(2)
+    t.strictSame((await store.load('r1'))?.state, { items: [1] })
+    const saved = await store.save({ runId: 'r2', agent: 'echo', sessionId: 's1', state: undefined })
+    t.equal(saved.state, null)
+    t.equal((await store.load('r2'))?.state, null)
+    await store.save({ runId: 'r3', agent: 'echo', sessionId: 's1', state: 'just text' })
+    t.equal((await store.load('r3'))?.state, 'just text')
+  })
+
+  t.test('checkpoints: delete', async (t) => {
+    const store = await open(t, factory)
+    await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: 1 })
+    await store.delete('r1')
+    await store.delete('r1')
+    await store.delete('nope')
+    t.equal(await store.load('r1'), null)
+    const again = await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: 2 })
+    t.equal(again.step, 1, 'a deleted run starts over')
+  })
+
+  t.test('checkpoints: list is most recently updated first, with bytes and without state', async (t) => {
+    const store = await open(t, factory)
+    t.same(await store.list(), [])
+    const states: Record<string, unknown> = { r1: { text: 'héllo 👋' }, r2: [1, 2, 3], r3: 'x' }
+    for (const runId of ['r1', 'r2', 'r3']) {
+      await store.save({ runId, agent: 'echo', sessionId: `s-${runId}`, state: states[runId] })
+      await sleep(3)
+    }
+    const updated = await store.save({ runId: 'r1', agent: 'other', sessionId: 's-r1', state: states.r1 })
+    const list = await store.list()
+    t.same(list.map((c) => c.runId), ['r1', 'r3', 'r2'])
+    t.strictSame(list[0], {
+      runId: 'r1',
+      agent: 'other',
+      sessionId: 's-r1',
+      step: 2,
+      createdAt: updated.createdAt,
+      updatedAt: updated.updatedAt,
+      bytes: Buffer.byteLength(JSON.stringify(states.r1))
+    })
+    t.equal(list[0].bytes, 24, 'bytes, not characters')
+    for (const summary of list) t.notOk('state' in summary)
+  })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// idempotency
+
+const OPTIONS = { ttlMs: LONG, leaseMs: LONG }
+const RESPONSE = { status: 201, body: '{"ok":true,"text":"é"}', contentType: 'application/json; charset=utf-8' }
+
+export function idempotencyStoreConformance (t: Test, factory: StoreFactory<IdempotencyStore>): void {
+  t.test('idempotency: reserve, then the holder is reported', async (t) => {
+    const store = await open(t, factory)
+    const before = Date.now()
+    t.strictSame(await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 }), { outcome: 'reserved' })
+    const again = await store.reserve('k1', 'fp-2', OPTIONS)
+    t.match(again, { outcome: 'existing', record: { key: 'k1', fingerprint: 'fp-1', state: 'in_progress' } })
+    const record = (again as { record: { createdAt: string, expiresAt: string, lockedUntil: string } }).record
+    t.notOk('response' in record)
+    const created = Date.parse(record.createdAt)
+    t.ok(created >= before - 1 && created <= Date.now() + 1)
+    t.equal(Date.parse(record.expiresAt) - created, LONG)
+    t.equal(Date.parse(record.lockedUntil) - created, 5000)
+    t.strictSame(await store.get('k1'), record)
+    t.equal(await store.get('nope'), null)
+  })
+
+  t.test('idempotency: 20 concurrent reservers, exactly one wins', async (t) => {
+    const store = await open(t, factory)
+    const results = await Promise.all(range(0, 19).map((i) => store.reserve('k1', `fp-${i}`, OPTIONS)))
+    t.equal(results.filter((r) => r.outcome === 'reserved').length, 1)
+    const winner = results.findIndex((r) => r.outcome === 'reserved')
+    for (const result of results) {
+      if (result.outcome === 'existing') t.equal(result.record.fingerprint, `fp-${winner}`)
+    }
+  })
+
+  t.test('idempotency: a completed record is replayed', async (t) => {
+    const store = await open(t, factory)
+    await store.reserve('k1', 'fp-1', OPTIONS)
+    await store.complete('k1', RESPONSE, LONG)
+    const result = await store.reserve('k1', 'fp-1', OPTIONS)
+    t.match(result, { outcome: 'existing', record: { key: 'k1', fingerprint: 'fp-1', state: 'completed' } })
+    t.strictSame((result as { record: { response: unknown } }).record.response, RESPONSE)
+    t.match(await store.get('k1'), { state: 'completed', response: RESPONSE })
+  })
+
+  t.test('idempotency: release makes the key reservable again', async (t) => {
+    const store = await open(t, factory)
+    await store.reserve('k1', 'fp-1', OPTIONS)
+    await store.release('k1')
+    t.equal(await store.get('k1'), null)
+    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.match(await store.get('k1'), { fingerprint: 'fp-2' })
+    await store.release('nope')
+  })
+
+  t.test('idempotency: complete of an unknown key stores nothing', async (t) => {
+    const store = await open(t, factory)
+    await store.complete('nope', RESPONSE, LONG)
+    t.equal(await store.get('nope'), null)
+  })
+
+  t.test('idempotency: a lease that ran out is taken over; a completed record is not', async (t) => {
+    const store = await open(t, factory)
+    await store.reserve('dead', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
+    await store.reserve('done', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
+    await store.complete('done', RESPONSE, LONG)
+    t.match(await store.reserve('dead', 'fp-2', OPTIONS), { outcome: 'existing' }, 'within the lease')
+    await sleep(70)
+    t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-1' }, 'get() still shows it')
+    t.strictSame(await store.reserve('dead', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-2' })
+    t.match(await store.reserve('done', 'fp-2', OPTIONS), { outcome: 'existing', record: { state: 'completed' } })
+  })
+
+  t.test('idempotency: an expired record is absent', async (t) => {
+    const store = await open(t, factory)
+    await store.reserve('k1', 'fp-1', OPTIONS)
+    await store.complete('k1', RESPONSE, 50)
+    await store.reserve('k2', 'fp-1', { ttlMs: 50, leaseMs: LONG })
+    await sleep(70)
+    t.equal(await store.get('k1'), null)
+    t.equal(await store.get('k2'), null)
+    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.strictSame(await store.reserve('k2', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-2' })
+  })
+
+  t.test('idempotency: rejects bad durations', async (t) => {
+    const store = await open(t, factory)
+    await t.rejects(store.reserve('k1', 'fp', { ttlMs: 0, leaseMs: 10 }), RangeError)
+    await t.rejects(store.reserve('k1', 'fp', { ttlMs: 10, leaseMs: -1 }), RangeError)
+    await t.rejects(store.complete('k1', RESPONSE, Number.POSITIVE_INFINITY), RangeError)
+  })
+}

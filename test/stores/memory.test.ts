@@ -1,0 +1,85 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import {
+  DEFAULT_AUDIT_CAPACITY, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
+} from '../../lib/stores/index.js'
+import { auditEntry, factoriesOf, storeConformance } from './conformance.js'
+
+storeConformance(t, factoriesOf(() => memoryStores()))
+
+t.test('memoryStores gives the five stores, spreadable into the options', async (t) => {
+  const stores = memoryStores({ auditCapacity: 2 })
+  t.same(Object.keys(stores).sort(), ['approvalStore', 'auditStore', 'checkpointStore', 'idempotency', 'sessionStore'])
+  t.equal((stores.auditStore as MemoryAuditStore).capacity, 2)
+  t.equal((memoryStores().auditStore as MemoryAuditStore).capacity, DEFAULT_AUDIT_CAPACITY)
+  for (const store of [stores.auditStore, stores.sessionStore, stores.approvalStore, stores.checkpointStore, stores.idempotency.store]) {
+    await store.close()
+  }
+})
+
+t.test('audit ring buffer: 500 by default, the oldest evicted first', async (t) => {
+  const store = new MemoryAuditStore()
+  t.equal(DEFAULT_AUDIT_CAPACITY, 500)
+  await store.append(Array.from({ length: 499 }, (_, i) => auditEntry(i)))
+  t.equal(await store.count(), 499)
+  await store.append([auditEntry(499), auditEntry(500), auditEntry(501)])
+  t.equal(await store.count(), 500)
+  const page = await store.query({ limit: 500 })
+  t.equal(page.entries[0].id, 'entry-501')
+  t.equal(page.entries[499].id, 'entry-2')
+  t.equal(page.nextCursor, null)
+})
+
+t.test('audit ring buffer: a cursor into evicted entries ends the paging', async (t) => {
+  const store = new MemoryAuditStore({ capacity: 3 })
+  await store.append([auditEntry(0), auditEntry(1), auditEntry(2)])
+  const first = await store.query({ limit: 1 })
+  t.same(first.entries.map((e) => e.id), ['entry-2'])
+  await store.append([auditEntry(3), auditEntry(4)])
+  const second = await store.query({ limit: 5, cursor: first.nextCursor as string })
+  t.same(second.entries.map((e) => e.id), [], 'entry-1 and entry-0 were evicted meanwhile')
+  t.equal(second.nextCursor, null)
+})
+
+t.test('audit ring buffer: a batch larger than the ring keeps its newest entries', async (t) => {
+  const store = new MemoryAuditStore({ capacity: 4 })
+  await store.append(Array.from({ length: 10 }, (_, i) => auditEntry(i)))
+  t.equal(await store.count(), 4)
+  t.same((await store.query({ limit: 10 })).entries.map((e) => e.id), ['entry-9', 'entry-8', 'entry-7', 'entry-6'])
+})
+
+t.test('audit ring buffer: entries are copies', async (t) => {
+  const store = new MemoryAuditStore()
+  const entry = auditEntry(0)
+  await store.append([entry])
+  entry.status = 500
+  const [read] = (await store.query({ limit: 1 })).entries
+  t.equal(read.status, 200)
+  read.status = 418
+  t.equal((await store.query({ limit: 1 })).entries[0].status, 200)
+})
+
+t.test('audit ring buffer: capacity must be a positive integer', async (t) => {
+  for (const capacity of [0, -1, 1.5, Number.NaN, '10']) {
+    t.throws(() => new MemoryAuditStore({ capacity: capacity as number }), TypeError, String(capacity))
+  }
+})
+
+t.test('sessions: expired sessions are purged on the next create', async (t) => {
+  const store = new MemorySessionStore()
+  await store.create({ id: 'old', agent: null, principal: 'p', metadata: {} }, 10)
+  await store.create({ id: 'live', agent: null, principal: 'p', metadata: {} }, 60_000)
+  await sleep(20)
+  await store.create({ id: 'new', agent: null, principal: 'p', metadata: {} }, 60_000)
+  t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id), ['new', 'live'])
+})
+
+t.test('idempotency: expired records are purged on the next reserve', async (t) => {
+  const store = new MemoryIdempotencyStore()
+  await store.reserve('old', 'fp', { ttlMs: 10, leaseMs: 10 })
+  await store.reserve('live', 'fp', { ttlMs: 60_000, leaseMs: 60_000 })
+  await sleep(20)
+  t.same(await store.reserve('new', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }), { outcome: 'reserved' })
+  t.equal(await store.get('old'), null)
+  t.match(await store.get('live'), { state: 'in_progress' })
+})
