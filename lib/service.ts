@@ -1,7 +1,8 @@
 import Fastify from 'fastify'
-import type { FastifyBaseLogger, FastifyInstance, FastifyServerOptions } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
 import { markResolved, fastifyAgents } from '../plugins/service.js'
-import { genRequestId } from '../plugins/request-context.js'
+import { genRequestId, requestContextOf } from '../plugins/request-context.js'
+import { errorBody } from '../plugins/error-handler.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from '../plugins/core.js'
 import { resolveSettings } from './settings.js'
 import type { AgentServiceOptions } from './types.js'
@@ -37,7 +38,14 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
     trustProxy: settings.trustProxy,
     // Our own drain answers requests that arrive while closing (503 SHUTDOWN, X-Request-ID, our shape).
     return503OnClosing: false,
-    forceCloseConnections: false
+    forceCloseConnections: false,
+    // Errors the router raises before any hook (a malformed URL, an overlong parameter) get the same
+    // body and X-Request-ID as everything else.
+    frameworkErrors: (error, request, reply: FastifyReply) => {
+      const status = error.statusCode ?? 400
+      void reply.code(status).header('x-request-id', requestContextOf(request).requestId)
+        .send(errorBody(request, status, error, settings.exposeErrors))
+    }
   }
   const app = isLoggerInstance(options.logger)
     ? Fastify({ ...serverOptions, loggerInstance: options.logger })

@@ -57,9 +57,8 @@ export interface RequestContextOptions {
 
 /** Returns the request's context, creating it for requests that bypassed the hook (early errors). */
 export function requestContextOf (request: FastifyRequest): RequestContext {
-  if (request.agentsContext === null) {
-    request.agentsContext = new RequestContext(genRequestId(request), request.headers.traceparent, request.headers.tracestate)
-  }
+  // `??=`: requests the router rejects before any hook have not even got the decorator's null
+  request.agentsContext ??= new RequestContext(genRequestId(request), request.headers.traceparent, request.headers.tracestate)
   return request.agentsContext
 }
 

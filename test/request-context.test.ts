@@ -1,4 +1,5 @@
 import t from 'tap'
+import type { InjectOptions } from 'fastify'
 import { build, listen, parseSse } from './helper.js'
 import type { Agent } from '../lib/types.js'
 
@@ -11,7 +12,7 @@ const stuck: Agent = { run: () => new Promise(() => {}) }
 
 t.test('X-Request-ID on every status', async (t) => {
   const { app } = build(t, { agents: { echo: { run: async (i) => ({ output: i }) }, boom, stuck }, requestTimeoutMs: 50, bodyLimit: 100 })
-  const cases: Array<[number, Parameters<typeof app.inject>[0]]> = [
+  const cases: Array<[number, InjectOptions]> = [
     [200, { method: 'GET', url: '/v1/agents' }],
     [400, { method: 'POST', url: '/v1/agents/echo/runs', payload: {} }],
     [404, { method: 'GET', url: '/nowhere' }],

@@ -236,7 +236,13 @@ t.test('session routes', async (t) => {
   t.equal(gone.statusCode, 404)
   t.equal(gone.json().code, 'SESSION_NOT_FOUND')
   t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 404)
-  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${'x'.repeat(200)}` })).statusCode, 400, 'an absurd id is a 400')
+  const absurd = await app.inject({ method: 'GET', url: `/v1/sessions/${'x'.repeat(200)}` })
+  t.equal(absurd.statusCode, 414, 'an absurd id is refused by the router')
+  t.match(absurd.json(), { statusCode: 414, code: 'FST_ERR_MAX_PARAM_LENGTH', requestId: absurd.headers['x-request-id'] })
+  const malformed = await app.inject({ method: 'GET', url: '/v1/sessions/%E0%A4%A', headers: { 'x-request-id': 'bad-url' } })
+  t.equal(malformed.statusCode, 400)
+  t.match(malformed.json(), { code: 'FST_ERR_BAD_URL', requestId: 'bad-url' })
+  t.equal(malformed.headers['x-request-id'], 'bad-url')
 })
 
 t.test('sessions expire after sessionTtlMs of idleness', async (t) => {
