@@ -31,8 +31,8 @@ export async function runHealthProbe (probe: HealthProbe, timeoutMs: number): Pr
   const started = performance.now()
   let timer: NodeJS.Timeout | undefined
   const deadline = new Promise<never>((_resolve, reject) => {
+    // Not unref()ed: the answer to a request in flight depends on it; it is cleared as soon as the probe settles.
     timer = setTimeout(() => reject(new Error(`health probe timed out after ${timeoutMs} ms`)), timeoutMs)
-    timer.unref()
   })
   try {
     const result = await Promise.race([probe(), deadline])
