@@ -17,6 +17,10 @@ export const ShutdownError = createError('SHUTDOWN', 'The service is shutting do
 export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did not finish within %d ms', 504)
 export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
 export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
+export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded, retry in %s', 429)
+export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID', '%s', 400)
+export const IdempotencyKeyReusedError = createError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was used with another request body', 422)
+export const IdempotencyInProgressError = createError('IDEMPOTENCY_IN_PROGRESS', 'A request with this idempotency key is still in progress', 409)
 
 /** Thrown at registration: one message naming every offending option path. */
 export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'invalid options: %s', 500)

@@ -4,6 +4,7 @@ import { markResolved, fastifyAgents } from '../plugins/service.js'
 import { genRequestId, requestContextOf } from '../plugins/request-context.js'
 import { errorBody } from '../plugins/error-handler.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from '../plugins/core.js'
+import { withTokenRedaction } from './auth.js'
 import { resolveSettings } from './settings.js'
 import type { AgentServiceOptions } from './types.js'
 
@@ -49,7 +50,7 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
   }
   const app = isLoggerInstance(options.logger)
     ? Fastify({ ...serverOptions, loggerInstance: options.logger })
-    : Fastify({ ...serverOptions, logger: options.logger ?? { level: 'info' } })
+    : Fastify({ ...serverOptions, logger: withTokenRedaction(options.logger ?? { level: 'info' }) as FastifyServerOptions['logger'] })
   void app.register(fastifyAgents, options)
 
   let closing: Promise<void> | null = null

@@ -2,6 +2,7 @@ import { Ajv } from 'ajv'
 import type { ErrorObject } from 'ajv'
 import { AgentNamePattern } from '../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../schemas/options.js'
+import { jwtAlgorithms } from './auth.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import type { HealthProbe } from './health-probe.js'
@@ -102,6 +103,14 @@ function authProblems (auth: unknown): string[] {
   const problems: string[] = []
   if (jwt.secret !== undefined && algorithms.some((a) => !a.startsWith('HS'))) problems.push('/auth/algorithms must be HS* with a secret')
   if (jwt.publicKey !== undefined && algorithms.some((a) => a.startsWith('HS'))) problems.push('/auth/algorithms must not be HS* with a publicKey')
+  if (jwt.secret !== undefined && jwt.publicKey !== undefined) problems.push('/auth must have secret or publicKey, not both')
+  if (problems.length === 0 && jwt.publicKey !== undefined) {
+    try {
+      jwtAlgorithms(jwt)
+    } catch (error) {
+      problems.push((error as Error).message)
+    }
+  }
   return problems
 }
 

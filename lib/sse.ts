@@ -3,6 +3,11 @@ import type { RunEvent } from './runner.js'
 
 export const SSE_HEARTBEAT_MS = 15_000
 
+/** One event on the wire: `id: <seq>`, `event: <type>`, `data: <json>`, blank line. */
+export function formatSseEvent (event: RunEvent): string {
+  return `id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event.data)}\n\n`
+}
+
 /** One Server-Sent Events response: `id: <seq>`, `event: <type>`, `data: <json>` per event. */
 export class SseStream {
   readonly raw: ServerResponse
@@ -24,7 +29,7 @@ export class SseStream {
   }
 
   send (event: RunEvent): void {
-    if (this.open) this.raw.write(`id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event.data)}\n\n`)
+    if (this.open) this.raw.write(formatSseEvent(event))
   }
 
   comment (text: string): void {

@@ -4,7 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import {
   AgentError, AgentNotFoundError, AgentTimeoutError, RunInProgressError, RunNotFoundError, SessionNotFoundError, ShutdownError
 } from '../lib/errors.js'
-import type { AgentRun, RunOutcome, RunResult } from '../lib/runner.js'
+import type { AgentRun, RunEvent, RunOutcome, RunResult } from '../lib/runner.js'
 import { SseStream } from '../lib/sse.js'
 import type { Message } from '../lib/stores/types.js'
 import type { Agent } from '../lib/types.js'
@@ -13,6 +13,7 @@ import { errorResponses } from '../schemas/common.js'
 import { RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
 import type { AgentServiceState } from './core.js'
 import { auditRequest } from './audit.js'
+import { settleStreamedRun } from './idempotency.js'
 import { requestContextOf } from './request-context.js'
 
 export type AgentsPluginOptions = Record<never, never>
@@ -47,10 +48,16 @@ async function streamRun (state: AgentServiceState, request: FastifyRequest, rep
   // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
   const stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
   state.heartbeat.add(stream)
-  run.onEvent((event) => stream.send(event))
+  let final: RunEvent | undefined
+  run.onEvent((event) => {
+    final = event
+    stream.send(event)
+  })
   reply.raw.once('close', () => run.abort('CANCELLED'))
   run.start()
   await run.done
+  // an idempotency key's record is written before the stream ends: a retry after the end is a replay
+  await settleStreamedRun(request, final)
   state.heartbeat.delete(stream)
   stream.end()
   auditRequest(state, request, 200)
@@ -62,11 +69,13 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
   const list = { agents: [...settings.agents].map(([name, agent]) => infoOf(name, agent)) }
 
   fastify.get('/agents', {
-    schema: { summary: 'List agents', tags: ['agents'], response: { 200: AgentList, ...errorResponses(400, 401, 429, 503) } }
+    config: { access: 'run' },
+    schema: { summary: 'List agents', tags: ['agents'], response: { 200: AgentList, ...errorResponses(400, 401, 403, 429, 503) } }
   }, async () => list)
 
   fastify.get('/agents/:name', {
-    schema: { summary: 'Get one agent', tags: ['agents'], params: AgentParams, response: { 200: AgentInfo, ...errorResponses(400, 401, 404, 429, 503) } }
+    config: { access: 'run' },
+    schema: { summary: 'Get one agent', tags: ['agents'], params: AgentParams, response: { 200: AgentInfo, ...errorResponses(400, 401, 403, 404, 429, 503) } }
   }, async (request) => {
     const agent = settings.agents.get(request.params.name)
     if (agent === undefined) throw new AgentNotFoundError(request.params.name)
@@ -75,6 +84,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
 
   fastify.post('/agents/:name/runs', {
     bodyLimit: settings.bodyLimit,
+    config: { access: 'run', idempotency: true },
     schema: {
       summary: 'Run an agent',
       description: 'Answers JSON, or Server-Sent Events with `Accept: text/event-stream` or `"stream": true`.',

@@ -58,7 +58,11 @@ export class RouteIndex {
 
   /** Collects every route added to `fastify` from now on. */
   collect (fastify: FastifyInstance): void {
-    fastify.addHook('onRoute', (route) => this.add(route.url, route.method))
+    fastify.addHook('onRoute', (route) => {
+      // A catch-all (@fastify/cors' `OPTIONS *`) names no path: it must not turn every unknown path into a 405.
+      if (route.url === '*' || route.url.endsWith('/*')) return
+      this.add(route.url, route.method)
+    })
   }
 
   allowed (path: string): string[] {

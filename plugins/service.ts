@@ -11,9 +11,13 @@ import { openApiOptions } from '../lib/openapi-options.js'
 import { adminApiPlugin } from './admin-api.js'
 import { agentsPlugin } from './agents.js'
 import { auditPlugin } from './audit.js'
+import { authPlugin } from './auth.js'
 import { corePlugin } from './core.js'
+import { corsPlugin } from './cors.js'
 import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from './error-handler.js'
 import { healthPlugin } from './health.js'
+import { idempotencyPlugin } from './idempotency.js'
+import { rateLimitPlugin } from './rate-limit.js'
 import { requestContextPlugin } from './request-context.js'
 import { sessionsPlugin } from './sessions.js'
 
@@ -52,6 +56,13 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   scope.removeContentTypeParser('text/plain')
   if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
   if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
+  // Traffic and security, in this order: CORS answers preflights before anyone asks for credentials; auth
+  // names the principal; the rate limit counts by it (rejected requests too: auth's verdict comes after);
+  // idempotency wraps the routes marked `config.idempotency`.
+  await scope.register(corsPlugin)
+  await scope.register(authPlugin)
+  await scope.register(rateLimitPlugin)
+  await scope.register(idempotencyPlugin)
 
   scope.addHook('onRequest', (request, reply, next) => {
     if (!state.draining || request.routeOptions.config.public === true) return next()

@@ -12,6 +12,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   const store = settings.sessionStore
 
   fastify.post('/sessions', {
+    config: { access: 'run' },
     bodyLimit: settings.bodyLimit,
     schema: {
       summary: 'Create a session',
@@ -31,6 +32,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   })
 
   fastify.get('/sessions/:id', {
+    config: { access: 'run' },
     schema: {
       summary: 'Get a session with its messages',
       tags: ['sessions'],
@@ -46,6 +48,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   })
 
   fastify.delete('/sessions/:id', {
+    config: { access: 'run' },
     schema: {
       summary: 'Delete a session',
       tags: ['sessions'],

@@ -1,0 +1,200 @@
+// The parts of auth that need no Fastify: reading credentials off a request, checking api keys in
+// constant time, pinning JWT algorithms to the key, reading roles. plugins/auth.ts wires them in.
+import { createHash, createPublicKey, timingSafeEqual } from 'node:crypto'
+import type { KeyObject } from 'node:crypto'
+import type { ApiKeyAuthOptions, JwtAlgorithm, JwtAuthOptions } from './types.js'
+
+/** Longer credentials are refused unread: no hashing or JWT parsing of a 1 MB header. */
+export const MAX_CREDENTIAL_LENGTH = 8192
+
+/** What a route needs beyond being authenticated (JWT roles; every api key has every right). */
+export type Access = 'run' | 'readApprovals' | 'decideApprovals'
+
+export const DEFAULT_ACCESS: Readonly<Record<Access, readonly string[]>> = Object.freeze({
+  run: Object.freeze(['agents:run']),
+  readApprovals: Object.freeze(['approvals:read']),
+  decideApprovals: Object.freeze(['approvals:decide'])
+})
+
+export type Credential =
+  | { kind: 'none' }
+  | { kind: 'invalid', reason: string }
+  | { kind: 'token', token: string }
+
+// RFC 7235 credentials: the scheme, one space, the token. The token is any run of visible ASCII (api keys
+// are not all b64token), so "Bearer a b", "Bearer  a", tabs and control characters are malformed.
+const BEARER = /^Bearer ([\x21-\x7e]+)$/i
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/
+
+export interface CredentialSources {
+  authorization: unknown
+  apiKey: unknown
+  /** the `access_token` query parameter, read only for WebSocket upgrades (browsers cannot set headers there) */
+  queryToken: unknown
+}
+
+function tokenFrom (value: unknown, what: string): Credential {
+  if (typeof value !== 'string') return { kind: 'invalid', reason: `${what} must be given once` }
+  if (value.length > MAX_CREDENTIAL_LENGTH) return { kind: 'invalid', reason: `${what} is too long` }
+  if (!VISIBLE_ASCII.test(value)) return { kind: 'invalid', reason: `${what} is malformed` }
+  return { kind: 'token', token: value }
+}
+
+/**
+ * The one credential a request carries: `Authorization: Bearer <token>`, `X-API-Key` (api-key only) or
+ * `access_token` (WebSocket upgrades only). Two different ones at once are refused rather than guessed between.
+ */
+export function readCredential (sources: CredentialSources, acceptApiKeyHeader: boolean): Credential {
+  const found: Credential[] = []
+  if (sources.authorization !== undefined) {
+    const header = sources.authorization
+    if (typeof header !== 'string' || header.length > MAX_CREDENTIAL_LENGTH + 7) {
+      found.push({ kind: 'invalid', reason: 'Malformed Authorization header: expected "Bearer <token>"' })
+    } else {
+      const match = BEARER.exec(header)
+      found.push(match === null
+        ? { kind: 'invalid', reason: 'Malformed Authorization header: expected "Bearer <token>"' }
+        : tokenFrom(match[1], 'The bearer token'))
+    }
+  }
+  if (acceptApiKeyHeader && sources.apiKey !== undefined) found.push(tokenFrom(sources.apiKey, 'X-API-Key'))
+  if (sources.queryToken !== undefined) found.push(tokenFrom(sources.queryToken, 'access_token'))
+
+  if (found.length === 0) return { kind: 'none' }
+  const invalid = found.find((c) => c.kind === 'invalid')
+  if (invalid !== undefined) return invalid
+  const tokens = new Set(found.map((c) => (c as { token: string }).token))
+  if (tokens.size > 1) return { kind: 'invalid', reason: 'Several different credentials: send exactly one' }
+  return found[0]!
+}
+
+function sha256 (value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest()
+}
+
+/** The principal of an api key: never the key, nor enough of its hash to test guesses offline cheaply. */
+export function apiKeyPrincipal (key: string): string {
+  return 'key_' + sha256(key).toString('hex').slice(0, 12)
+}
+
+/**
+ * Checks api keys in constant time: the candidate and every configured key are hashed to 32 bytes, so
+ * `timingSafeEqual` compares equal lengths, and every key is compared whatever matched first.
+ */
+export class ApiKeyVerifier {
+  readonly #hashes: Buffer[]
+
+  constructor (options: ApiKeyAuthOptions) {
+    this.#hashes = options.keys.map(sha256)
+  }
+
+  /** The principal for a valid key, else null. */
+  verify (candidate: string): string | null {
+    const hash = sha256(candidate)
+    let matched = false
+    for (const known of this.#hashes) matched = timingSafeEqual(hash, known) || matched
+    return matched ? 'key_' + hash.toString('hex').slice(0, 12) : null
+  }
+}
+
+const RSA_ALGORITHMS: JwtAlgorithm[] = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512']
+const EC_ALGORITHMS: Record<string, JwtAlgorithm> = { prime256v1: 'ES256', secp384r1: 'ES384', secp521r1: 'ES512' }
+
+function algorithmsForKey (key: KeyObject): JwtAlgorithm[] {
+  switch (key.asymmetricKeyType) {
+    case 'rsa': return RSA_ALGORITHMS
+    case 'rsa-pss': return ['PS256', 'PS384', 'PS512']
+    case 'ec': {
+      const curve = EC_ALGORITHMS[key.asymmetricKeyDetails?.namedCurve ?? '']
+      return curve === undefined ? [] : [curve]
+    }
+    case 'ed25519':
+    case 'ed448': return ['EdDSA']
+    default: return []
+  }
+}
+
+/**
+ * The algorithms a JWT may use, pinned to the key: HS256 (or the HS* listed) with a secret; with a public
+ * key only the algorithms of its type (RSA: RS/PS, EC: the curve's ES*, Ed25519: EdDSA). `none` is never
+ * among them, and no HS* with a public key: a token signed with the public key as an HMAC secret fails.
+ * Throws a message naming the option when the key or the list does not fit.
+ */
+export function jwtAlgorithms (options: JwtAuthOptions): JwtAlgorithm[] {
+  if (options.publicKey === undefined) return options.algorithms ?? ['HS256']
+  let key: KeyObject
+  try {
+    key = createPublicKey(options.publicKey)
+  } catch {
+    throw new Error('/auth/publicKey must be a PEM public key (or certificate)')
+  }
+  const usable = algorithmsForKey(key)
+  if (usable.length === 0) throw new Error(`/auth/publicKey has an unsupported key type (${key.asymmetricKeyType ?? 'unknown'})`)
+  if (options.algorithms === undefined) return usable
+  const unfit = options.algorithms.filter((a) => !usable.includes(a))
+  if (unfit.length > 0) throw new Error(`/auth/algorithms ${unfit.join(', ')} cannot be verified with this ${key.asymmetricKeyType} publicKey`)
+  return options.algorithms
+}
+
+/**
+ * Roles from the claim named `rolesClaim`: an array of strings, or one string of space-separated roles
+ * (the OAuth `scope` form). A dotted name reaches into nested claims (`realm_access.roles`) when no claim
+ * has that exact name.
+ */
+export function rolesOf (payload: Record<string, unknown>, claim: string): Set<string> {
+  let value: unknown = payload[claim]
+  if (value === undefined && claim.includes('.')) {
+    value = payload
+    for (const part of claim.split('.')) value = (value as Record<string, unknown> | null)?.[part]
+  }
+  if (typeof value === 'string') return new Set(value.split(/\s+/).filter((r) => r !== ''))
+  if (Array.isArray(value)) return new Set(value.filter((r): r is string => typeof r === 'string'))
+  return new Set()
+}
+
+/**
+ * Whether `roles` grant `access`. Any listed role grants it; for 'run', so does `<role>:<agent>` for the agent
+ * asked for (`agents:run:echo`), and on routes not about one agent (sessions, the agent list) any such
+ * per-agent role does.
+ */
+export function grants (roles: ReadonlySet<string>, allowed: readonly string[], access: Access, agent: string | undefined): boolean {
+  for (const role of allowed) {
+    if (roles.has(role)) return true
+    if (access !== 'run') continue
+    if (agent !== undefined) {
+      if (roles.has(`${role}:${agent}`)) return true
+    } else {
+      for (const held of roles) if (held.startsWith(`${role}:`)) return true
+    }
+  }
+  return false
+}
+
+/** The URL with the value of every `access_token` query parameter replaced: for logs and audit entries. */
+export function redactAccessToken (url: string): string {
+  return url.replace(/([?&]access_token=)[^&#]*/g, '$1[REDACTED]')
+}
+
+interface LoggedRequest {
+  method: string
+  url: string
+  host?: string
+  ip?: string
+  socket?: { remotePort?: number }
+}
+
+/** Fastify's `req` log serializer, with `access_token` values redacted from the URL. */
+export function redactingRequestSerializer (req: LoggedRequest): Record<string, unknown> {
+  return { method: req.method, url: redactAccessToken(req.url), host: req.host, remoteAddress: req.ip, remotePort: req.socket?.remotePort }
+}
+
+/**
+ * Logger options (Fastify's `logger`) whose request log lines never show an `access_token`. Your own `req`
+ * serializer, if you set one, is kept as it is.
+ */
+export function withTokenRedaction<T> (logger: T): T | Record<string, unknown> {
+  if (logger === false || logger === undefined || logger === null) return logger
+  const options = logger === true ? {} : logger as Record<string, unknown>
+  const serializers = (options.serializers ?? {}) as Record<string, unknown>
+  return { ...options, serializers: { req: redactingRequestSerializer, ...serializers } }
+}

@@ -1,0 +1,196 @@
+import fp from 'fastify-plugin'
+import fastifyJwt from '@fastify/jwt'
+import type { JWT } from '@fastify/jwt'
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import { ApiKeyVerifier, DEFAULT_ACCESS, grants, jwtAlgorithms, readCredential, redactAccessToken, rolesOf } from '../lib/auth.js'
+import type { Access, Credential } from '../lib/auth.js'
+import { ForbiddenError, UnauthorizedError } from '../lib/errors.js'
+import type { JwtAuthOptions } from '../lib/types.js'
+import { requestContextOf } from './request-context.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** what the route needs under JWT auth beyond a valid token (`agents:run`, `approvals:read`, …) */
+    access?: Access
+    /** Admin API routes: their own bearer token, no service auth (they still count for the rate limit) */
+    admin?: boolean
+  }
+}
+
+export type { Access }
+
+type AuthOutcome =
+  | { ok: true, principal: string, /** null: every right (an api key) */ roles: ReadonlySet<string> | null }
+  | { ok: false, reason: string, /** a credential was sent, and was wrong */ presented: boolean }
+
+// Authentication (onRequest) and its verdict (preParsing) are two steps so that the rate limit, between
+// them, counts rejected requests too and keys accepted ones by principal.
+const outcomes = new WeakMap<FastifyRequest, AuthOutcome>()
+
+const REALM = 'fastify-agents'
+
+/** A CORS preflight: public, and not counted by the rate limit. */
+export function isPreflight (request: FastifyRequest): boolean {
+  return request.method === 'OPTIONS' && request.headers.origin !== undefined &&
+    request.headers['access-control-request-method'] !== undefined
+}
+
+function isExempt (request: FastifyRequest): boolean {
+  const config = request.routeOptions.config
+  return config.public === true || config.admin === true || isPreflight(request)
+}
+
+/** The principal that authenticated on this request, or null (auth off, public route, failed). */
+export function authenticatedPrincipal (request: FastifyRequest): string | null {
+  const outcome = outcomes.get(request)
+  return outcome?.ok === true ? outcome.principal : null
+}
+
+/**
+ * Whether the request's principal has `access` (for `agent`, when about one agent). True when auth is
+ * off; for the WebSocket transport, which checks each `run.start` against its agent.
+ */
+export function hasAccess (request: FastifyRequest, access: Access, agent?: string): boolean {
+  const auth = request.server.agentService.settings.auth
+  if (auth === null) return true
+  const outcome = outcomes.get(request)
+  if (outcome?.ok !== true) return false
+  if (outcome.roles === null) return true
+  const allowed = (auth as JwtAuthOptions).access?.[access] ?? DEFAULT_ACCESS[access]
+  return grants(outcome.roles, allowed, access, agent)
+}
+
+function isWebSocketUpgrade (request: FastifyRequest): boolean {
+  return request.headers.upgrade?.toLowerCase() === 'websocket'
+}
+
+function credentialOf (request: FastifyRequest, acceptApiKeyHeader: boolean): Credential {
+  const query = request.query as Record<string, unknown> | undefined
+  return readCredential({
+    authorization: request.headers.authorization,
+    apiKey: request.headers['x-api-key'],
+    queryToken: isWebSocketUpgrade(request) ? query?.access_token : undefined
+  }, acceptApiKeyHeader)
+}
+
+const jwtMessages: Record<string, string> = {
+  FAST_JWT_EXPIRED: 'The token has expired',
+  FAST_JWT_INACTIVE: 'The token is not valid yet',
+  FAST_JWT_INVALID_ALGORITHM: 'The token is signed with an algorithm that is not allowed',
+  FAST_JWT_MISSING_SIGNATURE: 'The token is not signed',
+  FAST_JWT_INVALID_SIGNATURE: 'The token signature is invalid',
+  FAST_JWT_MISSING_REQUIRED_CLAIM: 'The token has no sub claim'
+}
+
+function jwtFailure (error: unknown): string {
+  const { code, message } = error as { code?: string, message?: string }
+  if (code !== undefined && code in jwtMessages) return jwtMessages[code]!
+  // fast-jwt names the claim (iss, aud, …) and never echoes the token's values
+  if (code === 'FAST_JWT_INVALID_CLAIM_VALUE' || code === 'FAST_JWT_INVALID_CLAIM_TYPE') return `The token was refused: ${message}`
+  return 'The token is malformed or invalid'
+}
+
+type Verify = (token: string) => Record<string, unknown>
+
+/**
+ * @fastify/jwt in a scope of its own (its `jwt` and request decorators stay out of the host app's way);
+ * under a namespace when the host app registered @fastify/jwt itself.
+ */
+async function registerJwt (fastify: FastifyInstance, options: JwtAuthOptions): Promise<Verify> {
+  let verify: Verify | undefined
+  await fastify.register(async (scope) => {
+    const namespace = scope.hasDecorator('jwt') ? 'fastifyAgents' : undefined
+    await scope.register(fastifyJwt, {
+      secret: options.publicKey !== undefined ? { public: options.publicKey } : options.secret!,
+      decoratorName: 'fastifyAgentsJwtUser',
+      namespace,
+      verify: {
+        algorithms: jwtAlgorithms(options),
+        allowedIss: options.issuer,
+        allowedAud: options.audience,
+        requiredClaims: ['sub']
+      }
+    })
+    const decorator = namespace === undefined ? scope.jwt : (scope.jwt as unknown as Record<string, JWT>)[namespace]!
+    verify = (token) => decorator.verify(token)
+  })
+  return verify!
+}
+
+function challenge (reply: FastifyReply, presented: boolean): void {
+  void reply.header('www-authenticate', presented ? `Bearer realm="${REALM}", error="invalid_token"` : `Bearer realm="${REALM}"`)
+}
+
+const auth: FastifyPluginAsync = async (fastify) => {
+  const options = fastify.agentService.settings.auth
+
+  // access_token is a credential: no audit entry records it (and lib/service.ts keeps it out of the logs)
+  fastify.addHook('onRequest', (request, _reply, done) => {
+    if (request.raw.url?.includes('access_token=') === true) request.raw.url = redactAccessToken(request.raw.url)
+    done()
+  })
+  if (options === null) return
+
+  let authenticate: (token: string) => AuthOutcome
+  if (options.strategy === 'api-key') {
+    const verifier = new ApiKeyVerifier(options)
+    authenticate = (token) => {
+      const principal = verifier.verify(token)
+      return principal === null ? { ok: false, reason: 'Invalid API key', presented: true } : { ok: true, principal, roles: null }
+    }
+  } else {
+    const verify = await registerJwt(fastify, options)
+    const rolesClaim = options.rolesClaim ?? 'roles'
+    authenticate = (token) => {
+      let payload: Record<string, unknown>
+      try {
+        payload = verify(token)
+      } catch (error) {
+        return { ok: false, reason: jwtFailure(error), presented: true }
+      }
+      const sub = payload.sub
+      if (typeof sub !== 'string' || sub === '') return { ok: false, reason: 'The token sub must be a non-empty string', presented: true }
+      return { ok: true, principal: sub, roles: rolesOf(payload, rolesClaim) }
+    }
+  }
+  const acceptApiKeyHeader = options.strategy === 'api-key'
+
+  fastify.addHook('onRequest', (request, _reply, done) => {
+    if (isExempt(request)) return done()
+    const credential = credentialOf(request, acceptApiKeyHeader)
+    let outcome: AuthOutcome
+    if (credential.kind === 'none') outcome = { ok: false, reason: 'Missing credentials', presented: false }
+    else if (credential.kind === 'invalid') outcome = { ok: false, reason: credential.reason, presented: true }
+    else outcome = authenticate(credential.token)
+    outcomes.set(request, outcome)
+    // the principal is only ever what the credential proves: nothing the client sends can choose it
+    if (outcome.ok) requestContextOf(request).principal = outcome.principal
+    done()
+  })
+
+  fastify.addHook('preParsing', (request, reply, payload, done) => {
+    const outcome = outcomes.get(request)
+    if (outcome === undefined) return done(null, payload)
+    if (!outcome.ok) {
+      challenge(reply, outcome.presented)
+      return done(new UnauthorizedError(outcome.reason))
+    }
+    const access = request.routeOptions.config.access
+    if (access !== undefined) {
+      const name = (request.params as Record<string, unknown> | undefined)?.name
+      const agent = typeof name === 'string' ? name : undefined
+      if (!hasAccess(request, access, agent)) {
+        return done(new ForbiddenError(`The token lacks the role for ${access}${agent === undefined ? '' : ` on agent "${agent}"`}`))
+      }
+    }
+    done(null, payload)
+  })
+}
+
+/**
+ * api-key or JWT auth for every route of the scope but public ones (health), Admin API routes (their own
+ * token) and CORS preflights. Sets the request's principal; 401 with `WWW-Authenticate`, 403 `FORBIDDEN`
+ * when the route's `config.access` is not granted.
+ */
+export const authPlugin = fp(auth, { fastify: '5.x', name: 'fastify-agents-auth', dependencies: ['fastify-agents-core'] })
+export default authPlugin

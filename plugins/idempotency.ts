@@ -1,0 +1,122 @@
+import fp from 'fastify-plugin'
+import type { FastifyPluginAsync, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler, preParsingHookHandler } from 'fastify'
+import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/errors.js'
+import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/idempotency.js'
+import type { RunEvent } from '../lib/runner.js'
+import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
+import { IdempotencyHeaders } from '../schemas/auth.js'
+import { requestContextOf } from './request-context.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** the route honours `Idempotency-Key` (POST /v1/agents/:name/runs, POST /v1/approvals/:id) */
+    idempotency?: boolean
+  }
+}
+
+/** A key this request reserved and must complete or release. */
+interface Reservation {
+  store: IdempotencyStore
+  key: string
+  ttlMs: number
+}
+
+const fingerprints = new WeakMap<FastifyRequest, BodyFingerprint>()
+const reservations = new WeakMap<FastifyRequest, Reservation>()
+
+async function settle (request: FastifyRequest, response: IdempotencyResponse | null): Promise<void> {
+  const reservation = reservations.get(request)
+  if (reservation === undefined) return
+  reservations.delete(request)
+  const { store, key, ttlMs } = reservation
+  try {
+    if (response !== null && isReplayable(response.status)) await store.complete(key, response, ttlMs)
+    else await store.release(key)
+  } catch (error) {
+    // The key stays locked until its lease runs out: retries get 409 meanwhile, never a second run.
+    request.log.error({ err: error }, 'idempotency store failed to record a response')
+  }
+}
+
+/**
+ * For a run streamed as SSE (a hijacked reply: no onSend): records its final event for replay (or releases
+ * the key when the run failed), before the stream ends so that a retry after the end is a replay.
+ */
+export async function settleStreamedRun (request: FastifyRequest, final: RunEvent | undefined): Promise<void> {
+  // A failed run is released like the 5xx (or the dropped connection) it stands for: a retry runs again.
+  await settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null)
+}
+
+const idempotency: FastifyPluginAsync = async (fastify) => {
+  const settings = fastify.agentService.settings.idempotency
+  if (settings === null) return
+  const { store, ttlMs, lockLeaseMs } = settings
+
+  const fingerprint: preParsingHookHandler = (request, _reply, payload, done) => {
+    if (request.headers['idempotency-key'] === undefined && request.headers['x-idempotency-key'] === undefined) return done(null, payload)
+    const hashing = new BodyFingerprint()
+    fingerprints.set(request, hashing)
+    payload.on('error', (error) => hashing.destroy(error))
+    done(null, payload.pipe(hashing))
+  }
+
+  const reserve: preHandlerAsyncHookHandler = async function (request, reply) {
+    const key = readIdempotencyKey(request.headers)
+    if (key === undefined) return
+    const context = requestContextOf(request)
+    context.idempotencyKey = key
+    const scoped = scopedIdempotencyKey(context.principal, request.method, request.url.split('?', 1)[0]!, key)
+    const bodyHash = fingerprints.get(request)!.digest()
+    const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
+    if (reserved.outcome === 'reserved') {
+      reservations.set(request, { store, key: scoped, ttlMs })
+      context.replayed = false
+      return
+    }
+    const { record } = reserved
+    if (record.fingerprint !== bodyHash) throw new IdempotencyKeyReusedError()
+    if (record.state !== 'completed' || record.response === undefined) {
+      void reply.header('retry-after', '1')
+      throw new IdempotencyInProgressError()
+    }
+    context.replayed = true
+    const { status, body, contentType } = record.response
+    void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
+    if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
+    return reply.send(body)
+  }
+
+  const record: onSendAsyncHookHandler<unknown> = async (request, reply, payload) => {
+    if (!reservations.has(request)) return payload
+    const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : null
+    // a streamed body cannot be kept: the key is released
+    await settle(request, body === null
+      ? null
+      : { status: reply.statusCode, body, contentType: String(reply.getHeader('content-type') ?? 'application/json; charset=utf-8') })
+    return payload
+  }
+
+  fastify.addHook('onRoute', (route) => {
+    if (route.config?.idempotency !== true) return
+    route.preParsing = [...toArray(route.preParsing), fingerprint]
+    route.preHandler = [...toArray(route.preHandler), reserve]
+    route.onSend = [...toArray(route.onSend), record]
+    // a request that ends without a response (the client left mid-way) gives its key back
+    route.onResponse = [...toArray(route.onResponse), async (request) => { await settle(request, null) }]
+    route.onRequestAbort = [...toArray(route.onRequestAbort), async (request) => { await settle(request, null) }]
+    if (route.schema !== undefined && route.schema.headers === undefined) route.schema = { ...route.schema, headers: IdempotencyHeaders }
+  })
+}
+
+function toArray<T> (value: T | T[] | undefined): T[] {
+  return value === undefined ? [] : Array.isArray(value) ? value : [value]
+}
+
+/**
+ * Idempotency keys on routes with `config.idempotency` (contract §9), when the `idempotency` option is set:
+ * the first request runs, a repeat with the same body replays the stored response with
+ * `Idempotent-Replayed: true`, another body is 422, a repeat while the first runs is 409. Registered
+ * after auth: keys are scoped by principal.
+ */
+export const idempotencyPlugin = fp(idempotency, { fastify: '5.x', name: 'fastify-agents-idempotency', dependencies: ['fastify-agents-core'] })
+export default idempotencyPlugin
