@@ -48,7 +48,9 @@ export function readCredential (sources: CredentialSources, acceptApiKeyHeader: 
   const found: Credential[] = []
   if (sources.authorization !== undefined) {
     const header = sources.authorization
-    if (typeof header !== 'string' || header.length > MAX_CREDENTIAL_LENGTH + 7) {
+    if (typeof header === 'string' && header.length > MAX_CREDENTIAL_LENGTH + 'Bearer '.length) {
+      found.push({ kind: 'invalid', reason: 'The Authorization header is too long' })
+    } else if (typeof header !== 'string') {
       found.push({ kind: 'invalid', reason: 'Malformed Authorization header: expected "Bearer <token>"' })
     } else {
       const match = BEARER.exec(header)
