@@ -1,0 +1,200 @@
+// One bench server, run as a child process pinned to core 0 by bench/lib/harness.js.
+// argv[2] is a JSON spec { kind, preset?, ... }. Talks to the harness over IPC:
+//   -> { type: 'ready', port }           once listening on 127.0.0.1
+//   <- { id, type: 'heap' }              -> { id, result: process.memoryUsage() after two full GCs }
+//   <- { id, type: 'stats' }             -> { id, result: { runs, streams } } (service only)
+//   <- { id, type: 'stop' }              -> { id, result: { auditCount? } }, then exits
+//   <- { id, type: 'profile-start' }     starts the CPU profiler (bench/profile.js)
+//   <- { id, type: 'profile-stop', arg } writes the .cpuprofile to the path `arg`
+import http from 'node:http'
+import { randomUUID } from 'node:crypto'
+import Fastify from 'fastify'
+import { writeFileSync } from 'node:fs'
+import { Session } from 'node:inspector/promises'
+import { WebSocketServer } from 'ws'
+import { benchAgents } from './agents.js'
+
+const spec = JSON.parse(process.argv[2])
+
+// The same result shape (and about the same bytes) as the service's JSON run result, with no logic.
+const RUN_ID = randomUUID()
+const SESSION_ID = randomUUID()
+const REQUEST_ID = randomUUID()
+const TRACE_ID = 'f'.repeat(32)
+function echoResult (input) {
+  return {
+    runId: RUN_ID,
+    agent: 'echo',
+    sessionId: SESSION_ID,
+    status: 'completed',
+    output: input,
+    usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 },
+    finishReason: 'stop',
+    requestId: REQUEST_ID,
+    traceId: TRACE_ID
+  }
+}
+
+const tick = () => new Promise((resolve) => setImmediate(resolve))
+
+function readBody (req) {
+  return new Promise((resolve, reject) => {
+    const chunks = []
+    req.on('data', (chunk) => chunks.push(chunk))
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    req.on('error', reject)
+  })
+}
+
+const sseEvent = (seq, type, data) => `id: ${seq}\nevent: ${type}\ndata: ${JSON.stringify(data)}\n\n`
+
+/** node:http echo: parse the JSON body, answer the result shape. */
+function rawHttp () {
+  return http.createServer(async (req, res) => {
+    const body = JSON.parse(await readBody(req))
+    const payload = JSON.stringify(echoResult(body.input))
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(payload) })
+    res.end(payload)
+  })
+}
+
+/** node:http SSE: the service's event sequence for a ticker run, one delta per tick. */
+function rawSse () {
+  return http.createServer(async (req, res) => {
+    const body = JSON.parse(await readBody(req))
+    const deltas = body.input?.deltas ?? 100
+    let open = true
+    res.on('close', () => { open = false })
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
+    let seq = 0
+    res.write(sseEvent(++seq, 'run.started', { runId: RUN_ID, agent: 'ticker', sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID }))
+    let text = ''
+    for (let i = 0; i < deltas && open; i++) {
+      await tick()
+      text += 'token '
+      res.write(sseEvent(++seq, 'message.delta', { text: 'token ' }))
+    }
+    if (!open) return
+    res.end(sseEvent(++seq, 'run.completed', { ...echoResult(text), agent: 'ticker' }))
+  })
+}
+
+/** A `ws` server speaking the run protocol of /v1/ws for ticker runs (no validation, no sessions). */
+function rawWs () {
+  const server = http.createServer((_req, res) => { res.writeHead(404).end() })
+  const wss = new WebSocketServer({ server, path: '/v1/ws' })
+  wss.on('connection', (socket) => {
+    socket.on('message', async (raw) => {
+      const message = JSON.parse(raw.toString())
+      const runId = randomUUID()
+      let seq = 0
+      const send = (type, data) => socket.send(JSON.stringify({ type, runId, ref: message.ref, seq: ++seq, data }))
+      send('run.started', { runId, agent: message.agent, sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID })
+      const deltas = message.input?.deltas ?? 20
+      let text = ''
+      for (let i = 0; i < deltas; i++) {
+        await tick()
+        if (socket.readyState !== socket.OPEN) return
+        text += 'token '
+        send('message.delta', { text: 'token ' })
+      }
+      send('run.completed', { ...echoResult(text), runId, agent: message.agent })
+    })
+  })
+  return server
+}
+
+/** Fastify with one route, no schema, no hooks: what "bare Fastify" means in the tables. */
+function bareFastify () {
+  const app = Fastify({ logger: false })
+  app.post('/v1/agents/:name/runs', async (request) => echoResult(request.body.input))
+  return app
+}
+
+async function serviceOptions (preset) {
+  const lib = await import('fastify-agents')
+  switch (preset.name) {
+    case 'default': return {}
+    case 'full': return {
+      auth: { strategy: 'api-key', keys: [preset.apiKey] },
+      rateLimit: { maxRequests: 1_000_000_000, intervalMs: 60_000 },
+      idempotency: {},
+      adminApi: { enabled: true, bearerToken: preset.adminToken }
+    }
+    case 'sqlite': return { auditStore: new lib.SqliteAuditStore(preset.file) }
+    case 'postgres': return { auditStore: new lib.PostgresAuditStore(preset.url, { schema: preset.schema }) }
+    case 'websocket': return { websocket: true }
+    default: throw new Error(`unknown preset ${preset.name}`)
+  }
+}
+
+let stop
+let profiler
+let stats = () => ({})
+
+if (spec.kind === 'service') {
+  const { createAgentService } = await import('fastify-agents')
+  const options = await serviceOptions(spec.preset ?? { name: 'default' })
+  const service = createAgentService({ agents: benchAgents, logger: false, ...options })
+  const { port } = await service.listen({ port: 0, host: '127.0.0.1' })
+  const state = service.app.agentService
+  stats = () => ({ runs: state.runs.size, streams: state.heartbeat.size })
+  stop = async () => {
+    await service.close(0)
+    const result = {}
+    if (options.auditStore !== undefined) {
+      result.auditCount = await options.auditStore.count()
+      await options.auditStore.close()
+    }
+    return result
+  }
+  process.send({ type: 'ready', port })
+} else if (spec.kind === 'bare-fastify') {
+  const app = bareFastify()
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  stop = async () => { await app.close(); return {} }
+  process.send({ type: 'ready', port: app.server.address().port })
+} else {
+  const makers = { 'raw-http': rawHttp, 'raw-sse': rawSse, 'raw-ws': rawWs }
+  const server = makers[spec.kind]()
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  stop = async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+    return {}
+  }
+  process.send({ type: 'ready', port: server.address().port })
+}
+
+process.on('message', async (message) => {
+  let result
+  try {
+    if (message.type === 'heap') {
+      globalThis.gc()
+      await tick()
+      globalThis.gc()
+      result = process.memoryUsage()
+    } else if (message.type === 'profile-start') {
+      profiler = new Session()
+      profiler.connect()
+      await profiler.post('Profiler.enable')
+      await profiler.post('Profiler.setSamplingInterval', { interval: 100 })
+      await profiler.post('Profiler.start')
+    } else if (message.type === 'profile-stop') {
+      const { profile } = await profiler.post('Profiler.stop')
+      profiler.disconnect()
+      writeFileSync(message.arg, JSON.stringify(profile))
+    } else if (message.type === 'stats') {
+      result = stats()
+    } else if (message.type === 'stop') {
+      result = await stop()
+    }
+    reply({ id: message.id, result }, message.type === 'stop')
+  } catch (err) {
+    reply({ id: message.id, error: String(err?.stack ?? err) }, message.type === 'stop')
+  }
+})
+
+function reply (message, exit) {
+  process.send(message, () => { if (exit) process.exit(0) })
+}

@@ -1,0 +1,102 @@
+// CPU profile of a bench server under load: `node bench/profile.js [preset] [path]` (after `npm run build`).
+//   preset: default (JSON echo run, the default), full, sse (100-delta SSE run), or bare (bare Fastify)
+// Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
+// --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
+// seconds (default 10), and prints the self time by function and by package. The .cpuprofile is kept in
+// bench/profiles/ (*.cpuprofile is gitignored) for chrome://inspect or speedscope.
+import { mkdirSync, readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { join, relative } from 'node:path'
+import { load, pinLoadGenerator, startServer } from './lib/harness.js'
+import { jsonBody } from './lib/agents.js'
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url))
+const DIR = fileURLToPath(new URL('./profiles/', import.meta.url))
+
+const presets = {
+  default: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
+  full: {
+    spec: { kind: 'service', preset: { name: 'full', apiKey: 'bench-key-0123456789abcdef', adminToken: 'bench-admin-token-0123456789' } },
+    request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json', 'x-api-key': 'bench-key-0123456789abcdef' }, body: jsonBody(1024) }
+  },
+  sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
+}
+
+if (pinLoadGenerator()) await main()
+
+async function main () {
+  const name = process.argv[2] ?? 'default'
+  const preset = presets[name]
+  if (preset === undefined) throw new Error(`unknown preset ${name}; one of ${Object.keys(presets).join(', ')}`)
+  const seconds = Number(process.env.BENCH_DURATION ?? 10)
+  mkdirSync(DIR, { recursive: true })
+  const file = join(DIR, `${name}-${Date.now()}.cpuprofile`)
+  const server = await startServer(preset.spec)
+  let result
+  try {
+    // warm-up outside the profile: what is left is the steady state
+    await load({ ...preset.request, method: 'POST', url: server.url, duration: 3, connections: 50 })
+    await server.call('profile-start')
+    result = await load({ ...preset.request, method: 'POST', url: server.url, duration: seconds, connections: 50 })
+    await server.call('profile-stop', 60_000, file)
+  } finally {
+    await server.stop()
+  }
+  console.log(`${name}: ${result.rps.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.non2xx + result.errors} failed`)
+  summarise(file, Number(process.env.PROFILE_TOP ?? 40))
+}
+
+function place (callFrame) {
+  const url = callFrame.url
+  if (url === '') return '(native)'
+  if (url.startsWith('node:')) return url
+  const path = url.startsWith('file://') ? fileURLToPath(url) : url
+  const nm = path.lastIndexOf('node_modules/')
+  if (nm !== -1) {
+    const rest = path.slice(nm + 13).split('/')
+    return rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0]
+  }
+  return relative(ROOT, path)
+}
+
+export function summarise (file, top) {
+  const profile = JSON.parse(readFileSync(file, 'utf8'))
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]))
+  const selfTicks = new Map()
+  for (const id of profile.samples) selfTicks.set(id, (selfTicks.get(id) ?? 0) + 1)
+  const total = profile.samples.length
+  const parent = new Map()
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id)
+
+  const bySelf = new Map()
+  const byPackage = new Map()
+  const inclusive = new Map()
+  for (const [id, ticks] of selfTicks) {
+    const node = byId.get(id)
+    const cf = node.callFrame
+    const key = `${cf.functionName || '(anonymous)'} ${place(cf)}${cf.url && !cf.url.startsWith('node:') ? `:${cf.lineNumber + 1}` : ''}`
+    bySelf.set(key, (bySelf.get(key) ?? 0) + ticks)
+    const pkg = place(cf).startsWith('dist/') ? place(cf) : place(cf).startsWith('node:') ? 'node internals' : place(cf)
+    byPackage.set(pkg, (byPackage.get(pkg) ?? 0) + ticks)
+    // inclusive time per function: each function counted once per sample even when recursive
+    const seen = new Set()
+    for (let cur = id; cur !== undefined; cur = parent.get(cur)) {
+      const f = byId.get(cur).callFrame
+      const k = `${f.functionName || '(anonymous)'} ${place(f)}${f.url && !f.url.startsWith('node:') ? `:${f.lineNumber + 1}` : ''}`
+      if (seen.has(k)) continue
+      seen.add(k)
+      inclusive.set(k, (inclusive.get(k) ?? 0) + ticks)
+    }
+  }
+  const pct = (n) => `${((100 * n) / total).toFixed(1).padStart(5)}%`
+  const print = (title, map, n) => {
+    console.log(`\n${title}`)
+    for (const [k, v] of [...map].sort((a, b) => b[1] - a[1]).slice(0, n)) console.log(`${pct(v)}  ${k}`)
+  }
+  print('self time by package / file', byPackage, 30)
+  print('self time by function', bySelf, top)
+  const ours = new Map([...inclusive].filter(([k]) => k.includes(' dist/') || k.includes(' bench/')))
+  print('inclusive time, our functions', ours, top)
+  console.log(`\n${total} samples; ${file}`)
+}
