@@ -1,12 +1,10 @@
-import { randomUUID } from 'node:crypto'
+import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import {
-  AgentError, AgentNotFoundError, AgentTimeoutError, RunInProgressError, RunNotFoundError, SessionNotFoundError, ShutdownError
-} from '../lib/errors.js'
+import { createRun } from '../lib/create-run.js'
+import { AgentError, AgentNotFoundError, AgentTimeoutError, ShutdownError } from '../lib/errors.js'
 import type { AgentRun, RunEvent, RunOutcome, RunResult } from '../lib/runner.js'
 import { SseStream } from '../lib/sse.js'
-import type { Message } from '../lib/stores/types.js'
 import type { Agent } from '../lib/types.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
@@ -103,56 +101,16 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       }
     }
   }, async (request, reply): Promise<RunResult | undefined> => {
-    const name = request.params.name
-    const agent = settings.agents.get(name)
-    if (agent === undefined) throw new AgentNotFoundError(name)
     const context = requestContextOf(request)
     const body = request.body
-    context.agent = name
-
-    let runId: string = randomUUID()
-    let sessionId = body.sessionId
-    let resume: { step: number, state: unknown } | undefined
-    if (body.resumeRunId !== undefined) {
-      if (state.runs.has(body.resumeRunId)) throw new RunInProgressError(body.resumeRunId)
-      const checkpoint = await settings.checkpointStore.load(body.resumeRunId)
-      if (checkpoint === null || checkpoint.agent !== name) throw new RunNotFoundError(body.resumeRunId)
-      runId = checkpoint.runId
-      sessionId = checkpoint.sessionId
-      resume = { step: checkpoint.step, state: checkpoint.state }
-    }
-
-    let history: Message[] = []
-    if (sessionId !== undefined) {
-      const session = await settings.sessionStore.get(sessionId)
-      // Another principal's session is indistinguishable from a missing one: no probing, no takeover.
-      if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(sessionId)
-      history = session.messages
-    } else {
-      sessionId = randomUUID()
-      await settings.sessionStore.create({ id: sessionId, agent: name, principal: context.principal, metadata: {} }, settings.sessionTtlMs)
-    }
-    context.runId = runId
-    context.sessionId = sessionId
-
     const streamed = wantsStream(request, body.stream)
-    const run = state.runs.create({
-      runId,
-      agentName: name,
-      agent,
+    const run = await createRun(state, { principal: context.principal, requestId: context.requestId, trace: context.trace, log: request.log }, {
+      agent: request.params.name,
       input: body.input,
-      sessionId,
-      principal: context.principal,
-      requestId: context.requestId,
-      trace: context.trace,
-      history,
-      metadata: body.metadata ?? {},
-      resume,
-      timeoutMs: settings.requestTimeoutMs,
-      exposeErrors: settings.exposeErrors,
-      log: request.log,
-      capabilities: state.capabilities
-    }, streamed)
+      sessionId: body.sessionId,
+      resumeRunId: body.resumeRunId,
+      metadata: body.metadata
+    }, streamed, context)
 
     if (streamed) return streamRun(state, request, reply, run) as Promise<undefined>
 
@@ -166,5 +124,6 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
   })
 }
 
-export const agentsPlugin = agents
+// encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
+export const agentsPlugin = fp(agents, { fastify: '5.x', name: 'fastify-agents-agents', dependencies: ['fastify-agents-core'], encapsulate: true })
 export default agentsPlugin

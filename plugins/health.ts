@@ -1,3 +1,4 @@
+import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { runHealthProbe } from '../lib/health-probe.js'
 import type { DbCheck } from '../lib/health-probe.js'
@@ -38,5 +39,6 @@ const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) =
   })
 }
 
-export const healthPlugin = health
+// encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
+export const healthPlugin = fp(health, { fastify: '5.x', name: 'fastify-agents-health', dependencies: ['fastify-agents-core'], encapsulate: true })
 export default healthPlugin

@@ -1,3 +1,4 @@
+import fp from 'fastify-plugin'
 import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { AgentNotFoundError, SessionNotFoundError } from '../lib/errors.js'
@@ -65,5 +66,6 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   })
 }
 
-export const sessionsPlugin = sessions
+// encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
+export const sessionsPlugin = fp(sessions, { fastify: '5.x', name: 'fastify-agents-sessions', dependencies: ['fastify-agents-core'], encapsulate: true })
 export default sessionsPlugin
