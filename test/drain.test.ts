@@ -32,7 +32,7 @@ t.test('drain lets a 1 s request finish, refusing new connections at once', asyn
   await sleep(100)
   const closing = service.close(5_000)
   await sleep(50)
-  await t.rejects(fetch(`${url}/health`), {}, 'a new connection is refused while draining')
+  await t.rejects(fetch(`${url}/health`), 'a new connection is refused while draining')
   const res = await inFlight
   t.equal(res.status, 200)
   t.equal(((await res.json()) as { output: string }).output, 'done')
