@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { AgentRun, RunCapabilities } from './runner.js'
 import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from './stores/types.js'
-import type { Decision } from './types.js'
+import type { ApprovalRequest, Decision } from './types.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
+/** the longest a timer can wait (about 24.8 days) */
+export const MAX_APPROVAL_TIMEOUT_MS = 2 ** 31 - 1
 
 export interface CapabilityStores {
   sessionStore: SessionStore
@@ -13,10 +15,12 @@ export interface CapabilityStores {
 }
 
 function toDecision (approval: ApprovalRecord): Decision {
+  // Expired or cancelled (by a reader on another instance noticing the expiry, say): no decision was made.
+  if (approval.decision === undefined) return { approved: false, status: approval.status }
   return {
-    approved: approval.decision?.approved ?? false,
-    comment: approval.decision?.comment ?? null,
-    decidedBy: approval.decision?.decidedBy ?? null,
+    approved: approval.decision.approved,
+    comment: approval.decision.comment,
+    decidedBy: approval.decision.decidedBy,
     status: approval.status
   }
 }
@@ -25,9 +29,17 @@ function toDecision (approval: ApprovalRecord): Decision {
 export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
   const { sessionStore, approvalStore, checkpointStore, sessionTtlMs } = stores
 
-  async function requestApproval (run: AgentRun, request: Parameters<RunCapabilities['requestApproval']>[1]): Promise<Decision> {
-    const now = Date.now()
+  async function requestApproval (run: AgentRun, request: ApprovalRequest): Promise<Decision> {
+    // An agent that goes on after its run was aborted gets no new approval that nobody would see.
+    if (run.signal.aborted) throw run.signal.reason
+    if (typeof request.action !== 'string' || request.action === '') throw new TypeError('requestApproval: action must be a non-empty string')
     const timeoutMs = request.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS
+    if (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_APPROVAL_TIMEOUT_MS) {
+      // setTimeout fires at once beyond 2^31-1 ms: a 30-day approval would expire immediately.
+      throw new RangeError(`requestApproval: timeoutMs must be an integer from 0 to ${MAX_APPROVAL_TIMEOUT_MS}, got ${String(timeoutMs)}`)
+    }
+    const now = Date.now()
+    const expiresMs = now + timeoutMs
     const approval: ApprovalRecord = {
       id: randomUUID(),
       runId: run.runId,
@@ -39,35 +51,34 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
       reason: request.reason ?? null,
       status: 'pending',
       requestedAt: new Date(now).toISOString(),
-      expiresAt: new Date(now + timeoutMs).toISOString()
+      expiresAt: new Date(expiresMs).toISOString()
     }
     await approvalStore.create(approval)
     run.emit('approval.requested', { approval })
 
+    // Measured from expiresAt, not from now: the store's write took some of the time already.
     const expiry = new AbortController()
-    const timer = setTimeout(() => expiry.abort(), timeoutMs)
+    const timer = setTimeout(() => expiry.abort(), Math.max(0, expiresMs - Date.now()))
     timer.unref()
+    let settled: ApprovalRecord | null
     try {
-      const decided = await approvalStore.waitForDecision(approval.id, AbortSignal.any([run.signal, expiry.signal]))
-      run.emit('approval.decided', { approval: decided })
-      return toDecision(decided)
+      settled = await approvalStore.waitForDecision(approval.id, AbortSignal.any([run.signal, expiry.signal]))
     } catch (err) {
       if (run.signal.aborted) {
         // The run is over (timeout, disconnect, cancel, shutdown): nobody is waiting for this decision.
-        await approvalStore.cancel(approval.id).catch((cancelError: unknown) => run.options.log.error({ err: cancelError }, 'could not cancel approval'))
+        await approvalStore.cancel(approval.id).catch((cancelError: unknown) => run.options.log.error({ err: cancelError, approvalId: approval.id }, 'could not cancel approval'))
         throw run.signal.reason
       }
       if (!expiry.signal.aborted) throw err
-      const current = await approvalStore.expire(approval.id)
       // A decision that landed just before the expiry wins over it.
-      if (current !== null && current.status !== 'expired') {
-        run.emit('approval.decided', { approval: current })
-        return toDecision(current)
-      }
-      return { approved: false, status: 'expired' }
+      settled = await approvalStore.expire(approval.id)
     } finally {
       clearTimeout(timer)
     }
+    // null: the record vanished from the store while pending; for the agent that is as good as expired.
+    if (settled === null) return { approved: false, status: 'expired' }
+    run.emit('approval.decided', { approval: settled })
+    return toDecision(settled)
   }
 
   async function checkpoint (run: AgentRun, state: unknown): Promise<void> {

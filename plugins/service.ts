@@ -10,6 +10,7 @@ import { formatSchemaErrors, strictValidatorCompiler } from '../lib/validation.j
 import { openApiOptions } from '../lib/openapi-options.js'
 import { adminApiPlugin } from './admin-api.js'
 import { agentsPlugin } from './agents.js'
+import { approvalsPlugin } from './approvals.js'
 import { auditPlugin } from './audit.js'
 import { authPlugin } from './auth.js'
 import { corePlugin } from './core.js'
@@ -89,6 +90,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(healthPlugin, { prefix: '/health' })
     await v1.register(agentsPlugin)
     await v1.register(sessionsPlugin)
+    await v1.register(approvalsPlugin)
   }, { prefix: '/v1' })
 
   if (settings.adminApi !== null) {

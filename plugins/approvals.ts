@@ -1,0 +1,90 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import fp from 'fastify-plugin'
+import { ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError } from '../lib/errors.js'
+import type { ApprovalRecord } from '../lib/stores/types.js'
+import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
+import { errorResponses } from '../schemas/common.js'
+import { requestContextOf } from './request-context.js'
+import type { RequestContext } from './request-context.js'
+
+export type ApprovalsPluginOptions = Record<never, never>
+
+/** The approval's run, agent and session go into the request's audit entry. */
+function recordIn (context: RequestContext, approval: ApprovalRecord): void {
+  context.agent = approval.agent
+  context.runId = approval.runId
+  context.sessionId = approval.sessionId
+}
+
+/**
+ * `/approvals`: the pending list, one approval, and the decision. Approvals are an operator concern:
+ * whoever may read them sees all of them, whichever principal started the run.
+ */
+const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fastify) => {
+  const { settings } = fastify.agentService
+  const store = settings.approvalStore
+
+  fastify.get('/approvals', {
+    config: { access: 'readApprovals' },
+    schema: {
+      summary: 'List pending approvals',
+      tags: ['approvals'],
+      querystring: ApprovalListQuery,
+      response: { 200: ApprovalList, ...errorResponses(400, 401, 403, 429, 503) }
+    }
+  }, async (request) => {
+    const { agent, runId } = request.query
+    return { approvals: await store.listPending({ agent, runId }) }
+  })
+
+  fastify.get('/approvals/:id', {
+    config: { access: 'readApprovals' },
+    schema: {
+      summary: 'Get one approval, whatever its status',
+      tags: ['approvals'],
+      params: ApprovalParams,
+      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const approval = await store.get(request.params.id)
+    if (approval === null) throw new ApprovalNotFoundError(request.params.id)
+    recordIn(requestContextOf(request), approval)
+    return approval
+  })
+
+  fastify.post('/approvals/:id', {
+    config: { access: 'decideApprovals' },
+    bodyLimit: settings.bodyLimit,
+    schema: {
+      summary: 'Decide a pending approval',
+      description: 'A compare-and-set on `pending`: of concurrent decisions exactly one wins (200), the others get 409 ' +
+        '`APPROVAL_ALREADY_DECIDED`; an expired approval gets 409 `APPROVAL_EXPIRED`. The waiting run resumes within 1 s, ' +
+        'on whichever instance it runs.',
+      tags: ['approvals'],
+      params: ApprovalParams,
+      body: DecideApprovalRequest,
+      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503) }
+    }
+  }, async (request) => {
+    const id = request.params.id
+    const body = request.body
+    const context = requestContextOf(request)
+    const result = await store.decide(id, {
+      approved: body.approved,
+      comment: body.comment ?? null,
+      // Without auth everyone is 'anonymous', which says nothing about who decided.
+      decidedBy: body.decidedBy ?? (context.principal === 'anonymous' ? null : context.principal),
+      decidedAt: new Date().toISOString()
+    })
+    if (result.outcome === 'not_found') throw new ApprovalNotFoundError(id)
+    recordIn(context, result.approval)
+    if (result.outcome === 'expired') throw new ApprovalExpiredError(id)
+    if (result.outcome === 'already_decided') throw new ApprovalAlreadyDecidedError(id)
+    request.log.info({ approvalId: id, status: result.approval.status, principal: context.principal }, 'approval decided')
+    return result.approval
+  })
+}
+
+// encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
+export const approvalsPlugin = fp(approvals, { fastify: '5.x', name: 'fastify-agents-approvals', dependencies: ['fastify-agents-core'], encapsulate: true })
+export default approvalsPlugin
