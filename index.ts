@@ -22,6 +22,8 @@ export type { SessionsPluginOptions } from './plugins/sessions.js'
 export { healthPlugin } from './plugins/health.js'
 export type { HealthPluginOptions } from './plugins/health.js'
 export { auditPlugin } from './plugins/audit.js'
+export { adminApiPlugin } from './plugins/admin-api.js'
+export type { AdminApiPluginOptions } from './plugins/admin-api.js'
 
 export * from './lib/errors.js'
 export type * from './lib/types.js'
