@@ -107,7 +107,8 @@ function algorithmsForKey (key: KeyObject): JwtAlgorithm[] {
     case 'rsa': return RSA_ALGORITHMS
     case 'rsa-pss': return ['PS256', 'PS384', 'PS512']
     case 'ec': {
-      const curve = EC_ALGORITHMS[key.asymmetricKeyDetails?.namedCurve ?? '']
+      // a public EC key always has its curve
+      const curve = EC_ALGORITHMS[key.asymmetricKeyDetails!.namedCurve!]
       return curve === undefined ? [] : [curve]
     }
     case 'ed25519':
@@ -131,7 +132,7 @@ export function jwtAlgorithms (options: JwtAuthOptions): JwtAlgorithm[] {
     throw new Error('/auth/publicKey must be a PEM public key (or certificate)')
   }
   const usable = algorithmsForKey(key)
-  if (usable.length === 0) throw new Error(`/auth/publicKey has an unsupported key type (${key.asymmetricKeyType ?? 'unknown'})`)
+  if (usable.length === 0) throw new Error(`/auth/publicKey has an unsupported key type (${key.asymmetricKeyType!})`)
   if (options.algorithms === undefined) return usable
   const unfit = options.algorithms.filter((a) => !usable.includes(a))
   if (unfit.length > 0) throw new Error(`/auth/algorithms ${unfit.join(', ')} cannot be verified with this ${key.asymmetricKeyType} publicKey`)

@@ -78,15 +78,16 @@ const jwtMessages: Record<string, string> = {
   FAST_JWT_INACTIVE: 'The token is not valid yet',
   FAST_JWT_INVALID_ALGORITHM: 'The token is signed with an algorithm that is not allowed',
   FAST_JWT_MISSING_SIGNATURE: 'The token is not signed',
-  FAST_JWT_INVALID_SIGNATURE: 'The token signature is invalid',
-  FAST_JWT_MISSING_REQUIRED_CLAIM: 'The token has no sub claim'
+  FAST_JWT_INVALID_SIGNATURE: 'The token signature is invalid'
 }
 
 function jwtFailure (error: unknown): string {
   const { code, message } = error as { code?: string, message?: string }
   if (code !== undefined && code in jwtMessages) return jwtMessages[code]!
   // fast-jwt names the claim (iss, aud, …) and never echoes the token's values
-  if (code === 'FAST_JWT_INVALID_CLAIM_VALUE' || code === 'FAST_JWT_INVALID_CLAIM_TYPE') return `The token was refused: ${message}`
+  if (code === 'FAST_JWT_INVALID_CLAIM_VALUE' || code === 'FAST_JWT_INVALID_CLAIM_TYPE' || code === 'FAST_JWT_MISSING_REQUIRED_CLAIM') {
+    return `The token was refused: ${message}`
+  }
   return 'The token is malformed or invalid'
 }
 
@@ -108,7 +109,8 @@ async function registerJwt (fastify: FastifyInstance, options: JwtAuthOptions): 
         algorithms: jwtAlgorithms(options),
         allowedIss: options.issuer,
         allowedAud: options.audience,
-        requiredClaims: ['sub']
+        // fast-jwt checks iss and aud only when present: configured, they are required
+        requiredClaims: ['sub', ...(options.issuer === undefined ? [] : ['iss']), ...(options.audience === undefined ? [] : ['aud'])]
       }
     })
     const decorator = namespace === undefined ? scope.jwt : (scope.jwt as unknown as Record<string, JWT>)[namespace]!
