@@ -1,6 +1,6 @@
 import { connect } from 'node:net'
 import t from 'tap'
-import { listen, parseSse, sleep } from './helper.js'
+import { listen, parseSse, sleep, waitFor } from './helper.js'
 import type { Agent } from '../lib/types.js'
 
 function delay (ms: number, signal: AbortSignal): Promise<void> {
@@ -29,7 +29,7 @@ const post = (url: string, body: unknown, headers: Record<string, string> = {}):
 t.test('drain lets a 1 s request finish, refusing new connections at once', async (t) => {
   const { service, url } = await listen(t, { agents })
   const inFlight = post(url, { agent: 'slow', input: { ms: 1000 } })
-  await sleep(100)
+  await waitFor(() => service.app.agentService.runs.size === 1)
   const closing = service.close(5_000)
   await sleep(50)
   await t.rejects(fetch(`${url}/health`), 'a new connection is refused while draining')
@@ -44,7 +44,8 @@ t.test('drain cuts a 5 s stream at a 300 ms deadline with run.failed SHUTDOWN', 
   const { service, url } = await listen(t, { agents })
   const res = await post(url, { agent: 'ticker', input: null }, { accept: 'text/event-stream' })
   const body = res.text()
-  await sleep(200)
+  await waitFor(() => service.app.agentService.runs.size === 1)
+  await sleep(150)
   const started = Date.now()
   await service.close(300)
   const elapsed = Date.now() - started
@@ -61,7 +62,7 @@ t.test('drain cuts a 5 s stream at a 300 ms deadline with run.failed SHUTDOWN', 
 t.test('a JSON run still in flight at the deadline is answered 503 SHUTDOWN', async (t) => {
   const { service, url } = await listen(t, { agents })
   const inFlight = post(url, { agent: 'slow', input: { ms: 5_000 } })
-  await sleep(100)
+  await waitFor(() => service.app.agentService.runs.size === 1)
   await service.close(200)
   const res = await inFlight
   t.equal(res.status, 503)
@@ -79,7 +80,8 @@ t.test('a request arriving on an open connection while closing gets 503 SHUTDOWN
   await new Promise((resolve) => socket.once('connect', resolve))
   // a request begun before the drain and finished during it: the connection was open, not idle
   socket.write('GET /v1/agents HTTP/1.1\r\nhost: x\r\n')
-  await sleep(100)
+  await waitFor(() => service.app.agentService.runs.size === 1)
+  await sleep(50)
   const closing = service.close(2_000)
   await sleep(50)
   socket.write('x-request-id: late-1\r\n\r\n')
@@ -97,7 +99,7 @@ t.test('a request arriving on an open connection while closing gets 503 SHUTDOWN
 t.test('health stays answerable during a drain; close() is idempotent', async (t) => {
   const { service, url } = await listen(t, { agents })
   const inFlight = post(url, { agent: 'slow', input: { ms: 300 } })
-  await sleep(50)
+  await waitFor(() => service.app.agentService.runs.size === 1)
   const first = service.close(1_000)
   const second = service.close(1_000)
   t.equal(first, second, 'the same drain')

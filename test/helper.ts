@@ -41,3 +41,12 @@ export function parseSse (body: string): ParsedEvent[] {
 export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
+
+/** Polls until `predicate` holds (for state another process or socket changes), failing after `ms`. */
+export async function waitFor (predicate: () => boolean, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms`)
+    await sleep(5)
+  }
+}
