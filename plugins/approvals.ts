@@ -53,7 +53,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
   })
 
   fastify.post('/approvals/:id', {
-    config: { access: 'decideApprovals' },
+    config: { access: 'decideApprovals', idempotency: true },
     bodyLimit: settings.bodyLimit,
     schema: {
       summary: 'Decide a pending approval',
