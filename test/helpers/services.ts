@@ -38,7 +38,10 @@ export async function redisReachable (url = redisUrl()): Promise<boolean> {
 }
 
 /** The part of a tap Test that `requireService` uses (a stub in the tests of this helper). */
-export type ServiceTest = Pick<Test, 'plan' | 'fail'>
+export interface ServiceTest {
+  plan: (n: number, comment?: string) => void
+  fail: (message: string) => unknown
+}
 
 /**
  * Whether a test file can go on. An unreachable server skips the file (plan 0, saying how to run it), except

@@ -42,6 +42,13 @@ export function factoriesOf (make: (t: Test) => StoreSet | Promise<StoreSet>): C
   }
 }
 
+/** For tests about timing: the first call may create tables, which must not eat into a 50 ms ttl. */
+async function warm<S extends { close?: () => Promise<void>, get?: (id: string) => Promise<unknown> }> (t: Test, factory: StoreFactory<S>): Promise<S> {
+  const store = await open(t, factory)
+  await store.get?.('warm-up')
+  return store
+}
+
 async function open<S extends { close?: () => Promise<void> }> (t: Test, factory: StoreFactory<S>): Promise<S> {
   const store = await factory(t)
   t.teardown(async () => { await store.close?.() })
@@ -243,23 +250,36 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.match(await store.get('s1'), { principal: 'other', turns: 0, messages: [], metadata: { v: 2 } })
   })
 
-  t.test('sessions: expire after ttl of inactivity, and every write resets the ttl', async (t) => {
-    const store = await open(t, factory)
+  t.test('sessions: expire after ttl of inactivity', async (t) => {
+    const store = await warm(t, factory)
     await store.create(newSession('short'), 50)
-    await store.create(newSession('touched'), 120)
-    await store.create(newSession('appended'), 120)
+    await store.create(newSession('unread'), 50)
     await store.create(newSession('long'), LONG)
     await sleep(70)
-    t.equal(await store.touch('touched', 120), true)
-    t.equal(await store.appendTurn('appended', [message('user', 'x')], 120), true)
     t.equal(await store.get('short'), null, 'expired')
     t.equal(await store.touch('short', LONG), false)
     t.equal(await store.appendTurn('short', [message('user', 'x')], LONG), false)
     t.equal(await store.delete('short'), false, 'an expired session counts as absent')
-    await sleep(70)
-    t.not(await store.get('touched'), null, 'touch reset the ttl')
-    t.equal((await store.get('appended'))?.turns, 1, 'appendTurn reset the ttl')
-    t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), ['appended', 'long', 'touched'])
+    t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id), ['long'], 'list() leaves out those never read again')
+  })
+
+  t.test('sessions: every write sets a new ttl', async (t) => {
+    const store = await warm(t, factory)
+    // Shortened by a write: expiry is what can be asserted however slow the machine is.
+    for (const id of ['touched', 'appended', 'kept']) await store.create(newSession(id), LONG)
+    t.equal(await store.touch('touched', 50), true)
+    t.equal(await store.appendTurn('appended', [message('user', 'x')], 50), true)
+    // Lengthened by a write, when the write came in time (a loaded machine may be too slow: then say so).
+    const created = Date.now()
+    await store.create(newSession('extended'), 150)
+    const extended = await store.touch('extended', LONG)
+    if (!extended) t.ok(Date.now() - created >= 150, 'the touch came after the session had expired')
+    await sleep(Math.max(70, 170 - (Date.now() - created)))
+    t.equal(await store.get('touched'), null, 'touch set the shorter ttl')
+    t.equal(await store.get('appended'), null, 'appendTurn set the shorter ttl')
+    t.not(await store.get('kept'), null)
+    if (extended) t.not(await store.get('extended'), null, 'touch set the longer ttl')
+    t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), extended ? ['extended', 'kept'] : ['kept'])
   })
 
   t.test('sessions: list is most recently active first and pages by cursor', async (t) => {
@@ -348,6 +368,9 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.equal(await store.get('nope'), null)
     await t.rejects(store.create(approval('a1')), { code: 'FA_APPROVAL_EXISTS' })
     await t.rejects(store.create(approval('a3', { expiresAt: 'soon' })), TypeError)
+    const decided = approval('a4', { status: 'approved', decision: decision(true) })
+    await store.create(decided)
+    t.strictSame(await store.get('a4'), decided)
   })
 
   t.test('approvals: decide is a compare-and-set, 20 concurrent callers, one winner', async (t) => {
@@ -381,11 +404,11 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
   })
 
   t.test('approvals: past expiresAt a pending approval is expired', async (t) => {
-    const store = await open(t, factory)
+    const store = await warm(t, factory)
     await store.create(approval('soon', { expiresAt: new Date(Date.now() + 50).toISOString() }))
     await store.create(approval('past', { expiresAt: new Date(Date.now() - 1000).toISOString() }))
     await store.create(approval('gone', { expiresAt: new Date(Date.now() - 1000).toISOString() }))
-    t.equal((await store.listPending()).length, 1)
+    t.notOk((await store.listPending()).some((a) => a.id !== 'soon'))
     t.match(await store.get('past'), { status: 'expired' })
     t.match(await store.expire('past'), { status: 'expired' }, 'get() stored it as expired')
     t.match(await store.decide('gone', decision(true)), { outcome: 'expired', approval: { status: 'expired' } })
@@ -461,7 +484,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
   })
 
   t.test('approvals: waitForDecision does not expire by itself', async (t) => {
-    const store = await open(t, factory)
+    const store = await warm(t, factory)
     await store.create(approval('a1', { expiresAt: new Date(Date.now() + 30).toISOString() }))
     const controller = new AbortController()
     const waiting = store.waitForDecision('a1', controller.signal)
@@ -564,7 +587,7 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
       updatedAt: updated.updatedAt,
       bytes: Buffer.byteLength(JSON.stringify(states.r1))
     })
-    t.equal(list[0].bytes, 24, 'bytes, not characters')
+    t.ok(list[0].bytes > JSON.stringify(states.r1).length, 'bytes, not characters')
     for (const summary of list) t.notOk('state' in summary)
   })
 }
@@ -629,11 +652,10 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
   })
 
   t.test('idempotency: a lease that ran out is taken over; a completed record is not', async (t) => {
-    const store = await open(t, factory)
+    const store = await warm(t, factory)
     await store.reserve('dead', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
     await store.reserve('done', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
     await store.complete('done', RESPONSE, LONG)
-    t.match(await store.reserve('dead', 'fp-2', OPTIONS), { outcome: 'existing' }, 'within the lease')
     await sleep(70)
     t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-1' }, 'get() still shows it')
     t.strictSame(await store.reserve('dead', 'fp-2', OPTIONS), { outcome: 'reserved' })
@@ -642,7 +664,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
   })
 
   t.test('idempotency: an expired record is absent', async (t) => {
-    const store = await open(t, factory)
+    const store = await warm(t, factory)
     await store.reserve('k1', 'fp-1', OPTIONS)
     await store.complete('k1', RESPONSE, 50)
     await store.reserve('k2', 'fp-1', { ttlMs: 50, leaseMs: LONG })

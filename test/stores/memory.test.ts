@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import {
   DEFAULT_AUDIT_CAPACITY, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
-} from '../../lib/stores/index.js'
+} from '../../lib/stores/memory.js'
 import { auditEntry, factoriesOf, storeConformance } from './conformance.js'
 
 storeConformance(t, factoriesOf(() => memoryStores()))
@@ -13,7 +13,7 @@ t.test('memoryStores gives the five stores, spreadable into the options', async 
   t.equal((stores.auditStore as MemoryAuditStore).capacity, 2)
   t.equal((memoryStores().auditStore as MemoryAuditStore).capacity, DEFAULT_AUDIT_CAPACITY)
   for (const store of [stores.auditStore, stores.sessionStore, stores.approvalStore, stores.checkpointStore, stores.idempotency.store]) {
-    await store.close()
+    await store.close?.()
   }
 })
 
@@ -82,4 +82,15 @@ t.test('idempotency: expired records are purged on the next reserve', async (t) 
   t.same(await store.reserve('new', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }), { outcome: 'reserved' })
   t.equal(await store.get('old'), null)
   t.match(await store.get('live'), { state: 'in_progress' })
+})
+
+t.test('sessions: ties in lastActiveAt are ordered by id, descending', async (t) => {
+  const realNow = Date.now
+  Date.now = () => 1_700_000_000_000
+  t.teardown(() => { Date.now = realNow })
+  const store = new MemorySessionStore()
+  for (const id of ['c', 'a', 'e', 'b', 'f', 'd']) await store.create({ id, agent: null, principal: 'p', metadata: {} }, 60_000)
+  const first = await store.list({ limit: 4 })
+  t.same(first.sessions.map((s) => s.id), ['f', 'e', 'd', 'c'])
+  t.same((await store.list({ limit: 4, cursor: first.nextCursor as string })).sessions.map((s) => s.id), ['b', 'a'])
 })

@@ -1,0 +1,229 @@
+// Internal helpers shared by the store backends. Not part of the public API (index.ts does not export it).
+import type { ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
+
+type CodedError = Error & { code: string, statusCode?: number }
+
+function coded<E extends Error> (error: E, code: string, statusCode?: number): E & CodedError {
+  return Object.assign(error, statusCode === undefined ? { code } : { code, statusCode })
+}
+
+export function storeClosedError (): CodedError {
+  return coded(new Error('the store is closed'), 'FA_STORE_CLOSED')
+}
+
+/** A cursor is client input (a query parameter), hence the 400. */
+export function invalidCursorError (): CodedError {
+  return coded(new TypeError('invalid cursor'), 'FA_INVALID_CURSOR', 400)
+}
+
+export function approvalNotFoundError (id: string): CodedError {
+  return coded(new Error(`approval ${JSON.stringify(id)} not found`), 'FA_APPROVAL_NOT_FOUND', 404)
+}
+
+export function approvalExistsError (id: string): CodedError {
+  return coded(new Error(`approval ${JSON.stringify(id)} already exists`), 'FA_APPROVAL_EXISTS')
+}
+
+export const MAX_AUDIT_LIMIT = 500
+
+export function checkLimit (limit: unknown, max: number): number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > max) {
+    throw new RangeError(`limit must be an integer between 1 and ${max}`)
+  }
+  return limit
+}
+
+export function checkTtl (name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new RangeError(`${name} must be a positive number of milliseconds`)
+  }
+  return value
+}
+
+/**
+ * SQL identifiers are interpolated into statements, so only plain names are accepted; PostgreSQL cuts
+ * names at 63 bytes, which bounds a table prefix (index names add up to 20 characters to it).
+ */
+export function checkIdentifier (name: string, value: unknown, maxLength: number): string {
+  if (typeof value !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(value) || value.length > maxLength) {
+    throw new TypeError(`${name} must be letters, digits and _ (not first), at most ${maxLength} long, got ${JSON.stringify(value)}`)
+  }
+  return value
+}
+
+// Audit cursors carry the sequence number of the last entry of a page; the next page is everything older.
+export function encodeSeqCursor (seq: number | string): string {
+  return Buffer.from(String(seq)).toString('base64url')
+}
+
+export function decodeSeqCursor (cursor: string): string {
+  const seq = Buffer.from(cursor, 'base64url').toString()
+  if (!/^[0-9]{1,18}$/.test(seq)) throw invalidCursorError()
+  return seq
+}
+
+// Session cursors are (lastActiveAt ms, id) of the last session of a page, the order list() sorts by.
+export function encodeKeyCursor (ms: number, id: string): string {
+  return Buffer.from(JSON.stringify([ms, id])).toString('base64url')
+}
+
+export function decodeKeyCursor (cursor: string): { ms: number, id: string } {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString())
+  } catch {
+    throw invalidCursorError()
+  }
+  if (!Array.isArray(parsed) || parsed.length !== 2 || !Number.isSafeInteger(parsed[0]) || typeof parsed[1] !== 'string') {
+    throw invalidCursorError()
+  }
+  return { ms: parsed[0], id: parsed[1] }
+}
+
+export function iso (value: number | string | Date): string {
+  return new Date(value).toISOString()
+}
+
+export function toMs (name: string, value: string): number {
+  const ms = Date.parse(value)
+  if (Number.isNaN(ms)) throw new TypeError(`${name} must be an ISO-8601 date, got ${JSON.stringify(value)}`)
+  return ms
+}
+
+/** JSON has no `undefined`: every backend stores it as null so that they all read back the same. */
+export function toJson (value: unknown): string {
+  return JSON.stringify(value ?? null)
+}
+
+export function decidedStatus (approved: boolean): ApprovalStatus {
+  return approved ? 'approved' : 'rejected'
+}
+
+/** What a failed compare-and-set means, given the record as it now is (no longer pending). */
+export function failedDecision (record: ApprovalRecord): DecideResult {
+  return record.status === 'expired'
+    ? { outcome: 'expired', approval: record }
+    : { outcome: 'already_decided', approval: record }
+}
+
+interface Waiter {
+  resolve: (record: ApprovalRecord) => void
+  reject: (error: unknown) => void
+}
+
+/**
+ * The in-process side of `waitForDecision`: every backend registers waiters here and settles them when it
+ * learns (by its own writes, a notification or a poll) that an approval left `pending`.
+ */
+export class ApprovalWaiters {
+  readonly #byId = new Map<string, Set<Waiter>>()
+  readonly #onActive: () => void
+  readonly #onIdle: () => void
+
+  constructor (hooks: { onActive?: () => void, onIdle?: () => void } = {}) {
+    this.#onActive = hooks.onActive ?? noop
+    this.#onIdle = hooks.onIdle ?? noop
+  }
+
+  get ids (): string[] {
+    return [...this.#byId.keys()]
+  }
+
+  has (id: string): boolean {
+    return this.#byId.has(id)
+  }
+
+  /**
+   * Registers first and reads second, so that a decision landing between the two is not missed:
+   * either the read sees it or `settle` does.
+   */
+  wait (id: string, signal: AbortSignal, read: () => Promise<ApprovalRecord | null>): Promise<ApprovalRecord> {
+    if (signal.aborted) return Promise.reject(signal.reason)
+    return new Promise((resolve, reject) => {
+      let done = false
+      const finish = (): boolean => {
+        if (done) return false
+        done = true
+        signal.removeEventListener('abort', onAbort)
+        // the set lives until its last waiter finishes, and this one has not yet
+        const set = this.#byId.get(id)!
+        set.delete(waiter)
+        if (set.size === 0) {
+          this.#byId.delete(id)
+          if (this.#byId.size === 0) this.#onIdle()
+        }
+        return true
+      }
+      const waiter: Waiter = {
+        resolve: (record) => { if (finish()) resolve(record) },
+        reject: (error) => { if (finish()) reject(error) }
+      }
+      const onAbort = (): void => waiter.reject(signal.reason)
+      signal.addEventListener('abort', onAbort, { once: true })
+      const set = this.#byId.get(id)
+      if (set === undefined) {
+        this.#byId.set(id, new Set([waiter]))
+        if (this.#byId.size === 1) this.#onActive()
+      } else {
+        set.add(waiter)
+      }
+      read().then((record) => {
+        if (record === null) waiter.reject(approvalNotFoundError(id))
+        else if (record.status !== 'pending') waiter.resolve(record)
+      }, waiter.reject)
+    })
+  }
+
+  settle (record: ApprovalRecord): void {
+    if (record.status === 'pending') return
+    const set = this.#byId.get(record.id)
+    if (set === undefined) return
+    for (const waiter of [...set]) waiter.resolve(record)
+  }
+
+  rejectAll (error: unknown): void {
+    for (const set of [...this.#byId.values()]) {
+      for (const waiter of [...set]) waiter.reject(error)
+    }
+  }
+}
+
+function noop (): void {}
+
+/**
+ * One connection (Database, Pool, client) shared by the stores of a factory. It is opened when the first
+ * store uses it and closed when the last store that used it closes, so that closing the stores one by one
+ * (as the service does) neither closes it under a store still in use nor leaves it open. A connection the
+ * user handed in is never closed: `close` is then a no-op.
+ */
+export class SharedConnection<T> {
+  readonly #open: () => T
+  readonly #close: (value: T) => Promise<void> | void
+  readonly #users = new Set<object>()
+  #value: T | null = null
+
+  constructor (open: () => T, close: (value: T) => Promise<void> | void) {
+    this.#open = open
+    this.#close = close
+  }
+
+  acquire (user: object): T {
+    if (this.#value === null) this.#value = this.#open()
+    this.#users.add(user)
+    return this.#value
+  }
+
+  async release (user: object): Promise<void> {
+    if (!this.#users.delete(user) || this.#users.size > 0) return
+    const value = this.#value as T
+    this.#value = null
+    await this.#close(value)
+  }
+}
+
+/** setInterval that never keeps the process alive. */
+export function unrefInterval (fn: () => void, ms: number): NodeJS.Timeout {
+  const timer = setInterval(fn, ms)
+  timer.unref()
+  return timer
+}

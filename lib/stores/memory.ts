@@ -1,0 +1,389 @@
+// In-process stores: the defaults. Fast (they sit on every request) and lost on restart.
+import {
+  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
+  decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
+} from './common.js'
+import type {
+  ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
+  CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
+  IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
+  SessionWithMessages, StoreSet
+} from './types.js'
+
+export const DEFAULT_AUDIT_CAPACITY = 500
+
+export interface MemoryAuditStoreOptions {
+  /** how many entries are kept; the oldest is evicted first (default 500) */
+  capacity?: number
+}
+
+/**
+ * A ring buffer: entry number `seq` lives at `seq % capacity`, so appending is O(1) per entry and a cursor
+ * (a seq) points straight at where the next page starts.
+ */
+export class MemoryAuditStore implements AuditStore {
+  readonly capacity: number
+  readonly #ring: AuditEntry[]
+  #next = 0
+  #size = 0
+
+  constructor (options: MemoryAuditStoreOptions = {}) {
+    const capacity = options.capacity ?? DEFAULT_AUDIT_CAPACITY
+    if (!Number.isSafeInteger(capacity) || capacity < 1) {
+      throw new TypeError(`capacity must be a positive integer, got ${String(capacity)}`)
+    }
+    this.capacity = capacity
+    this.#ring = new Array<AuditEntry>(capacity)
+  }
+
+  async append (entries: readonly AuditEntry[]): Promise<void> {
+    for (const entry of entries) {
+      this.#ring[this.#next % this.capacity] = { ...entry }
+      this.#next++
+    }
+    this.#size = Math.min(this.capacity, this.#size + entries.length)
+  }
+
+  async query (query: AuditQuery): Promise<AuditPage> {
+    const limit = checkLimit(query.limit, MAX_AUDIT_LIMIT)
+    const oldest = this.#next - this.#size
+    let seq = this.#next - 1
+    if (query.cursor !== undefined) seq = Math.min(seq, Number(decodeSeqCursor(query.cursor)) - 1)
+    const from = query.statusFrom ?? -Infinity
+    const to = query.statusTo ?? Infinity
+    const entries: AuditEntry[] = []
+    let last = -1
+    for (; seq >= oldest; seq--) {
+      const entry = this.#ring[seq % this.capacity]
+      if (query.agent !== undefined && entry.agent !== query.agent) continue
+      if (entry.status < from || entry.status > to) continue
+      if (entries.length === limit) return { entries, nextCursor: encodeSeqCursor(last) }
+      entries.push({ ...entry })
+      last = seq
+    }
+    return { entries, nextCursor: null }
+  }
+
+  async count (): Promise<number> {
+    return this.#size
+  }
+
+  async close (): Promise<void> {}
+}
+
+interface StoredSession {
+  record: Omit<SessionRecord, 'lastActiveAt'>
+  messages: Message[]
+  lastActiveMs: number
+  expiresMs: number
+}
+
+export class MemorySessionStore implements SessionStore {
+  // Every write re-inserts its session, so the Map is ordered by last write: the purge stops at the first
+  // live one. (With mixed ttls a few expired ones may stay until get() or list() meets them.)
+  readonly #sessions = new Map<string, StoredSession>()
+
+  async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    this.#purge(now)
+    const stored: StoredSession = {
+      record: { id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), turns: 0, metadata: session.metadata },
+      messages: [],
+      lastActiveMs: now,
+      expiresMs: now + ttlMs
+    }
+    this.#sessions.delete(session.id)
+    this.#sessions.set(session.id, stored)
+    return toSessionRecord(stored)
+  }
+
+  async get (id: string): Promise<SessionWithMessages | null> {
+    const stored = this.#live(id, Date.now())
+    return stored === undefined ? null : { ...toSessionRecord(stored), messages: [...stored.messages] }
+  }
+
+  async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    const stored = this.#live(id, now)
+    if (stored === undefined) return false
+    stored.messages.push(...messages)
+    stored.record.turns++
+    this.#touch(id, stored, now, ttlMs)
+    return true
+  }
+
+  async touch (id: string, ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    const stored = this.#live(id, now)
+    if (stored === undefined) return false
+    this.#touch(id, stored, now, ttlMs)
+    return true
+  }
+
+  async delete (id: string): Promise<boolean> {
+    const live = this.#live(id, Date.now()) !== undefined
+    this.#sessions.delete(id)
+    return live
+  }
+
+  async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
+    const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
+    const now = Date.now()
+    const candidates: StoredSession[] = []
+    for (const [id, stored] of this.#sessions) {
+      if (stored.expiresMs <= now) this.#sessions.delete(id)
+      else if (after === null || isBefore(stored.lastActiveMs, id, after)) candidates.push(stored)
+    }
+    candidates.sort((a, b) => b.lastActiveMs - a.lastActiveMs || (a.record.id < b.record.id ? 1 : -1))
+    const page = candidates.slice(0, limit)
+    const last = page[page.length - 1]
+    return {
+      sessions: page.map(toSessionRecord),
+      nextCursor: candidates.length > limit ? encodeKeyCursor(last.lastActiveMs, last.record.id) : null
+    }
+  }
+
+  async close (): Promise<void> {}
+
+  #live (id: string, now: number): StoredSession | undefined {
+    const stored = this.#sessions.get(id)
+    if (stored === undefined || stored.expiresMs > now) return stored
+    this.#sessions.delete(id)
+    return undefined
+  }
+
+  #touch (id: string, stored: StoredSession, now: number, ttlMs: number): void {
+    stored.lastActiveMs = now
+    stored.expiresMs = now + ttlMs
+    this.#sessions.delete(id)
+    this.#sessions.set(id, stored)
+  }
+
+  #purge (now: number): void {
+    for (const [id, stored] of this.#sessions) {
+      if (stored.expiresMs > now) return
+      this.#sessions.delete(id)
+    }
+  }
+}
+
+/** Order of list(): most recently active first, ties by id descending. */
+function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): boolean {
+  return ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
+}
+
+function toSessionRecord (stored: StoredSession): SessionRecord {
+  return { ...stored.record, lastActiveAt: iso(stored.lastActiveMs) }
+}
+
+export class MemoryApprovalStore implements ApprovalStore {
+  readonly #approvals = new Map<string, ApprovalRecord>()
+  readonly #waiters = new ApprovalWaiters()
+
+  async create (approval: ApprovalRecord): Promise<void> {
+    toMs('requestedAt', approval.requestedAt)
+    toMs('expiresAt', approval.expiresAt)
+    if (this.#approvals.has(approval.id)) throw approvalExistsError(approval.id)
+    this.#approvals.set(approval.id, { ...approval, payload: approval.payload ?? null })
+  }
+
+  async get (id: string): Promise<ApprovalRecord | null> {
+    const record = this.#current(id)
+    return record === undefined ? null : copy(record)
+  }
+
+  async listPending (filter: { agent?: string, runId?: string } = {}): Promise<ApprovalRecord[]> {
+    const now = Date.now()
+    const pending: ApprovalRecord[] = []
+    for (const record of this.#approvals.values()) {
+      if (record.status !== 'pending' || Date.parse(record.expiresAt) <= now) continue
+      if (filter.agent !== undefined && record.agent !== filter.agent) continue
+      if (filter.runId !== undefined && record.runId !== filter.runId) continue
+      pending.push(copy(record))
+    }
+    return pending.sort((a, b) => Date.parse(a.requestedAt) - Date.parse(b.requestedAt))
+  }
+
+  // No await between the read and the write: that is what makes it a compare-and-set.
+  async decide (id: string, decision: ApprovalDecision): Promise<DecideResult> {
+    const record = this.#current(id)
+    if (record === undefined) return { outcome: 'not_found' }
+    if (record.status !== 'pending') return failedDecision(copy(record))
+    record.decision = { ...decision }
+    return { outcome: 'decided', approval: copy(this.#set(record, decidedStatus(decision.approved))) }
+  }
+
+  async expire (id: string): Promise<ApprovalRecord | null> {
+    return this.#transition(id, 'expired')
+  }
+
+  async cancel (id: string): Promise<ApprovalRecord | null> {
+    return this.#transition(id, 'cancelled')
+  }
+
+  waitForDecision (id: string, signal: AbortSignal): Promise<ApprovalRecord> {
+    return this.#waiters.wait(id, signal, async () => {
+      const record = this.#approvals.get(id)
+      return record === undefined ? null : copy(record)
+    })
+  }
+
+  async close (): Promise<void> {
+    this.#waiters.rejectAll(storeClosedError())
+  }
+
+  /** The stored record, expired first when it is pending past its expiry. */
+  #current (id: string): ApprovalRecord | undefined {
+    const record = this.#approvals.get(id)
+    if (record?.status === 'pending' && Date.parse(record.expiresAt) <= Date.now()) this.#set(record, 'expired')
+    return record
+  }
+
+  #transition (id: string, status: 'expired' | 'cancelled'): ApprovalRecord | null {
+    const record = this.#approvals.get(id)
+    if (record === undefined) return null
+    return copy(record.status === 'pending' ? this.#set(record, status) : record)
+  }
+
+  #set (record: ApprovalRecord, status: ApprovalRecord['status']): ApprovalRecord {
+    record.status = status
+    this.#waiters.settle(copy(record))
+    return record
+  }
+}
+
+function copy (record: ApprovalRecord): ApprovalRecord {
+  return record.decision === undefined ? { ...record } : { ...record, decision: { ...record.decision } }
+}
+
+interface StoredCheckpoint {
+  summary: CheckpointSummary
+  /** the state is kept serialized: the run goes on mutating the object it checkpointed */
+  json: string
+}
+
+export class MemoryCheckpointStore implements CheckpointStore {
+  // re-inserted on every save, so the Map is ordered by updatedAt
+  readonly #checkpoints = new Map<string, StoredCheckpoint>()
+
+  async save (checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord> {
+    const json = toJson(checkpoint.state)
+    const now = iso(Date.now())
+    const previous = this.#checkpoints.get(checkpoint.runId)
+    const summary: CheckpointSummary = {
+      runId: checkpoint.runId,
+      agent: checkpoint.agent,
+      sessionId: checkpoint.sessionId,
+      step: (previous?.summary.step ?? 0) + 1,
+      createdAt: previous?.summary.createdAt ?? now,
+      updatedAt: now,
+      bytes: Buffer.byteLength(json)
+    }
+    this.#checkpoints.delete(checkpoint.runId)
+    this.#checkpoints.set(checkpoint.runId, { summary, json })
+    return toCheckpointRecord(summary, json)
+  }
+
+  async load (runId: string): Promise<CheckpointRecord | null> {
+    const stored = this.#checkpoints.get(runId)
+    return stored === undefined ? null : toCheckpointRecord(stored.summary, stored.json)
+  }
+
+  async delete (runId: string): Promise<void> {
+    this.#checkpoints.delete(runId)
+  }
+
+  async list (): Promise<CheckpointSummary[]> {
+    return [...this.#checkpoints.values()].reverse().map((stored) => ({ ...stored.summary }))
+  }
+
+  async close (): Promise<void> {}
+}
+
+function toCheckpointRecord (summary: CheckpointSummary, json: string): CheckpointRecord {
+  const { bytes: _bytes, ...rest } = summary
+  return { ...rest, state: JSON.parse(json) }
+}
+
+interface StoredIdempotency {
+  record: IdempotencyRecord
+  expiresMs: number
+  lockedMs: number
+}
+
+export class MemoryIdempotencyStore implements IdempotencyStore {
+  // re-inserted on every reservation, so the Map is roughly ordered by expiry for the purge
+  readonly #records = new Map<string, StoredIdempotency>()
+
+  async reserve (key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult> {
+    checkTtl('ttlMs', options.ttlMs)
+    checkTtl('leaseMs', options.leaseMs)
+    const now = Date.now()
+    this.#purge(now)
+    const existing = this.#records.get(key)
+    if (existing !== undefined && isLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
+    const stored: StoredIdempotency = {
+      record: { key, fingerprint, state: 'in_progress', createdAt: iso(now), expiresAt: iso(now + options.ttlMs), lockedUntil: iso(now + options.leaseMs) },
+      expiresMs: now + options.ttlMs,
+      lockedMs: now + options.leaseMs
+    }
+    this.#records.delete(key)
+    this.#records.set(key, stored)
+    return { outcome: 'reserved' }
+  }
+
+  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+    checkTtl('ttlMs', ttlMs)
+    const stored = this.#records.get(key)
+    if (stored === undefined) return
+    const expiresMs = Date.now() + ttlMs
+    stored.expiresMs = expiresMs
+    stored.record = { ...stored.record, state: 'completed', response: { ...response }, expiresAt: iso(expiresMs) }
+  }
+
+  async release (key: string): Promise<void> {
+    this.#records.delete(key)
+  }
+
+  async get (key: string): Promise<IdempotencyRecord | null> {
+    const stored = this.#records.get(key)
+    if (stored === undefined || stored.expiresMs <= Date.now()) return null
+    return copyRecord(stored.record)
+  }
+
+  async close (): Promise<void> {}
+
+  #purge (now: number): void {
+    for (const [key, stored] of this.#records) {
+      if (stored.expiresMs > now) return
+      this.#records.delete(key)
+    }
+  }
+}
+
+function isLive (stored: StoredIdempotency, now: number): boolean {
+  return stored.expiresMs > now && (stored.record.state === 'completed' || stored.lockedMs > now)
+}
+
+function copyRecord (record: IdempotencyRecord): IdempotencyRecord {
+  return record.response === undefined ? { ...record } : { ...record, response: { ...record.response } }
+}
+
+export interface MemoryStoresOptions {
+  /** ring buffer size of the audit store (default 500) */
+  auditCapacity?: number
+}
+
+export function memoryStores (options: MemoryStoresOptions = {}): Required<StoreSet> {
+  return {
+    auditStore: new MemoryAuditStore({ capacity: options.auditCapacity }),
+    sessionStore: new MemorySessionStore(),
+    approvalStore: new MemoryApprovalStore(),
+    checkpointStore: new MemoryCheckpointStore(),
+    idempotency: { store: new MemoryIdempotencyStore() }
+  }
+}
