@@ -1,0 +1,130 @@
+import { existsSync } from 'node:fs'
+import { join, relative } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { pathToFileURL } from 'node:url'
+import Database from 'better-sqlite3'
+import t from 'tap'
+import {
+  SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
+} from '../../lib/stores/sqlite.js'
+import type { StoreSet } from '../../lib/stores/types.js'
+import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
+
+function closeAll (stores: Required<StoreSet>): Promise<unknown> {
+  return Promise.all([
+    stores.auditStore.close?.(), stores.sessionStore.close?.(), stores.approvalStore.close?.(),
+    stores.checkpointStore.close?.(), stores.idempotency.store.close?.()
+  ])
+}
+
+storeConformance(t, factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db'))))
+
+t.test('data survives closing and opening the file again', async (t) => {
+  const file = join(t.testdir(), 'stores.db')
+  const first = sqliteStores(file)
+  await first.auditStore.append([auditEntry(0, { agent: 'echo' }), auditEntry(1)])
+  await first.sessionStore.create({ id: 's1', agent: 'echo', principal: 'p', metadata: { a: 1 } }, 60_000)
+  await first.sessionStore.appendTurn('s1', [{ role: 'user', content: 'hi', runId: 'r1', at: new Date().toISOString() }], 60_000)
+  await first.approvalStore.create(approval('a1'))
+  await first.approvalStore.decide('a1', { approved: true, comment: null, decidedBy: 'bob', decidedAt: new Date().toISOString() })
+  await first.checkpointStore.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { step: 'one' } })
+  await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 })
+  await first.idempotency.store.complete('k1', { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
+  await closeAll(first)
+  t.notOk(existsSync(`${file}-wal`), 'the last close checkpoints the WAL: the file was really closed')
+
+  const again = sqliteStores(`file:${relative(process.cwd(), file)}`)
+  t.teardown(() => closeAll(again))
+  t.equal(await again.auditStore.count(), 2)
+  t.same((await again.auditStore.query({ limit: 10, agent: 'echo' })).entries.map((e) => e.id), ['entry-0'])
+  t.match(await again.sessionStore.get('s1'), { turns: 1, metadata: { a: 1 }, messages: [{ content: 'hi' }] })
+  t.match(await again.approvalStore.get('a1'), { status: 'approved', decision: { decidedBy: 'bob' } })
+  t.match(await again.checkpointStore.load('r1'), { step: 1, state: { step: 'one' } })
+  t.match(await again.idempotency.store.get('k1'), { state: 'completed', response: { status: 200 } })
+})
+
+t.test('a Database you pass is used as is and never closed', async (t) => {
+  const db = new Database(join(t.testdir(), 'mine.db'))
+  t.teardown(() => db.close())
+  const stores = sqliteStores(db, { tablePrefix: 'app_' })
+  await stores.auditStore.append([auditEntry(0)])
+  await stores.sessionStore.list({ limit: 1 })
+  await closeAll(stores)
+  await closeAll(stores)
+  t.equal(db.open, true)
+  t.equal(db.pragma('journal_mode', { simple: true }), 'delete', 'its pragmas are left alone')
+  const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all()
+  t.same(tables, ['app_audit', 'app_sessions'], 'tables are created on first use, with the prefix')
+  await t.rejects(stores.auditStore.count(), { code: 'FA_STORE_CLOSED' })
+})
+
+t.test('an opened file is in WAL mode and closed with the last store using it', async (t) => {
+  const file = join(t.testdir(), 'owned.db')
+  const connection = new SqliteConnection(pathToFileURL(file).href)
+  const audit = new SqliteAuditStore(connection)
+  const sessions = new SqliteSessionStore(connection)
+  const unused = new SqliteApprovalStore(connection)
+  await audit.append([auditEntry(0)])
+  await sessions.create({ id: 's1', agent: null, principal: 'p', metadata: {} }, 60_000)
+  const probe = {}
+  const db = connection.acquire(probe)
+  await connection.release(probe)
+  t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
+  t.equal(db.pragma('synchronous', { simple: true }), 1, 'NORMAL')
+  await audit.close()
+  t.equal(db.open, true, 'still used by the session store')
+  t.equal(await audit.count().catch((error: { code: string }) => error.code), 'FA_STORE_CLOSED')
+  t.match(await sessions.get('s1'), { id: 's1' })
+  await sessions.close()
+  t.equal(db.open, false)
+  await unused.close()
+})
+
+t.test('stores on one file in two connections see each other, waiters too', async (t) => {
+  const file = join(t.testdir(), 'shared.db')
+  const a = new SqliteApprovalStore(file)
+  const b = new SqliteApprovalStore(file)
+  t.teardown(async () => { await a.close(); await b.close() })
+  await a.create(approval('a1'))
+  // the poller is unref()ed (it must not hold a process open): something else has to, as a server would
+  const keepAlive = setInterval(() => {}, 1000)
+  t.teardown(() => clearInterval(keepAlive))
+  const waiting = a.waitForDecision('a1', new AbortController().signal)
+  await sleep(20)
+  const started = Date.now()
+  t.match(await b.decide('a1', { approved: false, comment: 'no', decidedBy: 'carol', decidedAt: new Date().toISOString() }), { outcome: 'decided' })
+  t.match(await waiting, { status: 'rejected', decision: { decidedBy: 'carol' } })
+  t.ok(Date.now() - started < 1000, 'within a second (polling)')
+})
+
+t.test('a poll that fails leaves the waiter waiting', async (t) => {
+  const db = new Database(':memory:')
+  const store = new SqliteApprovalStore(db)
+  t.teardown(() => store.close())
+  await store.create(approval('a1'))
+  const controller = new AbortController()
+  const waiting = store.waitForDecision('a1', controller.signal)
+  await sleep(10)
+  db.close()
+  waiting.catch(() => {}) // settled below, after polls have failed
+  await sleep(300)
+  const reason = new Error('gave up')
+  controller.abort(reason)
+  await t.rejects(waiting, reason)
+})
+
+t.test('an unopenable file rejects with the underlying error', async (t) => {
+  const store = new SqliteAuditStore(join(t.testdir(), 'missing', 'dir', 'x.db'))
+  await t.rejects(store.count(), { message: /directory does not exist/ })
+  await store.close()
+})
+
+t.test('bad arguments throw a TypeError naming the problem', async (t) => {
+  t.throws(() => sqliteStores(42 as unknown as string), { name: 'TypeError', message: /filename, a file: URL or a better-sqlite3 Database/ })
+  t.throws(() => sqliteStores(''), TypeError)
+  t.throws(() => sqliteStores({} as unknown as string), TypeError)
+  t.throws(() => new SqliteAuditStore(':memory:', { tablePrefix: 'bad-prefix' }), { name: 'TypeError', message: /tablePrefix/ })
+  const stores = sqliteStores('file::memory:?cache=private')
+  t.equal(await stores.auditStore.count(), 0)
+  await closeAll(stores)
+})
