@@ -1,0 +1,654 @@
+// PostgreSQL stores (pg): shared by many instances. Approval decisions wake waiters on every instance
+// through LISTEN/NOTIFY, with polling as the safety net.
+import { createHash } from 'node:crypto'
+import pg from 'pg'
+import type { Notification, Pool, PoolClient, PoolConfig, QueryResultRow } from 'pg'
+import {
+  ApprovalWaiters, MAX_AUDIT_LIMIT, SharedConnection, approvalExistsError, checkIdentifier, checkLimit, checkTtl,
+  decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
+  storeClosedError, toJson, toMs, unrefInterval
+} from './common.js'
+import type {
+  ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
+  CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
+  IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
+  SessionWithMessages, StoreSet
+} from './types.js'
+
+export interface PostgresStoreOptions {
+  /** the schema holding the tables, created when missing (default 'public') */
+  schema?: string
+  /** prepended to every table name (default 'fa_') */
+  tablePrefix?: string
+}
+
+export interface PostgresStoresOptions extends PoolConfig, PostgresStoreOptions {
+  /** your pool (never closed by the stores); without it a pool is made from the other options */
+  pool?: Pool
+}
+
+/** How often waiters poll, in case a notification was lost (a listener reconnecting, say). */
+const POLL_MS = 500
+const PURGE_MS = 60_000
+
+const quote = pg.escapeIdentifier
+
+function isPool (value: unknown): value is Pool {
+  return typeof value === 'object' && value !== null && 'totalCount' in value &&
+    typeof (value as Pool).connect === 'function' && typeof (value as Pool).query === 'function'
+}
+
+function ownedPool (config: PoolConfig): Pool {
+  const pool = new pg.Pool(config)
+  // An idle client losing its connection (a server restart) is reported here; without a listener the
+  // process would crash. The next query gets the error instead.
+  pool.on('error', () => {})
+  return pool
+}
+
+/**
+ * One pg Pool shared by several stores. A connection string or pool options make a pool, created on first
+ * use and ended when the last store using it closes; a Pool you pass is never ended.
+ */
+export class PostgresConnection extends SharedConnection<Pool> {
+  constructor (source: string | Pool | PoolConfig) {
+    if (isPool(source)) {
+      super(() => source, () => {})
+    } else if (typeof source === 'string') {
+      if (!/^postgres(ql)?:\/\//.test(source)) throw new TypeError('expected a postgres:// connection string')
+      super(() => ownedPool({ connectionString: source }), (pool) => pool.end())
+    } else if (typeof source === 'object' && source !== null) {
+      super(() => ownedPool(source), (pool) => pool.end())
+    } else {
+      throw new TypeError('expected a postgres:// connection string, a pg Pool or pool options')
+    }
+  }
+}
+
+export type PostgresSource = string | Pool | PoolConfig | PostgresConnection
+
+abstract class PostgresStore {
+  readonly #connection: PostgresConnection
+  protected readonly schema: string
+  protected readonly prefix: string
+  #ready: Promise<void> | null = null
+  #closed = false
+
+  constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
+    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
+    this.prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
+  }
+
+  /** CREATE TABLE IF NOT EXISTS ... for this store, run once before its first query. */
+  protected abstract ddl (): string
+
+  protected table (name: string): string {
+    return `${quote(this.schema)}.${quote(this.prefix + name)}`
+  }
+
+  protected async pool (): Promise<Pool> {
+    if (this.#closed) throw storeClosedError()
+    const pool = this.#connection.acquire(this)
+    this.#ready ??= this.#init(pool)
+    await this.#ready
+    return pool
+  }
+
+  protected async sql<R extends QueryResultRow> (text: string, values: unknown[] = []): Promise<R[]> {
+    const pool = await this.pool()
+    return (await pool.query<R>(text, values)).rows
+  }
+
+  async #init (pool: Pool): Promise<void> {
+    // Instances starting together would race on CREATE ... IF NOT EXISTS (it is not atomic in PostgreSQL):
+    // a lock per schema serialises them. Several statements in one simple query run as one transaction,
+    // which holds the lock until the end.
+    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
+    try {
+      await pool.query(`
+        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
+        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
+        ${this.ddl()}`)
+    } catch (error) {
+      this.#ready = null
+      throw error
+    }
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    // closed first: queries still on their way in now fail instead of taking a new connection
+    this.#closed = true
+    await this.stop()
+    await this.#connection.release(this)
+  }
+
+  /** Stops what the store runs on its own, before its connection is released. */
+  protected async stop (): Promise<void> {}
+}
+
+export class PostgresAuditStore extends PostgresStore implements AuditStore {
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.table('audit')} (
+        seq bigserial PRIMARY KEY, agent text, status integer NOT NULL, entry jsonb NOT NULL);
+      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}audit_agent`)} ON ${this.table('audit')} (agent, seq);`
+  }
+
+  async append (entries: readonly AuditEntry[]): Promise<void> {
+    if (entries.length === 0) return
+    // One statement whatever the batch size: arrays instead of N rows of parameters.
+    await this.sql(`
+      INSERT INTO ${this.table('audit')} (agent, status, entry)
+      SELECT agent, status, entry::jsonb FROM unnest($1::text[], $2::integer[], $3::text[])
+        WITH ORDINALITY AS batch (agent, status, entry, n)
+      ORDER BY n`, [
+      entries.map((entry) => entry.agent ?? null),
+      entries.map((entry) => entry.status),
+      entries.map((entry) => JSON.stringify(entry))
+    ])
+  }
+
+  async query (query: AuditQuery): Promise<AuditPage> {
+    const limit = checkLimit(query.limit, MAX_AUDIT_LIMIT)
+    const values: unknown[] = [
+      query.cursor === undefined ? '9223372036854775807' : decodeSeqCursor(query.cursor),
+      query.statusFrom ?? -2147483648,
+      query.statusTo ?? 2147483647,
+      limit + 1
+    ]
+    if (query.agent !== undefined) values.push(query.agent)
+    const rows = await this.sql<{ seq: string, entry: AuditEntry }>(`
+      SELECT seq, entry FROM ${this.table('audit')}
+      WHERE seq < $1 AND status BETWEEN $2 AND $3 ${query.agent === undefined ? '' : 'AND agent = $5'}
+      ORDER BY seq DESC LIMIT $4`, values)
+    const page = rows.slice(0, limit)
+    return {
+      entries: page.map((row) => row.entry),
+      nextCursor: rows.length > limit ? encodeSeqCursor(page[page.length - 1].seq) : null
+    }
+  }
+
+  async count (): Promise<number> {
+    const [row] = await this.sql<{ n: string }>(`SELECT count(*) AS n FROM ${this.table('audit')}`)
+    return Number(row.n)
+  }
+}
+
+interface SessionRow {
+  id: string
+  agent: string | null
+  principal: string
+  created_at: Date
+  last_active_at: Date
+  turns: number
+  metadata: Record<string, unknown>
+}
+
+function toSession (row: SessionRow): SessionRecord {
+  return {
+    id: row.id,
+    agent: row.agent,
+    principal: row.principal,
+    createdAt: iso(row.created_at),
+    lastActiveAt: iso(row.last_active_at),
+    turns: row.turns,
+    metadata: row.metadata
+  }
+}
+
+const SESSION_COLUMNS = 'id, agent, principal, created_at, last_active_at, turns, metadata'
+
+export class PostgresSessionStore extends PostgresStore implements SessionStore {
+  #purgedAt = 0
+
+  protected ddl (): string {
+    // COLLATE "C": list() pages by (last_active_at, id); a byte order keeps that independent of the locale
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.table('sessions')} (
+        id text COLLATE "C" PRIMARY KEY, agent text, principal text NOT NULL, created_at timestamptz NOT NULL,
+        last_active_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, turns integer NOT NULL,
+        metadata jsonb NOT NULL, messages jsonb NOT NULL);
+      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}sessions_active`)} ON ${this.table('sessions')} (last_active_at, id);
+      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}sessions_expires`)} ON ${this.table('sessions')} (expires_at);`
+  }
+
+  async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    if (now - this.#purgedAt >= PURGE_MS) {
+      this.#purgedAt = now
+      await this.sql(`DELETE FROM ${this.table('sessions')} WHERE expires_at <= $1`, [new Date(now)])
+    }
+    const [row] = await this.sql<SessionRow>(`
+      INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
+      VALUES ($1, $2, $3, $4, $4, $5, 0, $6, '[]')
+      ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
+        created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
+        turns = 0, metadata = EXCLUDED.metadata, messages = '[]'
+      RETURNING ${SESSION_COLUMNS}`,
+    [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)])
+    return toSession(row)
+  }
+
+  async get (id: string): Promise<SessionWithMessages | null> {
+    const [row] = await this.sql<SessionRow & { messages: Message[] }>(
+      `SELECT ${SESSION_COLUMNS}, messages FROM ${this.table('sessions')} WHERE id = $1 AND expires_at > $2`,
+      [id, new Date()])
+    return row === undefined ? null : { ...toSession(row), messages: row.messages }
+  }
+
+  async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    const rows = await this.sql(`
+      UPDATE ${this.table('sessions')} SET messages = messages || $2::jsonb, turns = turns + 1,
+        last_active_at = $3, expires_at = $4
+      WHERE id = $1 AND expires_at > $3 RETURNING id`,
+    [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
+    return rows.length === 1
+  }
+
+  async touch (id: string, ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    const rows = await this.sql(`
+      UPDATE ${this.table('sessions')} SET last_active_at = $2, expires_at = $3
+      WHERE id = $1 AND expires_at > $2 RETURNING id`, [id, new Date(now), new Date(now + ttlMs)])
+    return rows.length === 1
+  }
+
+  async delete (id: string): Promise<boolean> {
+    const [row] = await this.sql<{ expires_at: Date }>(
+      `DELETE FROM ${this.table('sessions')} WHERE id = $1 RETURNING expires_at`, [id])
+    return row !== undefined && row.expires_at.getTime() > Date.now()
+  }
+
+  async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
+    const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
+    const rows = await this.sql<SessionRow>(`
+      SELECT ${SESSION_COLUMNS} FROM ${this.table('sessions')}
+      WHERE expires_at > $1 ${after === null ? '' : 'AND (last_active_at, id) < ($3, $4)'}
+      ORDER BY last_active_at DESC, id DESC LIMIT $2`,
+    after === null ? [new Date(), limit + 1] : [new Date(), limit + 1, new Date(after.ms), after.id])
+    const page = rows.slice(0, limit)
+    const last = page[page.length - 1]
+    return {
+      sessions: page.map(toSession),
+      nextCursor: rows.length > limit ? encodeKeyCursor(last.last_active_at.getTime(), last.id) : null
+    }
+  }
+}
+
+interface ApprovalRow {
+  id: string
+  run_id: string
+  agent: string
+  session_id: string
+  principal: string
+  action: string
+  payload: unknown
+  reason: string | null
+  status: ApprovalStatus
+  requested_at: Date
+  expires_at: Date
+  decision: ApprovalDecision | null
+}
+
+function toApproval (row: ApprovalRow): ApprovalRecord {
+  const record: ApprovalRecord = {
+    id: row.id,
+    runId: row.run_id,
+    agent: row.agent,
+    sessionId: row.session_id,
+    principal: row.principal,
+    action: row.action,
+    payload: row.payload,
+    reason: row.reason,
+    status: row.status,
+    requestedAt: iso(row.requested_at),
+    expiresAt: iso(row.expires_at)
+  }
+  if (row.decision !== null) record.decision = row.decision
+  return record
+}
+
+function noop (): void {}
+
+const APPROVAL_COLUMNS = 'id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision'
+
+export class PostgresApprovalStore extends PostgresStore implements ApprovalStore {
+  /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes). */
+  readonly channel: string
+  readonly #waiters = new ApprovalWaiters({
+    onActive: () => {
+      this.#poller = unrefInterval(() => {
+        if (this.#listening === null) this.#listen().catch(noop)
+        this.#refresh(this.#waiters.ids)
+      }, POLL_MS)
+    },
+    onIdle: () => { clearInterval(this.#poller) }
+  })
+
+  #poller: NodeJS.Timeout | undefined
+  #listening: Promise<void> | null = null
+  #listener: PoolClient | null = null
+
+  constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
+    super(source, options)
+    this.channel = `fa_approvals_${createHash('sha256').update(`${this.schema}.${this.prefix}`).digest('hex').slice(0, 16)}`
+  }
+
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.table('approvals')} (
+        id text PRIMARY KEY, run_id text NOT NULL, agent text NOT NULL, session_id text NOT NULL,
+        principal text NOT NULL, action text NOT NULL, payload jsonb NOT NULL, reason text, status text NOT NULL,
+        requested_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, decision jsonb);
+      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}approvals_status`)} ON ${this.table('approvals')} (status, requested_at);`
+  }
+
+  async create (approval: ApprovalRecord): Promise<void> {
+    const values = [
+      approval.id, approval.runId, approval.agent, approval.sessionId, approval.principal, approval.action,
+      toJson(approval.payload), approval.reason, approval.status, new Date(toMs('requestedAt', approval.requestedAt)),
+      new Date(toMs('expiresAt', approval.expiresAt)), approval.decision === undefined ? null : JSON.stringify(approval.decision)
+    ]
+    try {
+      await this.sql(`
+        INSERT INTO ${this.table('approvals')}
+          (id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, values)
+    } catch (error) {
+      if ((error as { code?: string }).code === '23505') throw approvalExistsError(approval.id)
+      throw error
+    }
+  }
+
+  async get (id: string): Promise<ApprovalRecord | null> {
+    // One round trip: expire it if due (and notify), else read it. The second SELECT sees the table as it was
+    // before the UPDATE (a statement's own changes are invisible to it), hence NOT EXISTS.
+    const [row] = await this.sql<ApprovalRow>(`
+      WITH changed AS (
+        UPDATE ${this.table('approvals')} SET status = 'expired' WHERE id = $1 AND status = 'pending' AND expires_at <= $2
+        RETURNING *, pg_notify(${pg.escapeLiteral(this.channel)}, id))
+      SELECT ${APPROVAL_COLUMNS} FROM changed
+      UNION ALL
+      SELECT ${APPROVAL_COLUMNS} FROM ${this.table('approvals')} WHERE id = $1 AND NOT EXISTS (SELECT FROM changed)`,
+    [id, new Date()])
+    if (row === undefined) return null
+    const record = toApproval(row)
+    this.#waiters.settle(record)
+    return record
+  }
+
+  async listPending (filter: { agent?: string, runId?: string } = {}): Promise<ApprovalRecord[]> {
+    const rows = await this.sql<ApprovalRow>(`
+      SELECT * FROM ${this.table('approvals')}
+      WHERE status = 'pending' AND expires_at > $1 AND ($2::text IS NULL OR agent = $2) AND ($3::text IS NULL OR run_id = $3)
+      ORDER BY requested_at, id`, [new Date(), filter.agent ?? null, filter.runId ?? null])
+    return rows.map(toApproval)
+  }
+
+  async decide (id: string, decision: ApprovalDecision): Promise<DecideResult> {
+    // The compare-and-set: concurrent UPDATEs of one row queue on its lock and re-check the WHERE, so
+    // only the first sees 'pending'.
+    const [decided] = await this.#change('status = $3, decision = $4',
+      "status = 'pending' AND expires_at > $2", [id, new Date(), decidedStatus(decision.approved), JSON.stringify(decision)])
+    if (decided !== undefined) return { outcome: 'decided', approval: decided }
+    const current = await this.get(id)
+    return current === null ? { outcome: 'not_found' } : failedDecision(current)
+  }
+
+  async expire (id: string): Promise<ApprovalRecord | null> {
+    return this.#transition(id, 'expired')
+  }
+
+  async cancel (id: string): Promise<ApprovalRecord | null> {
+    return this.#transition(id, 'cancelled')
+  }
+
+  waitForDecision (id: string, signal: AbortSignal): Promise<ApprovalRecord> {
+    return this.#waiters.wait(id, signal, async () => {
+      // Listening before reading: a decision committed after the read is then sure to be notified.
+      // Should LISTEN fail, the read below fails too (same server) or polling covers.
+      await this.#listen().catch(noop)
+      const row = await this.#row(id)
+      return row === undefined ? null : toApproval(row)
+    })
+  }
+
+  protected async stop (): Promise<void> {
+    this.#waiters.rejectAll(storeClosedError())
+    await this.#listening?.catch(noop)
+    this.#unlisten()
+  }
+
+  async #row (id: string): Promise<ApprovalRow | undefined> {
+    const [row] = await this.sql<ApprovalRow>(`SELECT * FROM ${this.table('approvals')} WHERE id = $1`, [id])
+    return row
+  }
+
+  /** An UPDATE that notifies the other instances of the rows it changed, in the same statement. */
+  async #change (set: string, where: string, values: unknown[]): Promise<ApprovalRecord[]> {
+    const rows = await this.sql<ApprovalRow>(`
+      WITH changed AS (UPDATE ${this.table('approvals')} SET ${set} WHERE id = $1 AND ${where} RETURNING *)
+      SELECT changed.*, pg_notify(${pg.escapeLiteral(this.channel)}, changed.id) FROM changed`, values)
+    const records = rows.map(toApproval)
+    for (const record of records) this.#waiters.settle(record)
+    return records
+  }
+
+  async #transition (id: string, status: 'expired' | 'cancelled'): Promise<ApprovalRecord | null> {
+    const [changed] = await this.#change('status = $2', "status = 'pending'", [id, status])
+    if (changed !== undefined) return changed
+    const row = await this.#row(id)
+    return row === undefined ? null : toApproval(row)
+  }
+
+  #listen (): Promise<void> {
+    this.#listening ??= this.#startListening().catch((error: unknown) => {
+      this.#unlisten(error as Error)
+      throw error
+    })
+    return this.#listening
+  }
+
+  /** One client per store, checked out of the pool for as long as the store lives. */
+  async #startListening (): Promise<void> {
+    const pool = await this.pool()
+    const client = await pool.connect()
+    this.#listener = client
+    client.on('notification', (message: Notification) => {
+      const id = String(message.payload)
+      if (this.#waiters.has(id)) this.#refresh([id])
+    })
+    // The connection was lost: drop it (the pool discards it); the next poll listens again.
+    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
+    await client.query(`LISTEN ${quote(this.channel)}`)
+  }
+
+  #unlisten (error?: Error): void {
+    this.#listening = null
+    const client = this.#listener
+    this.#listener = null
+    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
+    client?.release(error ?? true)
+  }
+
+  #refresh (ids: string[]): void {
+    this.sql<ApprovalRow>(`SELECT * FROM ${this.table('approvals')} WHERE id = ANY($1) AND status <> 'pending'`, [ids])
+      .then((rows) => { for (const row of rows) this.#waiters.settle(toApproval(row)) }, noop)
+  }
+}
+
+interface CheckpointRow {
+  run_id: string
+  agent: string
+  session_id: string
+  step: number
+  bytes: number
+  created_at: Date
+  updated_at: Date
+}
+
+function toSummary (row: CheckpointRow): CheckpointSummary {
+  return {
+    runId: row.run_id,
+    agent: row.agent,
+    sessionId: row.session_id,
+    step: row.step,
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+    bytes: row.bytes
+  }
+}
+
+function toCheckpoint (row: CheckpointRow, state: unknown): CheckpointRecord {
+  const { bytes: _bytes, ...summary } = toSummary(row)
+  return { ...summary, state }
+}
+
+const CHECKPOINT_COLUMNS = 'run_id, agent, session_id, step, bytes, created_at, updated_at'
+
+export class PostgresCheckpointStore extends PostgresStore implements CheckpointStore {
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.table('checkpoints')} (
+        run_id text PRIMARY KEY, agent text NOT NULL, session_id text NOT NULL, step integer NOT NULL,
+        state jsonb NOT NULL, bytes integer NOT NULL, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL);`
+  }
+
+  async save (checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord> {
+    const state = toJson(checkpoint.state)
+    // the step is incremented by the upsert itself so that two saves racing cannot both write step 2
+    const [row] = await this.sql<CheckpointRow>(`
+      INSERT INTO ${this.table('checkpoints')} AS c (run_id, agent, session_id, step, state, bytes, created_at, updated_at)
+      VALUES ($1, $2, $3, 1, $4, $5, $6, $6)
+      ON CONFLICT (run_id) DO UPDATE SET agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, step = c.step + 1,
+        state = EXCLUDED.state, bytes = EXCLUDED.bytes, updated_at = EXCLUDED.updated_at
+      RETURNING ${CHECKPOINT_COLUMNS}`,
+    [checkpoint.runId, checkpoint.agent, checkpoint.sessionId, state, Buffer.byteLength(state), new Date()])
+    return toCheckpoint(row, JSON.parse(state))
+  }
+
+  async load (runId: string): Promise<CheckpointRecord | null> {
+    const [row] = await this.sql<CheckpointRow & { state: unknown }>(
+      `SELECT ${CHECKPOINT_COLUMNS}, state FROM ${this.table('checkpoints')} WHERE run_id = $1`, [runId])
+    return row === undefined ? null : toCheckpoint(row, row.state)
+  }
+
+  async delete (runId: string): Promise<void> {
+    await this.sql(`DELETE FROM ${this.table('checkpoints')} WHERE run_id = $1`, [runId])
+  }
+
+  async list (): Promise<CheckpointSummary[]> {
+    const rows = await this.sql<CheckpointRow>(
+      `SELECT ${CHECKPOINT_COLUMNS} FROM ${this.table('checkpoints')} ORDER BY updated_at DESC, run_id DESC`)
+    return rows.map(toSummary)
+  }
+}
+
+interface IdempotencyRow {
+  key: string
+  fingerprint: string
+  state: 'in_progress' | 'completed'
+  response: IdempotencyResponse | null
+  created_at: Date
+  expires_at: Date
+  locked_until: Date
+}
+
+function toIdempotency (row: IdempotencyRow): IdempotencyRecord {
+  const record: IdempotencyRecord = {
+    key: row.key,
+    fingerprint: row.fingerprint,
+    state: row.state,
+    createdAt: iso(row.created_at),
+    expiresAt: iso(row.expires_at),
+    lockedUntil: iso(row.locked_until)
+  }
+  if (row.response !== null) record.response = row.response
+  return record
+}
+
+export class PostgresIdempotencyStore extends PostgresStore implements IdempotencyStore {
+  #purgedAt = 0
+
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.table('idempotency')} (
+        key text PRIMARY KEY, fingerprint text NOT NULL, state text NOT NULL, response jsonb,
+        created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, locked_until timestamptz NOT NULL);
+      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}idempotency_expires`)} ON ${this.table('idempotency')} (expires_at);`
+  }
+
+  async reserve (key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult> {
+    checkTtl('ttlMs', options.ttlMs)
+    checkTtl('leaseMs', options.leaseMs)
+    const now = Date.now()
+    if (now - this.#purgedAt >= PURGE_MS) {
+      this.#purgedAt = now
+      await this.sql(`DELETE FROM ${this.table('idempotency')} WHERE expires_at <= $1`, [new Date(now)])
+    }
+    // Concurrent inserts of one key wait for the first to commit, then re-check the WHERE against it:
+    // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over.
+    const taken = await this.sql(`
+      INSERT INTO ${this.table('idempotency')} AS i (key, fingerprint, state, response, created_at, expires_at, locked_until)
+      VALUES ($1, $2, 'in_progress', NULL, $3, $4, $5)
+      ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, state = 'in_progress', response = NULL,
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, locked_until = EXCLUDED.locked_until
+      WHERE i.expires_at <= $3 OR (i.state = 'in_progress' AND i.locked_until <= $3)
+      RETURNING key`,
+    [key, fingerprint, new Date(now), new Date(now + options.ttlMs), new Date(now + options.leaseMs)])
+    if (taken.length === 1) return { outcome: 'reserved' }
+    const record = await this.get(key)
+    // The holder released the key (or it expired) between the INSERT and the SELECT: a race that tests
+    // cannot provoke on purpose. Trying again is the right answer.
+    /* c8 ignore next */
+    if (record === null) return this.reserve(key, fingerprint, options)
+    return { outcome: 'existing', record }
+  }
+
+  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+    checkTtl('ttlMs', ttlMs)
+    await this.sql(`
+      UPDATE ${this.table('idempotency')} SET state = 'completed', response = $2, expires_at = $3 WHERE key = $1`,
+    [key, JSON.stringify(response), new Date(Date.now() + ttlMs)])
+  }
+
+  async release (key: string): Promise<void> {
+    await this.sql(`DELETE FROM ${this.table('idempotency')} WHERE key = $1`, [key])
+  }
+
+  async get (key: string): Promise<IdempotencyRecord | null> {
+    const [row] = await this.sql<IdempotencyRow>(
+      `SELECT * FROM ${this.table('idempotency')} WHERE key = $1 AND expires_at > $2`, [key, new Date()])
+    return row === undefined ? null : toIdempotency(row)
+  }
+}
+
+/**
+ * All five stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
+ * `postgresStores({ connectionString, max, schema })`.
+ */
+export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
+  let connection: PostgresConnection
+  let storeOptions = options
+  if (typeof source === 'object' && source !== null && !isPool(source)) {
+    const { pool, schema, tablePrefix, ...config } = source
+    connection = new PostgresConnection(pool ?? config)
+    storeOptions = { schema: options.schema ?? schema, tablePrefix: options.tablePrefix ?? tablePrefix }
+  } else {
+    connection = new PostgresConnection(source)
+  }
+  return {
+    auditStore: new PostgresAuditStore(connection, storeOptions),
+    sessionStore: new PostgresSessionStore(connection, storeOptions),
+    approvalStore: new PostgresApprovalStore(connection, storeOptions),
+    checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
+    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) }
+  }
+}
