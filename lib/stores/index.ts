@@ -1,0 +1,18 @@
+export type * from './types.js'
+export {
+  DEFAULT_AUDIT_CAPACITY, MemoryApprovalStore, MemoryAuditStore, MemoryCheckpointStore, MemoryIdempotencyStore,
+  MemorySessionStore, memoryStores
+} from './memory.js'
+export type { MemoryAuditStoreOptions, MemoryStoresOptions } from './memory.js'
+export {
+  SqliteApprovalStore, SqliteAuditStore, SqliteCheckpointStore, SqliteConnection, SqliteIdempotencyStore,
+  SqliteSessionStore, sqliteStores
+} from './sqlite.js'
+export type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+export {
+  PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,
+  PostgresSessionStore, postgresStores
+} from './postgres.js'
+export type { PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
+export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
+export type { RedisSource, RedisStoreOptions } from './redis.js'

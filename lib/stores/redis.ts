@@ -1,0 +1,277 @@
+// Redis stores (ioredis): idempotency and sessions shared by many instances, expiry left to Redis.
+import { createHash } from 'node:crypto'
+import { Redis } from 'ioredis'
+import {
+  SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
+} from './common.js'
+import type {
+  IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
+  SessionRecord, SessionStore, SessionWithMessages, StoreSet
+} from './types.js'
+
+export interface RedisStoreOptions {
+  /** prepended to every key (default 'fa:') */
+  prefix?: string
+}
+
+function isRedis (value: unknown): value is Redis {
+  return typeof value === 'object' && value !== null && typeof (value as Redis).evalsha === 'function' &&
+    typeof (value as Redis).hgetall === 'function' && typeof (value as Redis).quit === 'function'
+}
+
+/**
+ * One ioredis client shared by several stores. A URL makes a client, connected on first use and quit when
+ * the last store using it closes; a client you pass is never closed.
+ */
+export class RedisConnection extends SharedConnection<Redis> {
+  constructor (source: string | Redis) {
+    if (typeof source === 'string') {
+      if (!/^rediss?:\/\//.test(source)) throw new TypeError('expected a redis:// or rediss:// URL')
+      super(() => new Redis(source, { lazyConnect: true }), async (client) => { await client.quit() })
+    } else if (isRedis(source)) {
+      super(() => source, () => {})
+    } else {
+      throw new TypeError('expected a redis:// URL or an ioredis client')
+    }
+  }
+}
+
+export type RedisSource = string | Redis | RedisConnection
+
+/** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
+class Script {
+  readonly #source: string
+  readonly #sha: string
+
+  constructor (source: string) {
+    this.#source = source
+    this.#sha = createHash('sha1').update(source).digest('hex')
+  }
+
+  async run (client: Redis, keys: string[], args: Array<string | number>): Promise<unknown> {
+    try {
+      return await client.evalsha(this.#sha, keys.length, ...keys, ...args)
+    } catch (error) {
+      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
+      return client.eval(this.#source, keys.length, ...keys, ...args)
+    }
+  }
+}
+
+abstract class RedisStore {
+  readonly #connection: RedisConnection
+  protected readonly prefix: string
+  #closed = false
+
+  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
+    const prefix = options.prefix ?? 'fa:'
+    if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
+    this.prefix = prefix
+    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
+  }
+
+  protected client (): Redis {
+    if (this.#closed) throw storeClosedError()
+    return this.#connection.acquire(this)
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    await this.#connection.release(this)
+  }
+}
+
+// A record counts as live while unexpired and either completed or within its lease; otherwise it is
+// replaced. Times are the caller's clock (epoch ms) so that they agree with the other backends'.
+const RESERVE = new Script(`
+local held = redis.call('HMGET', KEYS[1], 'state', 'expiresAt', 'lockedUntil')
+local now = tonumber(ARGV[1])
+if held[1] and tonumber(held[2]) > now and (held[1] == 'completed' or tonumber(held[3]) > now) then
+  return redis.call('HGETALL', KEYS[1])
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'fingerprint', ARGV[2], 'state', 'in_progress', 'createdAt', ARGV[1],
+  'expiresAt', ARGV[3], 'lockedUntil', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+`)
+
+const COMPLETE = new Script(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'response', ARGV[1], 'expiresAt', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+function toIdempotency (key: string, hash: Record<string, string>): IdempotencyRecord {
+  const record: IdempotencyRecord = {
+    key,
+    fingerprint: hash.fingerprint,
+    state: hash.state as IdempotencyRecord['state'],
+    createdAt: iso(Number(hash.createdAt)),
+    expiresAt: iso(Number(hash.expiresAt)),
+    lockedUntil: iso(Number(hash.lockedUntil))
+  }
+  if (hash.response !== undefined) record.response = JSON.parse(hash.response) as IdempotencyResponse
+  return record
+}
+
+export class RedisIdempotencyStore extends RedisStore implements IdempotencyStore {
+  #key (key: string): string {
+    return `${this.prefix}idem:${key}`
+  }
+
+  async reserve (key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult> {
+    checkTtl('ttlMs', options.ttlMs)
+    checkTtl('leaseMs', options.leaseMs)
+    const now = Date.now()
+    const ttlMs = Math.ceil(options.ttlMs)
+    const result = await RESERVE.run(this.client(), [this.#key(key)],
+      [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs])
+    if (result === 1) return { outcome: 'reserved' }
+    return { outcome: 'existing', record: toIdempotency(key, pairs(result as string[])) }
+  }
+
+  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+    checkTtl('ttlMs', ttlMs)
+    const ttl = Math.ceil(ttlMs)
+    await COMPLETE.run(this.client(), [this.#key(key)], [JSON.stringify(response), Date.now() + ttl, ttl])
+  }
+
+  async release (key: string): Promise<void> {
+    await this.client().del(this.#key(key))
+  }
+
+  async get (key: string): Promise<IdempotencyRecord | null> {
+    const hash = await this.client().hgetall(this.#key(key))
+    // Redis drops the key at expiry by its own clock; the check covers a few ms of skew with ours
+    if (hash.state === undefined || Number(hash.expiresAt) <= Date.now()) return null
+    return toIdempotency(key, hash)
+  }
+}
+
+function pairs (flat: string[]): Record<string, string> {
+  const hash: Record<string, string> = {}
+  for (let i = 0; i < flat.length; i += 2) hash[flat[i]] = flat[i + 1]
+  return hash
+}
+
+// Touches a live session: new expiry on both keys, new score in the activity index, optionally a turn.
+// ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
+const TOUCH = new Script(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'turns', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if #ARGV > 4 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 5)) end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
+return 1
+`)
+
+/** The parts of a session that never change after create(); lastActiveAt and turns are hash fields. */
+type SessionBase = Pick<SessionRecord, 'id' | 'agent' | 'principal' | 'createdAt' | 'metadata'>
+
+function toSession (hash: { base: string, lastActiveAt: string, turns: string }): SessionRecord {
+  const base = JSON.parse(hash.base) as SessionBase
+  return { ...base, lastActiveAt: iso(Number(hash.lastActiveAt)), turns: Number(hash.turns) }
+}
+
+/**
+ * A session is a hash (`session:<id>`) plus a list of messages (`messages:<id>`), both expiring with the
+ * session; `sessions` is a sorted set of ids by last activity for list(), whose members outlive their
+ * sessions until list() meets and removes them.
+ */
+export class RedisSessionStore extends RedisStore implements SessionStore {
+  #keys (id: string): [string, string, string] {
+    return [`${this.prefix}session:${id}`, `${this.prefix}messages:${id}`, `${this.prefix}sessions`]
+  }
+
+  async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+    checkTtl('ttlMs', ttlMs)
+    const now = Date.now()
+    const [hash, messages, index] = this.#keys(session.id)
+    const base: SessionBase = {
+      id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), metadata: session.metadata
+    }
+    const fields = { base: JSON.stringify(base), lastActiveAt: String(now), turns: '0' }
+    await this.client().multi()
+      .del(hash, messages)
+      .hset(hash, fields)
+      .pexpire(hash, Math.ceil(ttlMs))
+      .zadd(index, now, session.id)
+      .exec()
+    return toSession(fields)
+  }
+
+  async get (id: string): Promise<SessionWithMessages | null> {
+    const [hash, messages] = this.#keys(id)
+    const replies = await this.client().multi().hgetall(hash).lrange(messages, 0, -1).exec() as Array<[Error | null, unknown]>
+    const fields = replies[0][1] as Record<string, string>
+    if (fields.base === undefined) return null
+    return {
+      ...toSession(fields as { base: string, lastActiveAt: string, turns: string }),
+      messages: (replies[1][1] as string[]).map((message) => JSON.parse(message) as Message)
+    }
+  }
+
+  async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    return await TOUCH.run(this.client(), this.#keys(id),
+      [Date.now(), Math.ceil(ttlMs), id, 1, ...messages.map((message) => JSON.stringify(message))]) === 1
+  }
+
+  async touch (id: string, ttlMs: number): Promise<boolean> {
+    checkTtl('ttlMs', ttlMs)
+    return await TOUCH.run(this.client(), this.#keys(id), [Date.now(), Math.ceil(ttlMs), id, 0]) === 1
+  }
+
+  async delete (id: string): Promise<boolean> {
+    const [hash, messages, index] = this.#keys(id)
+    const replies = await this.client().multi().del(hash).del(messages).zrem(index, id).exec() as Array<[Error | null, unknown]>
+    return replies[0][1] === 1
+  }
+
+  async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
+    const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
+    const client = this.client()
+    const index = `${this.prefix}sessions`
+    const found: SessionRecord[] = []
+    const gone: string[] = []
+    // Equal scores come in reverse byte order of the id, the same order the cursor compares in.
+    const batch = limit + 1
+    for (let offset = 0; found.length <= limit; offset += batch) {
+      const flat = await client.zrevrangebyscore(index, after === null ? '+inf' : after.ms, '-inf', 'WITHSCORES', 'LIMIT', offset, batch)
+      const ids: string[] = []
+      for (let i = 0; i < flat.length; i += 2) {
+        if (after === null || Number(flat[i + 1]) < after.ms || flat[i] < after.id) ids.push(flat[i])
+      }
+      const pipeline = client.pipeline()
+      for (const id of ids) pipeline.hmget(this.#keys(id)[0], 'base', 'lastActiveAt', 'turns')
+      const replies = ids.length === 0 ? [] : await pipeline.exec() as Array<[Error | null, Array<string | null>]>
+      replies.forEach(([, [base, lastActiveAt, turns]], i) => {
+        if (base === null) gone.push(ids[i])
+        else if (found.length <= limit) found.push(toSession({ base, lastActiveAt: lastActiveAt as string, turns: turns as string }))
+      })
+      if (flat.length < batch * 2) break
+    }
+    if (gone.length > 0) await client.zrem(index, ...gone)
+    const page = found.slice(0, limit)
+    const last = page[page.length - 1]
+    return {
+      sessions: page,
+      nextCursor: found.length > limit ? encodeKeyCursor(Date.parse(last.lastActiveAt), last.id) : null
+    }
+  }
+}
+
+/** Idempotency and sessions on one client (opened from a URL, or yours). */
+export function redisStores (source: string | Redis, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency'> {
+  const connection = new RedisConnection(source)
+  return {
+    sessionStore: new RedisSessionStore(connection, options),
+    idempotency: { store: new RedisIdempotencyStore(connection, options) }
+  }
+}
