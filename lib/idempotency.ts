@@ -22,6 +22,7 @@ export function readIdempotencyKey (headers: Record<string, string | string[] | 
   const keys = [headers['idempotency-key'], headers['x-idempotency-key']].filter((k) => k !== undefined)
   if (keys.length === 0) return undefined
   for (const key of keys) {
+    // Node joins a repeated header into one string; a list only comes from a programmatic caller
     if (typeof key !== 'string') throw new IdempotencyKeyInvalidError('Send one Idempotency-Key header')
     if (key.length === 0) throw new IdempotencyKeyInvalidError('The idempotency key is empty')
     if (key.length > MAX_IDEMPOTENCY_KEY_LENGTH) throw new IdempotencyKeyInvalidError(`The idempotency key is longer than ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`)
@@ -58,9 +59,6 @@ export class BodyFingerprint extends Transform {
     return this.#hash.digest('hex')
   }
 }
-
-/** The fingerprint of a request without a body (nothing was streamed). */
-export const EMPTY_BODY_FINGERPRINT = createHash('sha256').digest('hex')
 
 /** A streamed run is replayed as SSE with its final event only. */
 export function streamedResponse (final: RunEvent): IdempotencyResponse {

@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import type { FastifyPluginAsync, FastifyRequest, onSendAsyncHookHandler, preHandlerAsyncHookHandler, preParsingHookHandler } from 'fastify'
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/errors.js'
 import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/idempotency.js'
 import type { RunEvent } from '../lib/runner.js'
@@ -52,17 +52,21 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   if (settings === null) return
   const { store, ttlMs, lockLeaseMs } = settings
 
-  const fingerprint: preParsingHookHandler = (request, _reply, payload, done) => {
-    if (request.headers['idempotency-key'] === undefined && request.headers['x-idempotency-key'] === undefined) return done(null, payload)
+  const hasKey = (request: FastifyRequest): boolean => request.routeOptions.config.idempotency === true &&
+    (request.headers['idempotency-key'] !== undefined || request.headers['x-idempotency-key'] !== undefined)
+
+  fastify.addHook('preParsing', (request, _reply, payload, done) => {
+    if (!hasKey(request)) return done(null, payload)
     const hashing = new BodyFingerprint()
     fingerprints.set(request, hashing)
     payload.on('error', (error) => hashing.destroy(error))
     done(null, payload.pipe(hashing))
-  }
+  })
 
-  const reserve: preHandlerAsyncHookHandler = async function (request, reply) {
-    const key = readIdempotencyKey(request.headers)
-    if (key === undefined) return
+  // preHandler: after auth (the principal scopes the key) and after the body has been read and validated
+  fastify.addHook('preHandler', async (request, reply) => {
+    if (!hasKey(request)) return
+    const key = readIdempotencyKey(request.headers)!
     const context = requestContextOf(request)
     context.idempotencyKey = key
     const scoped = scopedIdempotencyKey(context.principal, request.method, request.url.split('?', 1)[0]!, key)
@@ -84,32 +88,25 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
     if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     return reply.send(body)
-  }
-
-  const record: onSendAsyncHookHandler<unknown> = async (request, reply, payload) => {
-    if (!reservations.has(request)) return payload
-    const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : null
-    // a streamed body cannot be kept: the key is released
-    await settle(request, body === null
-      ? null
-      : { status: reply.statusCode, body, contentType: String(reply.getHeader('content-type') ?? 'application/json; charset=utf-8') })
-    return payload
-  }
-
-  fastify.addHook('onRoute', (route) => {
-    if (route.config?.idempotency !== true) return
-    route.preParsing = [...toArray(route.preParsing), fingerprint]
-    route.preHandler = [...toArray(route.preHandler), reserve]
-    route.onSend = [...toArray(route.onSend), record]
-    // a request that ends without a response (the client left mid-way) gives its key back
-    route.onResponse = [...toArray(route.onResponse), async (request) => { await settle(request, null) }]
-    route.onRequestAbort = [...toArray(route.onRequestAbort), async (request) => { await settle(request, null) }]
-    if (route.schema !== undefined && route.schema.headers === undefined) route.schema = { ...route.schema, headers: IdempotencyHeaders }
   })
-}
 
-function toArray<T> (value: T | T[] | undefined): T[] {
-  return value === undefined ? [] : Array.isArray(value) ? value : [value]
+  fastify.addHook('onSend', async (request, reply, payload) => {
+    if (!reservations.has(request)) return payload
+    // Both routes answer serialized JSON (a result or an error body): always a string here.
+    await settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) })
+    return payload
+  })
+
+  // a request that ends without a response (the client left mid-way) gives its key back
+  fastify.addHook('onResponse', async (request) => { await settle(request, null) })
+  fastify.addHook('onRequestAbort', async (request) => { await settle(request, null) })
+
+  // documents the headers on the routes that honour them
+  fastify.addHook('onRoute', (route) => {
+    if (route.config?.idempotency === true && route.schema !== undefined && route.schema.headers === undefined) {
+      route.schema = { ...route.schema, headers: IdempotencyHeaders }
+    }
+  })
 }
 
 /**

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import { Writable } from 'node:stream'
 import t from 'tap'
 import Fastify from 'fastify'
-import fastifyAgents from '../index.js'
+import fastifyAgents, { hasAccess } from '../index.js'
 import { ApiKeyVerifier, apiKeyPrincipal, readCredential, redactAccessToken, redactingRequestSerializer, withTokenRedaction } from '../lib/auth.js'
 import type { AgentService } from '../lib/service.js'
 import { build, echo } from './helper.js'
@@ -122,6 +122,9 @@ t.test('/health and /v1/health are public; unknown routes under /v1 ask for cred
   const known = await service.app.inject({ method: 'GET', url: '/v1/nope', headers: { 'x-api-key': KEY_A } })
   t.equal(known.statusCode, 404)
   t.equal(known.json().code, 'ROUTE_NOT_FOUND')
+  // an OPTIONS that is no CORS preflight (no Access-Control-Request-Method) is not exempt
+  t.equal((await service.app.inject({ method: 'OPTIONS', url: '/v1/agents', headers: { origin: 'https://app.example' } })).statusCode, 401)
+  t.equal((await service.app.inject({ method: 'OPTIONS', url: '/v1/agents', headers: { origin: 'https://app.example', 'access-control-request-method': 'GET' } })).statusCode, 405)
   // a 405 on a known path also needs a credential first
   t.equal((await service.app.inject({ method: 'PUT', url: '/v1/agents' })).statusCode, 401)
   t.equal((await service.app.inject({ method: 'PUT', url: '/v1/agents', headers: { 'x-api-key': KEY_A } })).statusCode, 405)
@@ -222,6 +225,17 @@ t.test('api-key auth in plugin mode: the host app keeps its own routes open', as
   t.equal((await app.inject({ method: 'GET', url: '/mine' })).statusCode, 200)
   t.equal((await app.inject({ method: 'GET', url: '/v1/agents' })).statusCode, 401)
   t.equal((await app.inject({ method: 'GET', url: '/v1/agents', headers: { 'x-api-key': KEY_A } })).statusCode, 200)
+})
+
+t.test('hasAccess: true with auth off; false for a request that did not authenticate', async (t) => {
+  for (const [options, expected] of [[{}, true], [apiKeys, false]] as const) {
+    const app = Fastify()
+    t.teardown(() => app.close())
+    await app.register(fastifyAgents, { agents: { echo }, ...options })
+    // a host app's route is outside the service's auth: nobody authenticated on it
+    app.get('/mine', async (request) => ({ run: hasAccess(request, 'run', 'echo') }))
+    t.same((await app.inject({ method: 'GET', url: '/mine', headers: { 'x-api-key': KEY_A } })).json(), { run: expected })
+  }
 })
 
 t.test('Admin API routes ignore service auth (they have their own token)', async (t) => {

@@ -3,7 +3,7 @@ import { request as httpRequest } from 'node:http'
 import t from 'tap'
 import { PostgresIdempotencyStore, RedisIdempotencyStore, MemoryIdempotencyStore } from '../lib/stores/index.js'
 import type { IdempotencyStore } from '../lib/stores/types.js'
-import { scopedIdempotencyKey } from '../lib/idempotency.js'
+import { readIdempotencyKey, scopedIdempotencyKey } from '../lib/idempotency.js'
 import type { Agent, AgentServiceOptions } from '../lib/types.js'
 import type { AgentService } from '../lib/service.js'
 import { build, listen, parseSse, sleep } from './helper.js'
@@ -249,6 +249,15 @@ t.test('after ttlMs the key is forgotten', async (t) => {
   await sleep(200)
   t.equal((await run(service, 'k')).headers['idempotent-replayed'], undefined)
   t.equal(worker.runs, 2)
+})
+
+t.test('requests without a key are never replayed', async (t) => {
+  const { service, worker } = idempotent(t)
+  t.equal((await run(service, undefined)).statusCode, 200)
+  t.equal((await run(service, undefined)).headers['idempotent-replayed'], undefined)
+  t.equal(worker.runs, 2)
+  t.throws(() => readIdempotencyKey({ 'idempotency-key': ['a', 'b'] }), { code: 'IDEMPOTENCY_KEY_INVALID', message: 'Send one Idempotency-Key header' })
+  t.equal(readIdempotencyKey({}), undefined)
 })
 
 t.test('without the idempotency option the header is ignored', async (t) => {
