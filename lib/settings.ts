@@ -9,7 +9,7 @@ import type { HealthProbe } from './health-probe.js'
 import { memoryStores } from './stores/memory.js'
 import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from './stores/types.js'
 import type {
-  Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
+  AdminApiOptions, Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
 } from './types.js'
 
 export const DEFAULT_SESSION_TTL_MS = 30 * 60_000
@@ -54,7 +54,7 @@ const ajv = new Ajv({ allErrors: true, strict: false })
 const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
   const missing = methods.filter((m) => typeof (data as Record<string, unknown>)?.[m] !== 'function')
   if (missing.length === 0) return true
-  checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.join(', ')}()`, params: { missing } }]
+  checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m}()`).join(', ')}`, params: { missing } }]
   return false
 }
 ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
@@ -71,9 +71,10 @@ function pointerSegment (key: string): string {
 }
 
 function describe (errors: ErrorObject[] | null | undefined, prefix = ''): string[] {
-  // The unions (adminApi, auth) are checked branch by branch below; their anyOf noise is dropped here.
+  // The unions (adminApi, auth) are checked branch by branch below: at the top level their anyOf noise is
+  // dropped here, but not in the branch's own errors (prefix '/adminApi' or '/auth'), which say what is wrong.
   return (errors ?? [])
-    .filter((e) => e.keyword !== 'anyOf' && !/^\/(adminApi|auth)(\/|$)/.test(prefix + e.instancePath))
+    .filter((e) => e.keyword !== 'anyOf' && !(prefix === '' && /^\/(adminApi|auth)(\/|$)/.test(e.instancePath)))
     .map((e) => {
       const path = prefix + e.instancePath
       if (e.keyword === 'additionalProperties') return `${path}/${pointerSegment(String(e.params.additionalProperty))} is not a known option`
@@ -81,10 +82,19 @@ function describe (errors: ErrorObject[] | null | undefined, prefix = ''): strin
     })
 }
 
-function adminPrefixProblems (prefix: string): string[] {
+const prefixSegment = /^[A-Za-z0-9._~-]+$/
+
+function adminApiProblems (adminApi: AdminApiOptions): string[] {
   const problems: string[] = []
+  // A token with whitespace could never be sent intact in an Authorization header.
+  if (adminApi.bearerToken !== undefined && /\s/.test(adminApi.bearerToken)) problems.push('/adminApi/bearerToken must not contain whitespace')
+  const prefix = adminApi.prefix ?? DEFAULT_ADMIN_PREFIX
   if (!prefix.startsWith('/')) problems.push('/adminApi/prefix must start with "/"')
   if (prefix.endsWith('/')) problems.push('/adminApi/prefix must not end with "/"')
+  else if (prefix.startsWith('/') && !prefix.slice(1).split('/').every((s) => prefixSegment.test(s) && s !== '.' && s !== '..')) {
+    // route syntax (":id", "*"), empty or dot segments would mount the API somewhere else than it says
+    problems.push('/adminApi/prefix must be "/"-separated segments of A-Z a-z 0-9 . _ ~ - (no empty, "." or ".." segment)')
+  }
   for (const taken of ['/v1', '/health', '/docs']) {
     if (prefix === taken || prefix.startsWith(taken + '/')) problems.push(`/adminApi/prefix must not clash with ${taken}`)
   }
@@ -138,7 +148,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   if (adminApi !== undefined) {
     if (typeof adminApi !== 'object' || adminApi === null) problems.push('/adminApi must be true or an object')
     else if (!validateAdminApi(adminApi)) problems.push(...describe(validateAdminApi.errors, '/adminApi'))
-    else problems.push(...adminPrefixProblems((adminApi as { prefix?: string }).prefix ?? DEFAULT_ADMIN_PREFIX))
+    else problems.push(...adminApiProblems(adminApi as AdminApiOptions))
   }
 
   if (options.auth !== undefined) problems.push(...authProblems(options.auth))
@@ -153,8 +163,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   const defaults = memoryStores()
   const auditStore = options.auditStore ?? (adminApi as { auditStore?: AuditStore } | undefined)?.auditStore ?? defaults.auditStore
-  const checkpointStore = options.checkpointStore ?? defaults.checkpointStore
   const admin = adminApi as Exclude<AgentServiceOptions['adminApi'], true | undefined> | undefined
+  // the same rule as the audit store: the service writes where the admin API reads
+  const checkpointStore = options.checkpointStore ?? admin?.checkpointStore ?? defaults.checkpointStore
 
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),

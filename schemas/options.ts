@@ -17,7 +17,8 @@ export const IdempotencyStoreOption = withMethods(['reserve', 'complete', 'relea
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
-  prefix: Type.Optional(Type.String({ default: '/admin', minLength: 1 })),
+  // the rules for prefix (leading "/", no trailing "/", no clash) are checked by lib/settings.ts, each with its own message
+  prefix: Type.Optional(Type.String({ default: '/admin' })),
   bearerToken: Type.Optional(Type.String({ minLength: 1 })),
   auditStore: Type.Optional(AuditStoreOption),
   checkpointStore: Type.Optional(CheckpointStoreOption)
