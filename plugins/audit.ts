@@ -5,14 +5,23 @@ import type { AuditEntry } from '../lib/stores/types.js'
 import type { AgentServiceState } from './core.js'
 import { requestContextOf } from './request-context.js'
 
+const audited = new WeakSet<FastifyRequest>()
+
 /**
- * Writes the request's one audit entry and counts it. Called once per request: by the onResponse
- * hook, or by the SSE route for a hijacked reply (Fastify runs no onResponse hook for those).
+ * Writes the request's one audit entry and counts it: by the onResponse hook, or first by the SSE route
+ * for a hijacked reply (whose onResponse hook runs only when its raw response finishes, if at all).
  */
 export function auditRequest (state: AgentServiceState, request: FastifyRequest, status: number): void {
+  // Fastify 5 runs onResponse for a hijacked reply too (when its raw response finishes): whichever of the
+  // two calls comes first is the request's one entry.
+  if (audited.has(request)) return
+  audited.add(request)
   const context = requestContextOf(request)
   const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
-  state.stats.recordRequest(status, durationMs, context.admin)
+  // The route's config too: a hook of an outer scope (rate limit, drain) may answer an admin request
+  // before the Admin API's own onRequest hook has marked it.
+  const admin = context.admin || request.routeOptions.config.admin === true
+  state.stats.recordRequest(status, durationMs, admin)
   // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
   const entry: AuditEntry = {
     id: randomUUID(),
@@ -33,7 +42,7 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
   if (traceId !== undefined) entry.traceId = traceId
   if (context.idempotencyKey !== undefined) entry.idempotencyKey = context.idempotencyKey
   if (context.replayed !== undefined) entry.replayed = context.replayed
-  if (context.admin) entry.admin = true
+  if (admin) entry.admin = true
   state.audit.write(entry)
 }
 
