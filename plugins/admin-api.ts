@@ -1,0 +1,179 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
+import fp from 'fastify-plugin'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import type { FastifyReply, FastifyRequest, FastifySchema } from 'fastify'
+import { InvalidOptionsError, UnauthorizedError } from '../lib/errors.js'
+import { EventLoopDelayMonitor } from '../lib/event-loop-delay.js'
+import { packageVersion } from '../lib/openapi-options.js'
+import type { AuditQuery } from '../lib/stores/types.js'
+import {
+  AdminAgentList, AdminApprovalList, AdminApprovalsQuery, AdminAuditPage, AdminAuditQuery, AdminCheckpointList,
+  AdminHealth, AdminPageQuery, AdminSessionList, AdminStats
+} from '../schemas/admin.js'
+import { ErrorResponse, errorResponses } from '../schemas/common.js'
+import { RouteIndex, buildNotFoundHandler } from './error-handler.js'
+import { healthReport } from './health.js'
+import { requestContextOf } from './request-context.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Admin API routes: their own bearer token, no service auth, counted apart in the stats */
+    admin?: boolean
+  }
+}
+
+export interface AdminApiPluginOptions {
+  /**
+   * Answers unknown paths (404) and wrong methods (405 with `Allow`) under the prefix. The service passes
+   * its shared one; by default the plugin builds one from its own routes. Either way it runs after this
+   * plugin's hooks, so that a request without the token is a 401 whatever its path or method.
+   */
+  notFoundHandler?: (request: FastifyRequest, reply: FastifyReply) => void
+}
+
+export const DEFAULT_AUDIT_LIMIT = 50
+
+function sha256 (value: string): Buffer {
+  return createHash('sha256').update(value).digest()
+}
+
+/** `4xx` → 400..499, `404` → 404..404 (the store's inclusive range). */
+export function statusRange (status: string): { statusFrom: number, statusTo: number } {
+  const from = Number(status[0]) * 100
+  if (/xx$/i.test(status)) return { statusFrom: from, statusTo: from + 99 }
+  return { statusFrom: Number(status), statusTo: Number(status) }
+}
+
+/**
+ * The read-only operational overlay (contract §10): health, agents, audit, sessions, approvals,
+ * checkpoints and stats, under the prefix it is registered with. Needs the core plugin with
+ * `adminApi` enabled in its options.
+ */
+const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastify, options) => {
+  const state = fastify.agentService
+  const { settings, stats } = state
+  const admin = settings.adminApi
+  if (admin === null) throw new InvalidOptionsError('/adminApi must be { enabled: true } to register the Admin API')
+
+  const routes = new RouteIndex()
+  routes.collect(fastify)
+  // Fastify's 404 context takes a route config (lib/four-oh-four.js reads `opts.config`) though its types do not
+  // say so. Marked admin, a 404 or 405 under the prefix is what an admin route is: no service auth, counted apart.
+  const notFoundOptions = { config: { admin: true } } as Parameters<typeof fastify.setNotFoundHandler>[0] & object
+  fastify.setNotFoundHandler(notFoundOptions, options.notFoundHandler ?? buildNotFoundHandler(routes))
+
+  // Hashing both sides gives equal lengths for timingSafeEqual, so the token's length does not leak either.
+  const expected = admin.bearerToken === null ? null : sha256(admin.bearerToken)
+  if (expected === null) {
+    fastify.log.warn({ prefix: fastify.prefix }, `Admin API at ${fastify.prefix} has no adminApi.bearerToken: anyone who can reach it can read the audit log, sessions, approvals and stats`)
+  }
+
+  fastify.addHook('onRequest', (request, reply, done) => {
+    const context = requestContextOf(request)
+    context.admin = true
+    if (expected === null) return done()
+    const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '')
+    if (match !== null && timingSafeEqual(sha256(match[1]!), expected)) {
+      context.principal = 'admin'
+      return done()
+    }
+    void reply.header('www-authenticate', 'Bearer realm="admin"')
+    done(new UnauthorizedError(match === null ? 'Admin API bearer token required' : 'Invalid Admin API bearer token'))
+  })
+
+  const monitor = new EventLoopDelayMonitor()
+  monitor.start()
+  fastify.addHook('onClose', async () => monitor.stop())
+
+  // Only GET: no HEAD twin, so every other method is a 405 with `Allow: GET`.
+  const route = <S extends FastifySchema>(summary: string, schema: S) => ({
+    exposeHeadRoute: false,
+    config: { admin: true as const },
+    schema: {
+      summary,
+      tags: ['admin'],
+      // service auth does not apply here: only the Admin API's own token (if any)
+      security: expected === null ? [] : [{ adminBearer: [] }],
+      ...schema
+    }
+  })
+  const errors = (...statuses: number[]): ReturnType<typeof errorResponses> => errorResponses(...statuses, 401, 429, 503)
+
+  fastify.get('/health', route('Deep health: process, event loop, database', {
+    response: { 200: AdminHealth, 503: Type.Union([AdminHealth, ErrorResponse], { description: 'Degraded, or shutting down' }), ...errorResponses(401, 429) }
+  }), async (_request, reply) => {
+    const report = await healthReport(settings.dbProbe, settings.healthTimeoutMs)
+    const memory = process.memoryUsage()
+    const body: AdminHealth = {
+      status: report.status,
+      uptimeSeconds: Math.floor((Date.now() - Date.parse(state.startedAt)) / 1000),
+      startedAt: state.startedAt,
+      version: packageVersion,
+      process: {
+        pid: process.pid,
+        node: process.version,
+        platform: process.platform,
+        arch: process.arch,
+        memory: { rss: memory.rss, heapTotal: memory.heapTotal, heapUsed: memory.heapUsed, external: memory.external },
+        eventLoopDelayMs: monitor.read()
+      },
+      checks: report.checks
+    }
+    return reply.code(report.status === 'ok' ? 200 : 503).send(body)
+  })
+
+  fastify.get('/agents', route('Agents with their figures', {
+    response: { 200: AdminAgentList, ...errors() }
+  }), async (): Promise<AdminAgentList> => ({
+    agents: [...settings.agents].map(([name, agent]) => {
+      const figures = stats.agent(name)
+      return {
+        name,
+        description: agent.description ?? '',
+        metadata: agent.metadata ?? {},
+        stats: { runs: figures.runs, failed: figures.failed, inFlight: figures.inFlight, tokens: figures.tokens }
+      }
+    })
+  }))
+
+  fastify.get('/audit', route('The audit log, most recent first, by cursor', {
+    querystring: AdminAuditQuery,
+    response: { 200: AdminAuditPage, ...errors(400) }
+  }), async (request) => {
+    const { limit = DEFAULT_AUDIT_LIMIT, cursor, agent, status } = request.query
+    const query: AuditQuery = { limit }
+    if (cursor !== undefined) query.cursor = cursor
+    if (agent !== undefined) query.agent = agent
+    if (status !== undefined) Object.assign(query, statusRange(status))
+    return admin.auditStore.query(query)
+  })
+
+  fastify.get('/sessions', route('Active (unexpired) sessions, most recently active first', {
+    querystring: AdminPageQuery,
+    response: { 200: AdminSessionList, ...errors(400) }
+  }), async (request) => {
+    const { limit = DEFAULT_AUDIT_LIMIT, cursor } = request.query
+    return settings.sessionStore.list(cursor === undefined ? { limit } : { limit, cursor })
+  })
+
+  fastify.get('/approvals', route('Pending approvals, oldest first', {
+    querystring: AdminApprovalsQuery,
+    response: { 200: AdminApprovalList, ...errors(400) }
+  }), async (request) => ({ approvals: await settings.approvalStore.listPending(request.query) }))
+
+  fastify.get('/checkpoints', route('Resumable runs\' checkpoints, without their state', {
+    response: { 200: AdminCheckpointList, ...errors() }
+  }), async () => ({ checkpoints: await admin.checkpointStore.list() }))
+
+  fastify.get('/stats', route('Service figures since start', {
+    response: { 200: AdminStats, ...errors() }
+  }), async (): Promise<AdminStats> => stats.snapshot())
+}
+
+/**
+ * Register with `{ prefix: settings.adminApi.prefix }`; the service does so when `adminApi` is enabled.
+ * encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check.
+ */
+export const adminApiPlugin = fp(adminApi, { fastify: '5.x', name: 'fastify-agents-admin-api', dependencies: ['fastify-agents-core'], encapsulate: true })
+export default adminApiPlugin

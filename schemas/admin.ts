@@ -1,0 +1,164 @@
+// The Admin API's records (contract §10). Every response is serialized through these schemas, so a
+// field that is not listed here never leaves the process, whatever a store or the stats hand over.
+import { Type } from '@sinclair/typebox'
+import type { Static } from '@sinclair/typebox'
+import { Metadata } from './common.js'
+import { DbCheck } from './health.js'
+import { Session } from './sessions.js'
+
+const Count = Type.Integer({ minimum: 0 })
+const DateTime = Type.String({ format: 'date-time' })
+const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
+const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
+const Limit = Type.Integer({ minimum: 1, maximum: 500, default: 50 })
+
+const Percentiles = Type.Object({ p50: Type.Number(), p95: Type.Number(), p99: Type.Number() }, { description: 'milliseconds' })
+const Tokens = Type.Object({ input: Count, output: Count, total: Count })
+
+export const AdminHealth = Type.Object({
+  status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')]),
+  uptimeSeconds: Count,
+  startedAt: DateTime,
+  version: Type.String({ description: 'the fastify-agents version' }),
+  process: Type.Object({
+    pid: Type.Integer(),
+    node: Type.String({ description: 'process.version' }),
+    platform: Type.String(),
+    arch: Type.String(),
+    memory: Type.Object({ rss: Count, heapTotal: Count, heapUsed: Count, external: Count }, { description: 'bytes' }),
+    eventLoopDelayMs: Type.Object({ p50: Type.Number(), p99: Type.Number() }, { description: 'over the last minute or so' })
+  }),
+  checks: Type.Object({ db: Type.Optional(DbCheck) })
+})
+export type AdminHealth = Static<typeof AdminHealth>
+
+export const AdminAgentStats = Type.Object({ runs: Count, failed: Count, inFlight: Count, tokens: Tokens })
+
+export const AdminAgentList = Type.Object({
+  agents: Type.Array(Type.Object({
+    name: Type.String(),
+    description: Type.String(),
+    metadata: Metadata,
+    stats: AdminAgentStats
+  }))
+})
+export type AdminAgentList = Static<typeof AdminAgentList>
+
+export const AdminAuditQuery = Type.Object({
+  limit: Type.Optional(Limit),
+  cursor: Type.Optional(Cursor),
+  agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  status: Type.Optional(Type.String({ pattern: '^[1-5]([0-9]{2}|[xX]{2})$', description: 'one status (`404`) or a class (`4xx`)' }))
+}, { additionalProperties: false })
+export type AdminAuditQuery = Static<typeof AdminAuditQuery>
+
+export const AdminAuditEntry = Type.Object({
+  id: Type.String({ description: 'the service\'s own id; never the client\'s X-Request-ID' }),
+  at: DateTime,
+  requestId: Type.String(),
+  method: Type.String(),
+  route: Type.String({ description: 'the route pattern; empty for unknown routes' }),
+  url: Type.String(),
+  status: Type.Integer(),
+  durationMs: Type.Number(),
+  principal: Type.String(),
+  ip: Type.String(),
+  agent: Type.Optional(Type.String()),
+  runId: Type.Optional(Type.String()),
+  sessionId: Type.Optional(Type.String()),
+  traceId: Type.Optional(Type.String()),
+  idempotencyKey: Type.Optional(Type.String()),
+  replayed: Type.Optional(Type.Boolean()),
+  admin: Type.Optional(Type.Boolean({ description: 'an Admin API request (counted apart from the service\'s figures)' }))
+})
+
+export const AdminAuditPage = Type.Object({
+  entries: Type.Array(AdminAuditEntry, { description: 'most recent first' }),
+  nextCursor: NextCursor
+})
+export type AdminAuditPage = Static<typeof AdminAuditPage>
+
+export const AdminPageQuery = Type.Object({
+  limit: Type.Optional(Limit),
+  cursor: Type.Optional(Cursor)
+}, { additionalProperties: false })
+export type AdminPageQuery = Static<typeof AdminPageQuery>
+
+export const AdminSessionList = Type.Object({
+  sessions: Type.Array(Session, { description: 'unexpired, most recently active first' }),
+  nextCursor: NextCursor
+})
+
+export const AdminApprovalsQuery = Type.Object({
+  agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  runId: Type.Optional(Type.String({ minLength: 1, maxLength: 128 }))
+}, { additionalProperties: false })
+export type AdminApprovalsQuery = Static<typeof AdminApprovalsQuery>
+
+export const AdminApproval = Type.Object({
+  id: Type.String(),
+  runId: Type.String(),
+  agent: Type.String(),
+  sessionId: Type.String(),
+  principal: Type.String(),
+  action: Type.String(),
+  payload: Type.Unknown(),
+  reason: Type.Union([Type.String(), Type.Null()]),
+  status: Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired'), Type.Literal('cancelled')]),
+  requestedAt: DateTime,
+  expiresAt: DateTime,
+  decision: Type.Optional(Type.Object({
+    approved: Type.Boolean(),
+    comment: Type.Union([Type.String(), Type.Null()]),
+    decidedBy: Type.Union([Type.String(), Type.Null()]),
+    decidedAt: DateTime
+  }))
+})
+
+export const AdminApprovalList = Type.Object({
+  approvals: Type.Array(AdminApproval, { description: 'pending and unexpired, oldest first' })
+})
+
+export const AdminCheckpointList = Type.Object({
+  checkpoints: Type.Array(Type.Object({
+    runId: Type.String(),
+    agent: Type.String(),
+    sessionId: Type.String(),
+    step: Type.Integer({ minimum: 1 }),
+    createdAt: DateTime,
+    updatedAt: DateTime,
+    bytes: Type.Integer({ minimum: 0, description: 'size of the JSON-encoded state (the state itself is not shown)' })
+  }), { description: 'runs that have not completed (resumable), most recently updated first' })
+})
+
+export const AdminAgentFigures = Type.Object({
+  runs: Count,
+  completed: Count,
+  failed: Count,
+  inFlight: Count,
+  tokens: Tokens,
+  latencyMs: Percentiles
+})
+
+export const AdminStats = Type.Object({
+  since: DateTime,
+  uptimeSeconds: Count,
+  requests: Type.Object({
+    total: Count,
+    byStatus: Type.Object({ '2xx': Count, '3xx': Count, '4xx': Count, '5xx': Count })
+  }, { description: 'service requests; Admin API requests are counted in `admin` only' }),
+  errors: Type.Integer({ minimum: 0, description: 'responses with status >= 500 plus streamed runs that ended in run.failed' }),
+  runs: Type.Object({
+    started: Count,
+    completed: Count,
+    failed: Count,
+    timedOut: Type.Integer({ minimum: 0, description: 'the part of `failed` that hit requestTimeoutMs' }),
+    inFlight: Count
+  }),
+  tokens: Tokens,
+  latencyMs: Percentiles,
+  admin: Type.Object({ requests: Count }),
+  auditFailures: Type.Integer({ minimum: 0, description: 'audit entries lost because the audit store failed' }),
+  agents: Type.Record(Type.String(), AdminAgentFigures)
+})
+export type AdminStats = Static<typeof AdminStats>
