@@ -56,7 +56,8 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
   let closing: Promise<void> | null = null
 
   async function drain (drainTimeoutMs: number): Promise<void> {
-    app.agentService.drainTimeoutMs = drainTimeoutMs
+    // before ready() the plugins have not loaded yet: there is nothing in flight to drain
+    if (app.hasDecorator('agentService')) app.agentService.drainTimeoutMs = drainTimeoutMs
     const server = app.server
     let serverClosed: Promise<void> = Promise.resolve()
     if (server.listening) {
