@@ -21,6 +21,7 @@ import { idempotencyPlugin } from './idempotency.js'
 import { rateLimitPlugin } from './rate-limit.js'
 import { requestContextPlugin } from './request-context.js'
 import { sessionsPlugin } from './sessions.js'
+import { websocketPlugin } from './websocket.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -91,6 +92,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(agentsPlugin)
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
+    if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 
   if (settings.adminApi !== null) {

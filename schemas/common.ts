@@ -37,6 +37,7 @@ const errorDescriptions: Record<number, string> = {
   413: 'Body too large',
   415: 'Unsupported content type',
   422: 'Idempotency key reused with another body',
+  426: 'Upgrade required (a WebSocket route asked without an upgrade)',
   429: 'Rate limited',
   500: 'Internal error',
   503: 'Unavailable (shutting down, or degraded)',
