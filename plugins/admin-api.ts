@@ -82,6 +82,14 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     done(new UnauthorizedError(match === null ? 'Admin API bearer token required' : 'Invalid Admin API bearer token'))
   })
 
+  // §10's source rule taken literally: with both options set to different stores, the admin API reads one the
+  // service never writes to. Legal, but almost certainly not what was meant: say so once.
+  for (const name of ['auditStore', 'checkpointStore'] as const) {
+    if (admin[name] !== settings[name]) {
+      fastify.log.warn({ option: `adminApi.${name}` }, `adminApi.${name} is not the service's ${name}: the Admin API will not show what the service writes`)
+    }
+  }
+
   const monitor = new EventLoopDelayMonitor()
   monitor.start()
   fastify.addHook('onClose', async () => monitor.stop())

@@ -132,6 +132,25 @@ t.test('end to end: entries written through adminApi.auditStore are read back by
   t.equal(page.entries[0].route, '/v1/agents')
 })
 
+t.test('two different audit or checkpoint stores: a warning, since the admin API would not see the service\'s writes', async (t) => {
+  const { logger, lines } = capturingLogger()
+  const service = build(t, {
+    logger,
+    auditStore: new MemoryAuditStore(),
+    checkpointStore: new MemoryCheckpointStore(),
+    adminApi: { enabled: true, bearerToken: 'x', auditStore: new MemoryAuditStore(), checkpointStore: new MemoryCheckpointStore() }
+  })
+  await service.app.ready()
+  const warned = lines.filter((l) => /is not the service's/.test(String(l.msg))).map((l) => l.option)
+  t.same(warned, ['adminApi.auditStore', 'adminApi.checkpointStore'])
+
+  const same = new MemoryAuditStore()
+  const quiet = capturingLogger()
+  const agreeing = build(t, { logger: quiet.logger, auditStore: same, adminApi: { enabled: true, bearerToken: 'x', auditStore: same } })
+  await agreeing.app.ready()
+  t.equal(quiet.lines.filter((l) => l.level === 40).length, 0, 'the same store twice is fine')
+})
+
 t.test('disabled: the admin paths do not exist', async (t) => {
   for (const adminApi of [undefined, { enabled: false }, { prefix: '/ops', bearerToken: 'secret' }]) {
     const service = build(t, adminApi === undefined ? {} : { adminApi })
