@@ -406,7 +406,7 @@ t.test('a host app that mounted @fastify/websocket itself keeps it; ours shares 
   const app = Fastify({ logger: false })
   await app.register(fastifyWebsocket)
   app.get('/host-ws', { websocket: true }, (socket) => { socket.send('host') })
-  await app.register(fastifyAgents, { agents: { echo }, websocket: true })
+  await app.register(fastifyAgents, { agents: { echo, slow }, websocket: true })
   await app.listen({ port: 0, host: '127.0.0.1' })
   t.teardown(() => app.close())
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
@@ -420,7 +420,13 @@ t.test('a host app that mounted @fastify/websocket itself keeps it; ours shares 
   const message = await new Promise<string>((resolve) => host.once('message', (data) => resolve(String(data))))
   t.equal(message, 'host')
   host.close()
-  ws.socket.close()
+
+  // the host's preClose (registered first) closes every socket at once: the run is cancelled, not drained
+  ws.send({ type: 'run.start', ref: 's', agent: 'slow', input: { ms: 60_000 } })
+  await ws.next(ofRef('s', 'run.started'))
+  await app.close()
+  t.equal((await ws.closed).code, 1005)
+  t.notOk(ws.frames.some((f) => f.ref === 's' && f.data?.error?.code === 'SHUTDOWN'))
 })
 
 t.test('the heartbeat pings every socket; one that missed the previous pong is cut', async (t) => {
