@@ -70,3 +70,26 @@ t.test('a run that completes leaves its signal, if anyone asks, not aborted', as
   run.abort('CANCELLED')
   t.notOk(run.signal.aborted, 'aborting a settled run does nothing')
 })
+
+t.test('ctx.signal is an own enumerable property: a spread ctx carries the same signal', async (t) => {
+  let ctx: RunContext | undefined
+  const run = runOf({ run: async (_input, c) => { ctx = c; return { output: 'ok' } } })
+  run.start()
+  await run.done
+  t.ok(Object.keys(ctx!).includes('signal'))
+  const copy = { ...ctx! }
+  t.equal(copy.signal, run.signal)
+  t.equal(Object.create(ctx!).signal, run.signal, 'read through a derived object too')
+})
+
+t.test('an agent that throws synchronously or resolves to something else fails the run', async (t) => {
+  const thrown = runOf({ run () { throw new Error('sync') } })
+  thrown.start()
+  const a = await thrown.done
+  t.equal(a.status, 'failed')
+  t.equal(a.status === 'failed' && a.code, 'AGENT_ERROR')
+  const wrong = runOf({ run: async () => 42 as never })
+  wrong.start()
+  const b = await wrong.done
+  t.equal(b.status === 'failed' && (b.error as Error).message, 'Agent "a" must resolve to { output }')
+})
