@@ -40,25 +40,31 @@ function wantsStream (request: FastifyRequest, stream: boolean | undefined): boo
   return request.headers.accept?.includes('text/event-stream') === true
 }
 
-/** Streams a run as Server-Sent Events; resolves when the stream has ended. */
-async function streamRun (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun): Promise<void> {
+/**
+ * Streams a run as Server-Sent Events. Returns at once: the end of the stream hangs off `run.done`, so
+ * that an open stream holds no suspended handler frames (the bench's heap per idle stream).
+ */
+function streamRun (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun): void {
   reply.hijack()
   // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
   const stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
   state.heartbeat.add(stream)
+  // only the terminal event matters to idempotency: keeping every latest event would hold run.started
+  // (and its data) for as long as an idle stream stays open
   let final: RunEvent | undefined
   run.onEvent((event) => {
-    final = event
+    if (event.type === 'run.completed' || event.type === 'run.failed') final = event
     stream.send(event)
   })
-  reply.raw.once('close', () => run.abort('CANCELLED'))
+  reply.raw.on('close', () => run.abort('CANCELLED'))
   run.start()
-  await run.done
-  // an idempotency key's record is written before the stream ends: a retry after the end is a replay
-  await settleStreamedRun(request, final)
-  state.heartbeat.delete(stream)
-  stream.end()
-  auditRequest(state, request, 200)
+  void run.done.then(async () => {
+    // an idempotency key's record is written before the stream ends: a retry after the end is a replay
+    await settleStreamedRun(request, final)
+    state.heartbeat.delete(stream)
+    stream.end()
+    auditRequest(state, request, 200)
+  })
 }
 
 const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) => {
@@ -112,7 +118,10 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       metadata: body.metadata
     }, streamed, context)
 
-    if (streamed) return streamRun(state, request, reply, run) as Promise<undefined>
+    if (streamed) {
+      streamRun(state, request, reply, run)
+      return undefined
+    }
 
     const abortOnClose = (): void => { if (!reply.raw.writableFinished) run.abort('CANCELLED') }
     reply.raw.once('close', abortOnClose)
