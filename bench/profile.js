@@ -1,4 +1,5 @@
-// CPU profile of a bench server under load: `node bench/profile.js [preset] [path]` (after `npm run build`).
+// CPU profile of a bench server under load: `node bench/profile.js [preset]` (after `npm run build`),
+// or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier.
 //   preset: default (JSON echo run, the default), full, sse (100-delta SSE run), or bare (bare Fastify)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
@@ -27,6 +28,8 @@ if (pinLoadGenerator()) await main()
 
 async function main () {
   const name = process.argv[2] ?? 'default'
+  // `node bench/profile.js some.cpuprofile`: summarise a profile taken earlier
+  if (name.endsWith('.cpuprofile')) return summarise(name, Number(process.env.PROFILE_TOP ?? 40))
   const preset = presets[name]
   if (preset === undefined) throw new Error(`unknown preset ${name}; one of ${Object.keys(presets).join(', ')}`)
   const seconds = Number(process.env.BENCH_DURATION ?? 10)
@@ -60,7 +63,7 @@ function place (callFrame) {
   return relative(ROOT, path)
 }
 
-export function summarise (file, top) {
+function summarise (file, top) {
   const profile = JSON.parse(readFileSync(file, 'utf8'))
   const byId = new Map(profile.nodes.map((n) => [n.id, n]))
   const selfTicks = new Map()

@@ -6,10 +6,12 @@
 //   <- { id, type: 'stop' }              -> { id, result: { auditCount? } }, then exits
 //   <- { id, type: 'profile-start' }     starts the CPU profiler (bench/profile.js)
 //   <- { id, type: 'profile-stop', arg } writes the .cpuprofile to the path `arg`
+//   <- { id, type: 'snapshot', arg }     writes a heap snapshot to the path `arg` (after a full GC)
 import http from 'node:http'
 import { randomUUID } from 'node:crypto'
 import Fastify from 'fastify'
 import { writeFileSync } from 'node:fs'
+import v8 from 'node:v8'
 import { Session } from 'node:inspector/promises'
 import { WebSocketServer } from 'ws'
 import { benchAgents } from './agents.js'
@@ -68,6 +70,7 @@ function rawSse () {
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
     let seq = 0
     res.write(sseEvent(++seq, 'run.started', { runId: RUN_ID, agent: 'ticker', sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID }))
+    if (req.url === '/v1/agents/idle/runs') return holdIdle(res)
     let text = ''
     for (let i = 0; i < deltas && open; i++) {
       await tick()
@@ -77,6 +80,14 @@ function rawSse () {
     if (!open) return
     res.end(sseEvent(++seq, 'run.completed', { ...echoResult(text), agent: 'ticker' }))
   })
+}
+
+// Idle streams get the service's heartbeat: one interval for all, a `: ping` comment every 15 s.
+const idleStreams = new Set()
+setInterval(() => { for (const res of idleStreams) res.write(': ping\n\n') }, 15_000).unref()
+function holdIdle (res) {
+  idleStreams.add(res)
+  res.on('close', () => idleStreams.delete(res))
 }
 
 /** A `ws` server speaking the run protocol of /v1/ws for ticker runs (no validation, no sessions). */
@@ -108,6 +119,13 @@ function rawWs () {
 function bareFastify () {
   const app = Fastify({ logger: false })
   app.post('/v1/agents/:name/runs', async (request) => echoResult(request.body.input))
+  // an idle SSE stream through a hijacked reply, the way the service streams
+  app.post('/v1/agents/idle/runs', async (request, reply) => {
+    reply.hijack()
+    reply.raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
+    reply.raw.write(sseEvent(1, 'run.started', { runId: RUN_ID, agent: 'idle', sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID }))
+    holdIdle(reply.raw)
+  })
   return app
 }
 
@@ -115,6 +133,8 @@ async function serviceOptions (preset) {
   const lib = await import('fastify-agents')
   switch (preset.name) {
     case 'default': return {}
+    // sessions expire after a second, so the memory session store stops growing during a round
+    case 'short-sessions': return { sessionTtlMs: 1000 }
     case 'full': return {
       auth: { strategy: 'api-key', keys: [preset.apiKey] },
       rateLimit: { maxRequests: 1_000_000_000, intervalMs: 60_000 },
@@ -130,7 +150,7 @@ async function serviceOptions (preset) {
 
 let stop
 let profiler
-let stats = () => ({})
+let stats = () => ({ runs: idleStreams.size, streams: idleStreams.size })
 
 if (spec.kind === 'service') {
   const { createAgentService } = await import('fastify-agents')
@@ -184,6 +204,9 @@ process.on('message', async (message) => {
       const { profile } = await profiler.post('Profiler.stop')
       profiler.disconnect()
       writeFileSync(message.arg, JSON.stringify(profile))
+    } else if (message.type === 'snapshot') {
+      globalThis.gc()
+      v8.writeHeapSnapshot(message.arg)
     } else if (message.type === 'stats') {
       result = stats()
     } else if (message.type === 'stop') {
