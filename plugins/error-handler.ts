@@ -60,7 +60,7 @@ export class RouteIndex {
   collect (fastify: FastifyInstance): void {
     fastify.addHook('onRoute', (route) => {
       // A catch-all (@fastify/cors' `OPTIONS *`) names no path: it must not turn every unknown path into a 405.
-      if (route.url === '*' || route.url.endsWith('/*')) return
+      if (route.url.endsWith('*')) return
       this.add(route.url, route.method)
     })
   }
