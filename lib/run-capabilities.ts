@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { AgentRun, RunCapabilities } from './runner.js'
+import { iso } from './stores/common.js'
 import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from './stores/types.js'
 import type { ApprovalRequest, Decision } from './types.js'
 
@@ -88,7 +89,7 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
   }
 
   async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<void> {
-    const at = new Date().toISOString()
+    const at = iso(Date.now())
     await sessionStore.appendTurn(run.sessionId, [
       { role: 'user', content: run.options.input, runId: run.runId, at },
       { role: 'assistant', content: result.output, runId: run.runId, at }

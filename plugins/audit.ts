@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+import { iso } from '../lib/stores/common.js'
 import type { AuditEntry } from '../lib/stores/types.js'
 import type { AgentServiceState } from './core.js'
 import { requestContextOf } from './request-context.js'
@@ -25,7 +26,7 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
   // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
   const entry: AuditEntry = {
     id: randomUUID(),
-    at: new Date().toISOString(),
+    at: iso(Date.now()),
     requestId: context.requestId,
     method: request.method,
     route: request.routeOptions.url ?? '',
