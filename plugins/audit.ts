@@ -6,22 +6,23 @@ import type { AuditEntry } from '../lib/stores/types.js'
 import type { AgentServiceState } from './core.js'
 import { requestContextOf } from './request-context.js'
 
-const audited = new WeakSet<FastifyRequest>()
-
 /**
  * Writes the request's one audit entry and counts it: by the onResponse hook, or first by the SSE route
  * for a hijacked reply (whose onResponse hook runs only when its raw response finishes, if at all).
  */
 export function auditRequest (state: AgentServiceState, request: FastifyRequest, status: number): void {
   // Fastify 5 runs onResponse for a hijacked reply too (when its raw response finishes): whichever of the
-  // two calls comes first is the request's one entry.
-  if (audited.has(request)) return
-  audited.add(request)
+  // two calls comes first is the request's one entry. (A flag on the context, not a WeakSet of requests:
+  // one weak entry per request is work for every garbage collection.)
   const context = requestContextOf(request)
+  if (context.audited) return
+  context.audited = true
   const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
+  // routeOptions is a getter that builds a new object on every read: read it once
+  const route = request.routeOptions
   // The route's config too: a hook of an outer scope (rate limit, drain) may answer an admin request
   // before the Admin API's own onRequest hook has marked it.
-  const admin = context.admin || request.routeOptions.config.admin === true
+  const admin = context.admin || route.config.admin === true
   state.stats.recordRequest(status, durationMs, admin)
   // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
   const entry: AuditEntry = {
@@ -29,7 +30,7 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
     at: iso(Date.now()),
     requestId: context.requestId,
     method: request.method,
-    route: request.routeOptions.url ?? '',
+    route: route.url ?? '',
     url: request.url,
     status,
     durationMs,

@@ -18,6 +18,8 @@ export class RequestContext {
   replayed: boolean | undefined
   /** Admin API requests are audited like any other but counted apart */
   admin = false
+  /** set by the request's one audit entry (plugins/audit.ts) */
+  audited = false
   #traceparent: unknown
   #tracestate: unknown
   #trace: TraceContext | null = null
