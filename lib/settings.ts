@@ -70,10 +70,11 @@ function pointerSegment (key: string): string {
   return key.replace(/~/g, '~0').replace(/\//g, '~1')
 }
 
+/** `errors` of a validator that just failed (Ajv always sets them then). */
 function describe (errors: ErrorObject[] | null | undefined, prefix = ''): string[] {
   // The unions (adminApi, auth) are checked branch by branch below: at the top level their anyOf noise is
   // dropped here, but not in the branch's own errors (prefix '/adminApi' or '/auth'), which say what is wrong.
-  return (errors ?? [])
+  return (errors as ErrorObject[])
     .filter((e) => e.keyword !== 'anyOf' && !(prefix === '' && /^\/(adminApi|auth)(\/|$)/.test(e.instancePath)))
     .map((e) => {
       const path = prefix + e.instancePath

@@ -1,6 +1,10 @@
+import { join } from 'node:path'
 import t from 'tap'
-import type { AuditEntry } from '../lib/stores/types.js'
+import type { Test } from 'tap'
 import type { AgentService } from '../lib/service.js'
+import { sqliteStores } from '../lib/stores/sqlite.js'
+import type { AuditEntry } from '../lib/stores/types.js'
+import type { AgentServiceOptions } from '../lib/types.js'
 import { build } from './helper.js'
 
 /** Waits for the responses' onResponse hooks and then for the audit writer to append. */
@@ -123,8 +127,17 @@ t.test('ring buffer: the default memory store keeps the latest 500', async (t) =
   t.equal(await service.app.agentService.settings.auditStore.count(), 500)
 })
 
-t.test('cursor paging: no duplicates and no gaps while new requests arrive', async (t) => {
-  const service = build(t, { adminApi: { enabled: true } })
+const backends: Array<[string, (t: Test) => Partial<AgentServiceOptions>]> = [
+  ['memory', () => ({})],
+  ['sqlite', (t) => {
+    const stores = sqliteStores(join(t.testdir(), 'audit.db'))
+    t.teardown(() => stores.auditStore.close?.())
+    return { auditStore: stores.auditStore }
+  }]
+]
+
+for (const [backend, storeOptions] of backends) t.test(`cursor paging (${backend}): no duplicates and no gaps while new requests arrive`, async (t) => {
+  const service = build(t, { ...storeOptions(t), adminApi: { enabled: true } })
   const app = service.app
   for (let i = 0; i < 120; i++) {
     await app.inject(i % 3 === 0 ? '/v1/agents/nope' : { method: 'POST', url: '/v1/agents/echo/runs', payload: { input: i } })
