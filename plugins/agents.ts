@@ -123,11 +123,11 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       return undefined
     }
 
-    const abortOnClose = (): void => { if (!reply.raw.writableFinished) run.abort('CANCELLED') }
-    reply.raw.once('close', abortOnClose)
+    // Stays after the run: abort() of a settled run does nothing, and once() + off() per request cost more
+    // (a bound wrapper, a listener search) than a listener left on a response that is about to end.
+    reply.raw.on('close', () => { if (!reply.raw.writableFinished) run.abort('CANCELLED') })
     run.start()
     const outcome = await run.done
-    reply.raw.off('close', abortOnClose)
     if (outcome.status === 'completed') return outcome.result
     throw failureOf(outcome, run)
   })
