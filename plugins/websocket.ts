@@ -204,7 +204,8 @@ class Connection {
   }
 
   #failed (ref: WsRef | undefined, error: unknown): void {
-    const coded = error as { code?: unknown, statusCode?: unknown, message?: unknown }
+    // Object(): whatever was thrown (an Error, a string, even undefined) can be read without throwing again
+    const coded = Object(error) as { code?: unknown, statusCode?: unknown, message?: unknown }
     if (typeof coded.statusCode === 'number' && coded.statusCode < 500 && typeof coded.code === 'string') {
       return this.#error(ref, coded.code as ErrorCode, String(coded.message))
     }

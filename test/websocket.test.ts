@@ -257,10 +257,16 @@ t.test('a store failure while starting: INTERNAL_ERROR, message per exposeErrors
       throw 'not even an Error' // eslint-disable-line no-throw-literal
     }
   }
+  class Nothing extends MemorySessionStore {
+    override async create (): Promise<SessionRecord> {
+      throw undefined // eslint-disable-line no-throw-literal
+    }
+  }
   const cases: Array<[MemorySessionStore, boolean, string]> = [
     [new Down(), false, 'Internal Server Error'],
     [new Down(), true, 'sessions table is gone'],
-    [new Weird(), true, 'not even an Error']
+    [new Weird(), true, 'not even an Error'],
+    [new Nothing(), false, 'Internal Server Error']
   ]
   for (const [sessionStore, exposeErrors, message] of cases) {
     const { url } = await listen(t, { agents: { echo }, websocket: true, sessionStore, exposeErrors })
