@@ -6,6 +6,7 @@ import { MemoryAuditStore, MemorySessionStore } from '../lib/stores/memory.js'
 import type { ApprovalRecord, AuditEntry, AuditPage, AuditQuery } from '../lib/stores/types.js'
 import type { Agent } from '../lib/types.js'
 import { build, echo, sleep } from './helper.js'
+import { nowSeconds, signJwt } from './helpers/jwt.js'
 
 const TOKEN = 'admin-secret-token'
 const auth = { authorization: `Bearer ${TOKEN}` }
@@ -106,6 +107,18 @@ t.test('service api-key auth does not apply to admin routes, and the admin token
   t.equal((await app.inject({ url: '/v1/agents', headers: { 'x-api-key': 'service-key' } })).statusCode, 200)
   // both at once: each side takes its own
   t.equal((await app.inject({ url: '/admin/stats', headers: { ...auth, 'x-api-key': 'service-key' } })).statusCode, 200)
+})
+
+t.test('JWT service auth does not apply to admin routes either, and the admin token is no JWT', async (t) => {
+  const secret = 'a-long-enough-hmac-secret-for-hs256-tests'
+  const service = build(t, { auth: { strategy: 'jwt', secret }, adminApi: { enabled: true, bearerToken: TOKEN } })
+  const jwt = signJwt({ sub: 'operator', roles: ['agents:run', 'approvals:read'], exp: nowSeconds() + 60 }, { alg: 'HS256', secret })
+  t.equal((await service.app.inject({ url: '/v1/agents', headers: { authorization: `Bearer ${jwt}` } })).statusCode, 200)
+  const withJwt = await service.app.inject({ url: '/admin/approvals', headers: { authorization: `Bearer ${jwt}` } })
+  t.equal(withJwt.statusCode, 401, 'a valid service token opens nothing here')
+  t.equal(withJwt.headers['www-authenticate'], 'Bearer realm="admin"')
+  t.equal((await service.app.inject({ url: '/admin/approvals', headers: auth })).statusCode, 200, 'no role needed: the admin token is enough')
+  t.equal((await service.app.inject({ url: '/v1/approvals', headers: auth })).statusCode, 401)
 })
 
 t.test('no bearerToken: open to anyone', async (t) => {
