@@ -30,7 +30,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
       summary: 'List pending approvals',
       tags: ['approvals'],
       querystring: ApprovalListQuery,
-      response: { 200: ApprovalList, ...errorResponses(400, 401, 403, 429, 503) }
+      response: { 200: ApprovalList, ...errorResponses(400, 401, 403, 429, 500, 503) }
     }
   }, async (request) => {
     const { agent, runId } = request.query
@@ -43,7 +43,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
       summary: 'Get one approval, whatever its status',
       tags: ['approvals'],
       params: ApprovalParams,
-      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 429, 503) }
+      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const approval = await store.get(request.params.id)
@@ -63,7 +63,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
       tags: ['approvals'],
       params: ApprovalParams,
       body: DecideApprovalRequest,
-      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 503) }
+      response: { 200: Approval, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const id = request.params.id

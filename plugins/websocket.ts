@@ -276,7 +276,7 @@ const websocket: FastifyPluginAsyncTypebox<WebsocketPluginOptions> = async (fast
       tags: ['agents'],
       response: {
         101: { type: 'null', description: 'Switching Protocols: the connection is a WebSocket from now on' },
-        ...errorResponses(401, 403, 404, 426, 429, 503)
+        ...errorResponses(401, 403, 426, 429, 500, 503)
       }
     },
     preHandler (request, reply, done) {

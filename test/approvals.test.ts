@@ -392,3 +392,21 @@ t.test('a decision is not a run: deciding needs nothing from the run but the sto
   t.same(Object.keys(res.json()).sort(), ['action', 'agent', 'decision', 'expiresAt', 'id', 'payload', 'principal', 'reason', 'requestedAt', 'runId', 'sessionId', 'status'])
   t.same(res.json().payload, { a: [1, 'b'] })
 })
+
+t.test('a failing approval store: 500 in the contract shape on every route, the message hidden', async (t) => {
+  class Down extends MemoryApprovalStore {
+    override async listPending (): Promise<ApprovalRecord[]> { throw new Error('db down: password=hunter2') }
+    override async get (): Promise<ApprovalRecord | null> { throw new Error('db down: password=hunter2') }
+    override async decide (): Promise<never> { throw new Error('db down: password=hunter2') }
+  }
+  const { app } = build(t, { approvalStore: new Down() })
+  for (const res of [
+    await app.inject({ method: 'GET', url: '/v1/approvals' }),
+    await app.inject({ method: 'GET', url: '/v1/approvals/a' }),
+    await app.inject({ method: 'POST', url: '/v1/approvals/a', payload: { approved: true } })
+  ]) {
+    t.equal(res.statusCode, 500)
+    t.same(Object.keys(res.json()).sort(), ['error', 'message', 'requestId', 'statusCode', 'traceId'])
+    t.equal(res.json().message, 'Internal Server Error')
+  }
+})
