@@ -16,10 +16,10 @@ import type { Agent, AgentServiceOptions } from './types.js'
 
 export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]
-                       [--redis redis://…] [--admin-token T] [--api-key K]... [--drain-timeout 30000] [--pretty]
+                       [--redis redis://…] [--admin-token T] [--api-key K]... [--websocket] [--drain-timeout 30000] [--pretty]
   fastify-agents openapi [--agents ./agents.js] [--out openapi.json]
 
-Environment: PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated), DRAIN_TIMEOUT_MS.`
+Environment: PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated), WEBSOCKET=true, DRAIN_TIMEOUT_MS.`
 
 /** The serve command's settings, from flags first and environment variables second. */
 export interface ServeFlags {
@@ -30,6 +30,7 @@ export interface ServeFlags {
   adminToken?: string | undefined
   apiKeys?: string[] | undefined
   drainTimeout?: string | undefined
+  websocket?: boolean | undefined
 }
 
 export interface ServePlan {
@@ -76,6 +77,7 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   options.idempotency ??= {}
   if (flags.apiKeys !== undefined && flags.apiKeys.length > 0) options.auth = { strategy: 'api-key', keys: flags.apiKeys }
   if (flags.adminToken !== undefined && flags.adminToken !== '') options.adminApi = { enabled: true, bearerToken: flags.adminToken }
+  if (flags.websocket === true) options.websocket = true
   return { options, port, host: flags.host ?? '0.0.0.0', drainTimeoutMs, stores }
 }
 
@@ -145,6 +147,7 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
       'admin-token': { type: 'string' },
       'api-key': { type: 'string', multiple: true },
       'drain-timeout': { type: 'string' },
+      websocket: { type: 'boolean' },
       pretty: { type: 'boolean' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' }
@@ -173,7 +176,8 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
     redis: values.redis ?? env.REDIS_URL,
     adminToken: values['admin-token'] ?? env.ADMIN_TOKEN,
     apiKeys: values['api-key'] ?? env.API_KEYS?.split(',').map((k) => k.trim()).filter((k) => k !== ''),
-    drainTimeout: values['drain-timeout'] ?? env.DRAIN_TIMEOUT_MS
+    drainTimeout: values['drain-timeout'] ?? env.DRAIN_TIMEOUT_MS,
+    websocket: values.websocket ?? env.WEBSOCKET === 'true'
   }, agents)
   const service = createAgentService({
     ...plan.options,
