@@ -122,7 +122,7 @@ const STREAM_OBJECTS = ['IncomingMessage', 'ServerResponse', 'Socket', 'Reply', 
  * Opens `count` idle streams on a fresh server and measures the heap (after full GCs) before, while they
  * are open and after they closed. `heartbeat`: also wait for every stream's first `: ping`.
  */
-async function measure (spec, count, { heartbeat, sessions, log }) {
+export async function measureIdle (spec, count, { heartbeat, sessions, log }) {
   const server = await startServer(spec)
   try {
     // Warm-up: the same operations on a few streams, so that the baseline holds the compiled code and the
@@ -183,9 +183,9 @@ async function measure (spec, count, { heartbeat, sessions, log }) {
 export async function run ({ log }) {
   const refCount = Math.min(STREAMS, Number(process.env.BENCH_SSE_REFERENCE_STREAMS ?? 2_000))
   const results = {
-    'node:http SSE': await measure({ kind: 'raw-sse' }, refCount, { heartbeat: false, sessions: false, log }),
-    'bare fastify SSE': await measure({ kind: 'bare-fastify' }, refCount, { heartbeat: false, sessions: false, log }),
-    service: await measure({ kind: 'service', preset: { name: 'default' } }, STREAMS, { heartbeat: true, sessions: true, log })
+    'node:http SSE': await measureIdle({ kind: 'raw-sse' }, refCount, { heartbeat: false, sessions: false, log }),
+    'bare fastify SSE': await measureIdle({ kind: 'bare-fastify' }, refCount, { heartbeat: false, sessions: false, log }),
+    service: await measureIdle({ kind: 'service', preset: { name: 'default' } }, STREAMS, { heartbeat: true, sessions: true, log })
   }
   const rows = []
   for (const [contender, r] of Object.entries(results)) {

@@ -1,5 +1,6 @@
 // One bench server, run as a child process pinned to core 0 by bench/lib/harness.js.
-// argv[2] is a JSON spec { kind, preset?, ... }. Talks to the harness over IPC:
+// argv[2] is a JSON spec { kind, preset?, pkg? } (pkg: the path of another build's dist/index.js, to
+// compare two builds in one run). Talks to the harness over IPC:
 //   -> { type: 'ready', port }           once listening on 127.0.0.1
 //   <- { id, type: 'heap' }              -> { id, result: process.memoryUsage() after two full GCs }
 //   <- { id, type: 'stats' }             -> { id, result: { runs, streams } } (service only)
@@ -130,7 +131,7 @@ function bareFastify () {
 }
 
 async function serviceOptions (preset) {
-  const lib = await import('fastify-agents')
+  const lib = await import(spec.pkg ?? 'fastify-agents')
   switch (preset.name) {
     case 'default': return {}
     // sessions expire after a second, so the memory session store stops growing during a round
@@ -153,7 +154,7 @@ let profiler
 let stats = () => ({ runs: idleStreams.size, streams: idleStreams.size })
 
 if (spec.kind === 'service') {
-  const { createAgentService } = await import('fastify-agents')
+  const { createAgentService } = await import(spec.pkg ?? 'fastify-agents')
   const options = await serviceOptions(spec.preset ?? { name: 'default' })
   const service = createAgentService({ agents: benchAgents, logger: false, ...options })
   const { port } = await service.listen({ port: 0, host: '127.0.0.1' })

@@ -1,0 +1,52 @@
+// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]`
+// Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
+// `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`. Rounds alternate
+// bare Fastify, A and B as in the suite; heap per idle stream is measured once per build.
+import { resolve } from 'node:path'
+import { alternate, config, pinLoadGenerator, throughputRound } from './lib/harness.js'
+import { jsonBody } from './lib/agents.js'
+import { metricRows, printScenario } from './lib/report.js'
+import { measureIdle } from './sse-idle.js'
+
+const API_KEY = 'bench-key-0123456789abcdef'
+const workloads = {
+  json: { preset: { name: 'default' }, request: { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: jsonBody(1024), connections: 50 } },
+  full: {
+    preset: { name: 'full', apiKey: API_KEY, adminToken: 'bench-admin-token-0123456789' },
+    request: { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': API_KEY }, body: jsonBody(1024), connections: 50 }
+  },
+  sse: { preset: { name: 'default' }, request: { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }), connections: 50 } }
+}
+
+if (pinLoadGenerator()) await main()
+
+async function main () {
+  const [a, b, ...names] = process.argv.slice(2)
+  if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]')
+  const pkg = (dir) => resolve(dir, 'dist/index.js')
+  const labels = { A: `A ${a}`, B: `B ${b}` }
+  console.log(`${labels.A} vs ${labels.B}: ${config.rounds} rounds, ${config.warmup} s warm-up, ${config.duration} s measured`)
+  for (const name of names.length > 0 ? names : ['json', 'sse', 'idle']) {
+    if (name === 'idle') {
+      const count = Number(process.env.BENCH_SSE_STREAMS ?? 2000)
+      const log = (line) => console.log(line)
+      const ra = await measureIdle({ kind: 'service', preset: { name: 'default' }, pkg: pkg(a) }, count, { heartbeat: false, sessions: true, log })
+      const rb = await measureIdle({ kind: 'service', preset: { name: 'default' }, pkg: pkg(b) }, count, { heartbeat: false, sessions: true, log })
+      console.log(`\n## idle: heap per open stream A ${ra.perStreamKB.toFixed(2)} KB, B ${rb.perStreamKB.toFixed(2)} KB (B/A ${(rb.perStreamKB / ra.perStreamKB).toFixed(2)})`)
+      continue
+    }
+    const workload = workloads[name]
+    const contenders = [
+      { name: 'bare fastify', spec: { kind: name === 'sse' ? 'raw-sse' : 'bare-fastify' } },
+      { name: 'A', spec: { kind: 'service', preset: workload.preset, pkg: pkg(a) } },
+      { name: 'B', spec: { kind: 'service', preset: workload.preset, pkg: pkg(b) } }
+    ]
+    const results = await alternate(contenders, (server) => throughputRound(server, workload.request), { log: (line) => console.log(line) })
+    const rows = [
+      ...metricRows(results, 'rps', { unit: 'req/s', baseline: 'A' }),
+      ...metricRows(results, 'p99', { unit: 'ms', baseline: 'A' }),
+      ...metricRows(results, 'cpuUsPerRequest', { unit: 'µs', baseline: 'A' })
+    ]
+    printScenario(name, { title: `${labels.B} against ${labels.A}`, rows, targets: [] })
+  }
+}
