@@ -239,7 +239,8 @@ t.test('a decision whose notification comes after the expiry timer still wins ov
       return new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))
     }
   }
-  const { app } = build(t, { agents: { ask: asking({ action: 'x', timeoutMs: 300 }) }, approvalStore: new Deaf() })
+  // the decision must land before the expiry timer: 2 s leaves room for a loaded machine
+  const { app } = build(t, { agents: { ask: asking({ action: 'x', timeoutMs: 2_000 }) }, approvalStore: new Deaf() })
   const run = app.inject({ method: 'POST', url: '/v1/agents/ask/runs', payload: { input: 1, stream: true } })
   const approval = await pendingApproval(app)
   const decided = await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true, comment: 'just in time', decidedBy: 'carol' } })
