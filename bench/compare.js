@@ -1,9 +1,11 @@
 // Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]`
 // Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
-// `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`. Rounds alternate
-// bare Fastify, A and B as in the suite; heap per idle stream is measured once per build.
+// `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`.
+// The three servers (bare Fastify, A, B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
+// of BENCH_BURST seconds, default 1): on a machine shared with other work, CPU time per request compared
+// burst by burst is steadier than throughput. Heap per idle stream is measured once per build.
 import { resolve } from 'node:path'
-import { alternate, config, pinLoadGenerator, throughputRound } from './lib/harness.js'
+import { config, cpuMeter, load, pinLoadGenerator, startServer } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
 import { metricRows, printScenario } from './lib/report.js'
 import { measureIdle } from './sse-idle.js'
@@ -18,6 +20,34 @@ const workloads = {
   sse: { preset: { name: 'default' }, request: { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }), connections: 50 } }
 }
 
+const BURSTS = Number(process.env.BENCH_BURSTS ?? 12)
+const BURST = Number(process.env.BENCH_BURST ?? 1)
+
+/** Starts every contender once, warms each up, then loads them in turn, burst after burst. */
+async function interleave (contenders, request) {
+  const servers = []
+  try {
+    for (const c of contenders) servers.push(await startServer(c.spec))
+    for (const server of servers) await load({ ...request, url: server.url, duration: config.warmup })
+    const results = Object.fromEntries(contenders.map((c) => [c.name, []]))
+    for (let burst = 0; burst < BURSTS; burst++) {
+      for (const [i, c] of contenders.entries()) {
+        const cpu = cpuMeter([servers[i].pid])
+        const result = await load({ ...request, url: servers[i].url, duration: BURST })
+        Object.assign(result, cpu.stop(result.ok))
+        results[c.name].push(result)
+      }
+    }
+    for (const c of contenders) {
+      const cpu = results[c.name].map((r) => r.cpuUsPerRequest).sort((a, b) => a - b)
+      console.log(`  ${c.name}: CPU/req per burst ${cpu.map((v) => v.toFixed(0)).join(' ')} µs`)
+    }
+    return results
+  } finally {
+    for (const server of servers) await server.stop()
+  }
+}
+
 if (pinLoadGenerator()) await main()
 
 async function main () {
@@ -25,7 +55,7 @@ async function main () {
   if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]')
   const pkg = (dir) => resolve(dir, 'dist/index.js')
   const labels = { A: `A ${a}`, B: `B ${b}` }
-  console.log(`${labels.A} vs ${labels.B}: ${config.rounds} rounds, ${config.warmup} s warm-up, ${config.duration} s measured`)
+  console.log(`${labels.A} vs ${labels.B}: ${BURSTS} bursts of ${BURST} s each, after ${config.warmup} s of warm-up`)
   for (const name of names.length > 0 ? names : ['json', 'sse', 'idle']) {
     if (name === 'idle') {
       const count = Number(process.env.BENCH_SSE_STREAMS ?? 2000)
@@ -41,7 +71,7 @@ async function main () {
       { name: 'A', spec: { kind: 'service', preset: workload.preset, pkg: pkg(a) } },
       { name: 'B', spec: { kind: 'service', preset: workload.preset, pkg: pkg(b) } }
     ]
-    const results = await alternate(contenders, (server) => throughputRound(server, workload.request), { log: (line) => console.log(line) })
+    const results = await interleave(contenders, workload.request)
     const rows = [
       ...metricRows(results, 'rps', { unit: 'req/s', baseline: 'A' }),
       ...metricRows(results, 'p99', { unit: 'ms', baseline: 'A' }),

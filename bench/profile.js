@@ -1,6 +1,7 @@
 // CPU profile of a bench server under load: `node bench/profile.js [preset]` (after `npm run build`),
 // or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier.
-//   preset: default (JSON echo run, the default), full, sse (100-delta SSE run), or bare (bare Fastify)
+//   preset: default (JSON echo run, the default), full, sse (100-delta SSE run), bare (bare Fastify), or
+//   bare-schemas (bare Fastify validating and serializing with the service's schemas)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
 // seconds (default 10), and prints the self time by function and by package. The .cpuprofile is kept in
@@ -21,6 +22,7 @@ const presets = {
     request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json', 'x-api-key': 'bench-key-0123456789abcdef' }, body: jsonBody(1024) }
   },
   sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
 }
 
@@ -46,7 +48,7 @@ async function main () {
   } finally {
     await server.stop()
   }
-  console.log(`${name}: ${result.rps.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.non2xx + result.errors} failed`)
+  console.log(`${name}: ${result.rps.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.non2xx + result.errors} failed, ${result.ok} requests profiled`)
   summarise(file, Number(process.env.PROFILE_TOP ?? 40))
 }
 

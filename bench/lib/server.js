@@ -117,9 +117,21 @@ function rawWs () {
 }
 
 /** Fastify with one route, no schema, no hooks: what "bare Fastify" means in the tables. */
-function bareFastify () {
+async function bareFastify () {
   const app = Fastify({ logger: false })
-  app.post('/v1/agents/:name/runs', async (request) => echoResult(request.body.input))
+  // no-op hooks, to price a hook of each kind (spec.hooks: ['onRequest', 'onSend', 'onResponse', ...])
+  for (const hook of spec.hooks ?? []) {
+    app.addHook(hook, hook === 'onSend' ? (_req, _reply, payload, done) => done(null, payload) : (_req, _reply, done) => done())
+  }
+  if (spec.schemas === true) {
+    // the service's own schemas for this route: prices validation and serialization alone
+    const { schemas } = await import(spec.pkg ?? 'fastify-agents')
+    app.post('/v1/agents/:name/runs', {
+      schema: { params: schemas.AgentParams, body: schemas.RunRequest, response: { 200: { content: { 'application/json': { schema: schemas.RunResult } } } } }
+    }, async (request) => echoResult(request.body.input))
+  } else {
+    app.post('/v1/agents/:name/runs', async (request) => echoResult(request.body.input))
+  }
   // an idle SSE stream through a hijacked reply, the way the service streams
   app.post('/v1/agents/idle/runs', async (request, reply) => {
     reply.hijack()
@@ -145,7 +157,23 @@ async function serviceOptions (preset) {
     case 'sqlite': return { auditStore: new lib.SqliteAuditStore(preset.file) }
     case 'postgres': return { auditStore: new lib.PostgresAuditStore(preset.url, { schema: preset.schema }) }
     case 'websocket': return { websocket: true }
+    // stores that do nothing: price the session store and the audit log alone
+    case 'no-sessions': return { sessionStore: nullSessionStore() }
+    case 'no-audit': return { auditStore: { append: async () => {}, query: async () => ({ entries: [], nextCursor: null }), count: async () => 0, close: async () => {} } }
     default: throw new Error(`unknown preset ${preset.name}`)
+  }
+}
+
+function nullSessionStore () {
+  const record = (id) => ({ id, agent: null, principal: 'anonymous', createdAt: '', lastActiveAt: '', turns: 0, metadata: {} })
+  return {
+    create: async (session) => record(session.id),
+    get: async (id) => ({ ...record(id), messages: [] }),
+    appendTurn: async () => true,
+    touch: async () => true,
+    delete: async () => true,
+    list: async () => ({ sessions: [], nextCursor: null }),
+    close: async () => {}
   }
 }
 
@@ -171,7 +199,7 @@ if (spec.kind === 'service') {
   }
   process.send({ type: 'ready', port })
 } else if (spec.kind === 'bare-fastify') {
-  const app = bareFastify()
+  const app = await bareFastify()
   await app.listen({ port: 0, host: '127.0.0.1' })
   stop = async () => { await app.close(); return {} }
   process.send({ type: 'ready', port: app.server.address().port })
