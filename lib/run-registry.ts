@@ -20,10 +20,6 @@ export class RunRegistry {
     return this.#active.has(runId)
   }
 
-  get (runId: string): AgentRun | undefined {
-    return this.#active.get(runId)
-  }
-
   /**
    * Creates a run; the caller subscribes with `run.onEvent()` and then calls `run.start()`.
    * `streamed` says whether a failure reaches the client as an event (counted as an error) or a status.

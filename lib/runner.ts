@@ -136,10 +136,6 @@ export class AgentRun {
     return this.#controller.signal
   }
 
-  get settled (): boolean {
-    return this.#settled
-  }
-
   /** Subscribes the one consumer (a JSON reply, an SSE stream, a WebSocket) before `start()`. */
   onEvent (listener: (event: RunEvent) => void): void {
     this.#listener = listener

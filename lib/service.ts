@@ -43,7 +43,8 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
     // Errors the router raises before any hook (a malformed URL, an overlong parameter) get the same
     // body and X-Request-ID as everything else.
     frameworkErrors: (error, request, reply: FastifyReply) => {
-      const status = error.statusCode ?? 400
+      // the router's errors (FST_ERR_BAD_URL, FST_ERR_MAX_PARAM_LENGTH, …) always carry their status
+      const status = error.statusCode as number
       void reply.code(status).header('x-request-id', requestContextOf(request).requestId)
         .send(errorBody(request, status, error, settings.exposeErrors))
     }

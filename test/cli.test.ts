@@ -97,11 +97,11 @@ t.test('openapi writes the document', async (t) => {
 t.test('serve in process: the demo agents, pretty logs, env vars', async (t) => {
   const saved = { ...process.env }
   t.teardown(() => { process.env = saved })
-  process.env.HOST = '127.0.0.1'
+  delete process.env.HOST
   process.env.API_KEYS = ' key-one , ,key-two'
   const out = new PassThrough()
   const text = collect(out)
-  const server = (await run(['serve', '--port', '0', '--pretty'], out))!
+  const server = (await run(['serve', '--port', '0', '--host', '127.0.0.1', '--pretty'], out))!
   t.teardown(() => server.stop())
   t.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/)
   t.same(Object.keys(Object.fromEntries(server.service.app.agentService.settings.agents)), Object.keys(demoAgents))
@@ -115,7 +115,7 @@ t.test('serve in process: the demo agents, pretty logs, env vars', async (t) => 
 })
 
 t.test('the bin drains on SIGTERM and exits 0', async (t) => {
-  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'serve', '--port', '0', '--host', '127.0.0.1', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'serve', '--port', '0', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '', HOST: '127.0.0.1' }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => child.kill('SIGKILL'))
   let logs = ''
   const listening = new Promise<string>((resolve) => {
@@ -136,4 +136,21 @@ t.test('the bin drains on SIGTERM and exits 0', async (t) => {
   t.equal(await exited, 0)
   t.match(logs, /"msg":"draining"/)
   t.match(logs, /"signal":"SIGTERM"/)
+})
+
+t.test('the bin exits 1 with the reason on stderr', async (t) => {
+  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'deploy'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))
+  t.equal(code, 1)
+  t.match(stderr, /^fastify-agents: unknown command "deploy"/)
+})
+
+t.test('openapi writes openapi.json by default', async (t) => {
+  const dir = t.testdir({})
+  t.chdir(dir)
+  const out = new PassThrough()
+  await run(['openapi'], out)
+  t.equal(JSON.parse(await readFile(join(dir, 'openapi.json'), 'utf8')).openapi, '3.1.0')
 })

@@ -26,7 +26,9 @@ t.test('a db with health(): each unhealthy answer is a 503 degraded', async (t) 
     ['false', async () => false, /unhealthy/],
     ['ok: false', async () => ({ ok: false, error: 'replica lag' }), /replica lag/],
     ['ok: false without error', async () => ({ ok: false }), /unhealthy/],
-    ['rejects with a non-error', () => Promise.reject(new Error('')), /^$/]
+    ['rejects with an empty error', () => Promise.reject(new Error('')), /^$/],
+    ['rejects with a string', () => Promise.reject('socket hang up'), /^socket hang up$/], // eslint-disable-line prefer-promise-reject-errors
+    ['rejects with nothing', () => Promise.reject(), /^undefined$/] // eslint-disable-line prefer-promise-reject-errors
   ]
   for (const [name, health, error] of answers) {
     const { app } = build(t, { db: { health: health as () => Promise<boolean> } })
