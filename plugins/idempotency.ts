@@ -14,11 +14,12 @@ declare module 'fastify' {
   }
 }
 
-/** A key this request reserved and must complete or release. */
+/** A key this request reserved and must complete or release; `renewal` keeps its lease while the request runs. */
 interface Reservation {
   store: IdempotencyStore
   key: string
   ttlMs: number
+  renewal: NodeJS.Timeout
 }
 
 const fingerprints = new WeakMap<FastifyRequest, BodyFingerprint>()
@@ -28,6 +29,7 @@ async function settle (request: FastifyRequest, response: IdempotencyResponse | 
   const reservation = reservations.get(request)
   if (reservation === undefined) return
   reservations.delete(request)
+  clearInterval(reservation.renewal)
   const { store, key, ttlMs } = reservation
   try {
     if (response !== null && isReplayable(response.status)) await store.complete(key, response, ttlMs)
@@ -36,6 +38,37 @@ async function settle (request: FastifyRequest, response: IdempotencyResponse | 
     // The key stays locked until its lease runs out: retries get 409 meanwhile, never a second run.
     request.log.error({ err: error }, 'idempotency store failed to record a response')
   }
+}
+
+/**
+ * Renews the lease of a reservation every leaseMs/3 until the request settles, so that a run longer than the
+ * lease is not taken over by a retry (which would run the agent a second time). A renewal that fails is
+ * logged and the request goes on: the lease may still hold until the next one.
+ */
+function renewWhileRunning (request: FastifyRequest, store: IdempotencyStore, key: string, fingerprint: string, leaseMs: number): NodeJS.Timeout {
+  let renewing = false
+  const renew = async (): Promise<void> => {
+    let renewed: boolean
+    try {
+      renewed = await store.renew(key, fingerprint, leaseMs)
+    } catch (error) {
+      if (reservations.has(request)) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
+      return
+    }
+    // false after the request settled is the record completed or released, as it should be
+    if (renewed || !reservations.has(request)) return
+    // taken over (this run outlived its lease unrenewed) or removed: renewing again cannot make it ours
+    clearInterval(timer)
+    request.log.warn({ idempotencyKey: requestContextOf(request).idempotencyKey }, 'idempotency reservation lost while the request runs: a retry may be running it too')
+  }
+  const timer = setInterval(() => {
+    // one renewal at a time: a slow store does not pile them up
+    if (renewing) return
+    renewing = true
+    void renew().finally(() => { renewing = false })
+  }, Math.max(1, Math.floor(leaseMs / 3)))
+  timer.unref()
+  return timer
 }
 
 /**
@@ -73,7 +106,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     const bodyHash = fingerprints.get(request)!.digest()
     const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
     if (reserved.outcome === 'reserved') {
-      reservations.set(request, { store, key: scoped, ttlMs })
+      reservations.set(request, { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, store, scoped, bodyHash, lockLeaseMs) })
       context.replayed = false
       return
     }

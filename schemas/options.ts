@@ -13,7 +13,7 @@ export const AuditStoreOption = withMethods(['append', 'query', 'count'], 'an Au
 export const SessionStoreOption = withMethods(['create', 'get', 'appendTurn', 'touch', 'delete', 'list'], 'a SessionStore')
 export const ApprovalStoreOption = withMethods(['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'], 'an ApprovalStore')
 export const CheckpointStoreOption = withMethods(['save', 'load', 'delete', 'list'], 'a CheckpointStore')
-export const IdempotencyStoreOption = withMethods(['reserve', 'complete', 'release', 'get'], 'an IdempotencyStore')
+export const IdempotencyStoreOption = withMethods(['reserve', 'renew', 'complete', 'release', 'get'], 'an IdempotencyStore')
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),

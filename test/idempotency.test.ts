@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { request as httpRequest } from 'node:http'
+import { Writable } from 'node:stream'
 import t from 'tap'
 import { PostgresIdempotencyStore, RedisIdempotencyStore, MemoryIdempotencyStore } from '../lib/stores/index.js'
 import type { IdempotencyStore } from '../lib/stores/types.js'
@@ -291,6 +292,7 @@ t.test('a store that fails to record the response: the answer still goes out, th
   const memory = new MemoryIdempotencyStore()
   const failing: IdempotencyStore = {
     reserve: (...args) => memory.reserve(...args),
+    renew: (...args) => memory.renew(...args),
     get: (key) => memory.get(key),
     release: async () => { throw new Error('store down') },
     complete: async () => { throw new Error('store down') }
@@ -389,4 +391,215 @@ t.test('N concurrent identical requests on two instances sharing Redis run the a
   ]
   t.teardown(async () => { for (const store of stores) await store.close() })
   await acrossInstances(t, stores)
+})
+
+// ---------------------------------------------------------------------------------------------------------
+// the lock lease is renewed while the request runs
+
+/**
+ * The scenario of the renewal: a 150 ms lease, a run of 600 ms (held until then, and until the retry has its
+ * answer, so that a slow machine cannot end the run first), a retry with the same key at ~400 ms on `second`.
+ */
+async function outlivedLease (t: Parameters<typeof build>[0], first: AgentService, second: AgentService, w: ReturnType<typeof worker>): Promise<void> {
+  await Promise.all([first.app.ready(), second.app.ready()])
+  const store = first.app.agentService.settings.idempotency!.store
+  const key = scopedIdempotencyKey('anonymous', 'POST', RUNS, 'long')
+  w.hold()
+  const started = Date.now()
+  const running = run(first, 'long')
+  await until(() => w.runs === 1, 'the run to start')
+  const reserved = await store.get(key)
+  await sleep(Math.max(0, started + 400 - Date.now()))
+  let answered = false
+  const retrying = run(second, 'long').finally(() => { answered = true })
+  // (were the key taken over, the retry's own run would wait for the release below)
+  await until(() => answered || w.runs > 1, "the retry's answer or a second run")
+  t.equal(w.runs, 1, 'the retry did not run the agent')
+  const held = await store.get(key)
+  t.ok(Date.parse(held!.lockedUntil) > Date.parse(reserved!.lockedUntil), 'the lease was renewed')
+  t.ok(Date.parse(held!.lockedUntil) > Date.now(), 'and holds now')
+  await sleep(Math.max(0, started + 600 - Date.now()))
+  w.release()
+  const retry = await retrying
+  t.equal(retry.statusCode, 409, 'the retry, past the 150 ms lease, finds the key still held')
+  t.equal(retry.json().code, 'IDEMPOTENCY_IN_PROGRESS')
+  const done = await running
+  t.equal(done.statusCode, 200)
+  t.equal(w.runs, 1, 'the agent ran once')
+  for (const service of [second, first]) {
+    const replay = await run(service, 'long')
+    t.equal(replay.statusCode, 200)
+    t.equal(replay.headers['idempotent-replayed'], 'true')
+    t.equal(replay.body, done.body)
+  }
+  t.equal(w.runs, 1)
+}
+
+t.test('a run longer than the lock lease keeps its key: a retry during it is 409, the agent runs once (one instance)', async (t) => {
+  const { service, worker } = idempotent(t, { idempotency: { lockLeaseMs: 150 } })
+  await outlivedLease(t, service, service, worker)
+})
+
+t.test('a run longer than the lock lease keeps its key across two instances sharing PostgreSQL', async (t) => {
+  if (!await requirePg(t)) return
+  const schema = withPgSchema(t)
+  const stores = [new PostgresIdempotencyStore(pgUrl(), { schema }), new PostgresIdempotencyStore(pgUrl(), { schema })]
+  t.teardown(async () => { for (const store of stores) await store.close() })
+  const w = worker()
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  await outlivedLease(t, one, two, w)
+})
+
+t.test('a run longer than the lock lease keeps its key across two instances sharing Redis', async (t) => {
+  if (!await requireRedis(t)) return
+  const prefix = withRedisPrefix(t)
+  const stores = [new RedisIdempotencyStore(redisUrl(), { prefix }), new RedisIdempotencyStore(redisUrl(), { prefix })]
+  t.teardown(async () => { for (const store of stores) await store.close() })
+  const w = worker()
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  await outlivedLease(t, one, two, w)
+})
+
+/** A memory store that counts renewals and can be told to answer them otherwise. */
+class RenewingStore extends MemoryIdempotencyStore {
+  renewals = 0
+  answer: (() => Promise<boolean>) | null = null
+
+  override async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+    this.renewals++
+    return this.answer === null ? super.renew(key, fingerprint, leaseMs) : this.answer()
+  }
+}
+
+/** Whether an agent run by `timed` takes `ms`, then fails or yields; streams when asked to. */
+const timed: Agent = {
+  async * run (input) {
+    const { ms, fail } = input as { ms: number, fail?: boolean }
+    yield 'a'
+    await sleep(ms)
+    if (fail === true) throw new Error('boom')
+    yield 'b'
+  }
+}
+
+/** The lines the idempotency plugin logs (the service logs its failed runs too). */
+function logLines () {
+  const lines: Array<Record<string, any>> = []
+  const stream = new Writable({
+    write (chunk, _encoding, callback) {
+      for (const line of String(chunk).split('\n')) {
+        const entry = line === '' ? null : JSON.parse(line)
+        if (/^idempotency/.test(entry?.msg)) lines.push(entry)
+      }
+      callback()
+    }
+  })
+  return { lines, logger: { level: 'warn', stream } }
+}
+
+function renewing (t: Parameters<typeof build>[0], options: Partial<AgentServiceOptions> = {}) {
+  const store = new RenewingStore()
+  const log = logLines()
+  // a 30 ms lease: a renewal every 10 ms
+  const service = build(t, { agents: { work: timed }, idempotency: { store, lockLeaseMs: 30 }, logger: log.logger, ...options })
+  return { service, store, lines: log.lines }
+}
+
+async function noRenewalAfter (t: Parameters<typeof build>[0], store: RenewingStore, what: string): Promise<void> {
+  t.ok(store.renewals > 0, `renewed while it ran: ${what}`)
+  const seen = store.renewals
+  await sleep(100)
+  t.equal(store.renewals, seen, `no renewal after the end: ${what}`)
+}
+
+t.test('the lease is renewed while the request runs, and the renewal stops however the request ends', async (t) => {
+  const { service, store, lines } = renewing(t, { requestTimeoutMs: 1_000 })
+  const sse = { accept: 'text/event-stream' }
+
+  t.equal((await run(service, 'completed', { input: { ms: 100 } })).statusCode, 200)
+  await noRenewalAfter(t, store, 'completed')
+  t.equal((await run(service, 'failed', { input: { ms: 100, fail: true } })).statusCode, 500)
+  await noRenewalAfter(t, store, 'a 5xx (released)')
+  t.equal((await run(service, 'timed out', { input: { ms: 2_000 } })).statusCode, 504)
+  await noRenewalAfter(t, store, 'a timeout')
+  t.equal(parseSse((await run(service, 'streamed', { input: { ms: 100 } }, sse)).body).at(-1)!.event, 'run.completed')
+  await noRenewalAfter(t, store, 'an SSE run completed')
+  t.equal(parseSse((await run(service, 'stream failed', { input: { ms: 100, fail: true } }, sse)).body).at(-1)!.event, 'run.failed')
+  await noRenewalAfter(t, store, 'an SSE run failed')
+
+  // an error answered before the run starts (404 for a session that does not exist) is stored at once
+  t.equal((await run(service, 'no session', { input: { ms: 100 }, sessionId: randomUUID() })).statusCode, 404)
+  const before = store.renewals
+  await sleep(100)
+  t.equal(store.renewals, before, 'no renewal after the end: a 4xx')
+
+  t.equal(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'failed')), null, 'the failed run was released')
+  t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'completed')), { state: 'completed' })
+  t.same(lines, [], 'renewals of records completed or released meanwhile are not warned about')
+})
+
+t.test('the renewal stops when the client leaves, for JSON and for SSE', async (t) => {
+  const store = new RenewingStore()
+  const { service, url } = await listen(t, { agents: { work: timed }, idempotency: { store, lockLeaseMs: 30 } })
+  for (const accept of ['application/json', 'text/event-stream']) {
+    const key = `left-${accept}`
+    const req = httpRequest(`${url}${RUNS}`, { method: 'POST', headers: { 'content-type': 'application/json', accept, 'idempotency-key': key } })
+    req.on('error', () => {})
+    req.end(JSON.stringify({ input: { ms: 2_000 } }))
+    await until(() => store.renewals > 0, 'a renewal')
+    req.destroy()
+    await until(async () => await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, key)) === null, 'the key to be released')
+    await noRenewalAfter(t, store, `the client left (${accept})`)
+  }
+  t.equal(service.app.agentService.runs.size, 0)
+})
+
+t.test('a renewal that answers false is logged, stops the renewals, and the request goes on', async (t) => {
+  const { service, store, lines } = renewing(t)
+  store.answer = async () => false
+  const res = await run(service, 'k', { input: { ms: 100 } })
+  t.equal(res.statusCode, 200)
+  t.equal(store.renewals, 1, 'no renewal after the key was lost')
+  t.match(lines, [{ level: 40, msg: /idempotency reservation lost/, idempotencyKey: 'k' }])
+  t.equal(lines.length, 1)
+})
+
+t.test('a renewal that throws is logged and retried, and the request goes on', async (t) => {
+  const { service, store, lines } = renewing(t)
+  store.answer = async () => { throw new Error('store down') }
+  const res = await run(service, 'k', { input: { ms: 100 } })
+  t.equal(res.statusCode, 200)
+  t.ok(store.renewals >= 2, 'renewed again after a failure')
+  t.ok(lines.length >= 2)
+  t.ok(lines.every((line) => line.level === 40 && /failed to renew/.test(line.msg) && line.err.message === 'store down'))
+  t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+})
+
+t.test('one renewal at a time: a store that does not answer gets no pile of them', async (t) => {
+  const { service, store, lines } = renewing(t)
+  store.answer = () => new Promise(() => {})
+  t.equal((await run(service, 'k', { input: { ms: 100 } })).statusCode, 200)
+  t.equal(store.renewals, 1)
+  t.same(lines, [])
+})
+
+t.test('a renewal answered after the request ended is not warned about, whatever the answer', async (t) => {
+  const { service, store, lines } = renewing(t)
+  for (const answer of [false, new Error('store down')]) {
+    let answered = false
+    store.answer = async () => {
+      await sleep(100)
+      answered = true
+      if (answer instanceof Error) throw answer
+      return answer
+    }
+    const renewals = store.renewals
+    t.equal((await run(service, `late-${String(answer)}`, { input: { ms: 20 } })).statusCode, 200)
+    t.equal(store.renewals, renewals + 1)
+    await until(() => answered, 'the late answer')
+    await sleep(10)
+  }
+  t.same(lines, [])
 })

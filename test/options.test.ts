@@ -52,7 +52,7 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['rateLimit extra', { agents: { echo }, rateLimit: { maxRequests: 1, intervalMs: 1, burst: 2 } }, '/rateLimit/burst is not a known option'],
     ['rateLimit redis', { agents: { echo }, rateLimit: { maxRequests: 1, intervalMs: 1, redis: {} } }, '/rateLimit/redis must have method eval()'],
     ['idempotency', { agents: { echo }, idempotency: { ttlMs: 0 } }, '/idempotency/ttlMs must be >= 1'],
-    ['idempotency store', { agents: { echo }, idempotency: { store: {} } }, '/idempotency/store must have methods reserve(), complete(), release(), get()'],
+    ['idempotency store', { agents: { echo }, idempotency: { store: {} } }, '/idempotency/store must have methods reserve(), renew(), complete(), release(), get()'],
     ['auth type', { agents: { echo }, auth: 'api-key' }, '/auth must be object'],
     ['auth strategy', { agents: { echo }, auth: { strategy: 'basic' } }, '/auth/strategy must be "api-key" or "jwt"'],
     ['api keys empty', { agents: { echo }, auth: { strategy: 'api-key', keys: [] } }, '/auth/keys must NOT have fewer than 1 items'],

@@ -352,6 +352,18 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     return { outcome: 'reserved' }
   }
 
+  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+    checkTtl('leaseMs', leaseMs)
+    const now = Date.now()
+    const stored = this.#records.get(key)
+    if (stored === undefined || stored.expiresMs <= now || stored.record.state !== 'in_progress' ||
+      stored.record.fingerprint !== fingerprint) return false
+    stored.lockedMs = now + leaseMs
+    stored.expiresMs = Math.max(stored.expiresMs, stored.lockedMs)
+    stored.record = { ...stored.record, lockedUntil: iso(stored.lockedMs), expiresAt: iso(stored.expiresMs) }
+    return true
+  }
+
   async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
     checkTtl('ttlMs', ttlMs)
     const stored = this.#records.get(key)

@@ -612,6 +612,20 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
     return { outcome: 'existing', record }
   }
 
+  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+    checkTtl('leaseMs', leaseMs)
+    const now = Date.now()
+    // One conditional UPDATE: it waits for a concurrent takeover's row lock, then re-checks the WHERE
+    // against the row that takeover left: a record taken over (by another body), completed or released
+    // in between is left alone.
+    const renewed = await this.sql(`
+      UPDATE ${this.table('idempotency')} SET locked_until = $3, expires_at = GREATEST(expires_at, $3)
+      WHERE key = $1 AND fingerprint = $2 AND state = 'in_progress' AND expires_at > $4
+      RETURNING key`,
+    [key, fingerprint, new Date(now + leaseMs), new Date(now)])
+    return renewed.length === 1
+  }
+
   async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
     checkTtl('ttlMs', ttlMs)
     await this.sql(`

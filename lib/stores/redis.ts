@@ -104,6 +104,19 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `)
 
+// Extends the lease of a record that is unexpired, in progress and of this fingerprint; if the record would
+// expire before the new lease ends, its expiry moves with it. ARGV: now, fingerprint, lockedUntil, leaseMs.
+const RENEW = new Script(`
+local held = redis.call('HMGET', KEYS[1], 'state', 'fingerprint', 'expiresAt')
+if held[1] ~= 'in_progress' or held[2] ~= ARGV[2] or tonumber(held[3]) <= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'lockedUntil', ARGV[3])
+if tonumber(held[3]) < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], 'expiresAt', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return 1
+`)
+
 function toIdempotency (key: string, hash: Record<string, string>): IdempotencyRecord {
   const record: IdempotencyRecord = {
     key,
@@ -131,6 +144,12 @@ export class RedisIdempotencyStore extends RedisStore implements IdempotencyStor
       [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs])
     if (result === 1) return { outcome: 'reserved' }
     return { outcome: 'existing', record: toIdempotency(key, pairs(result as string[])) }
+  }
+
+  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+    checkTtl('leaseMs', leaseMs)
+    const now = Date.now()
+    return await RENEW.run(this.client(), [this.#key(key)], [now, fingerprint, now + leaseMs, Math.ceil(leaseMs)]) === 1
   }
 
   async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {

@@ -538,6 +538,10 @@ function idempotencyStatements (db: Db, table: string) {
       take.run({ key, fingerprint, now, expires: now + ttlMs, locked: now + leaseMs }).changes === 1
         ? null
         : get.get(key, now) as IdempotencyRow),
+    // one statement: the check and the write cannot be split by another process's takeover
+    renew: db.prepare<{ key: string, fingerprint: string, now: number, locked: number }>(`
+      UPDATE "${table}" SET locked_until = @locked, expires_at = MAX(expires_at, @locked)
+      WHERE key = @key AND fingerprint = @fingerprint AND state = 'in_progress' AND expires_at > @now`),
     complete: db.prepare<[string, number, string]>(`
       UPDATE "${table}" SET state = 'completed', response = ?, expires_at = ? WHERE key = ?`),
     release: db.prepare<[string]>(`DELETE FROM "${table}" WHERE key = ?`),
@@ -566,6 +570,12 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
     }
     const existing = statements.reserve.immediate(key, fingerprint, now, options.ttlMs, options.leaseMs)
     return existing === null ? { outcome: 'reserved' } : { outcome: 'existing', record: toIdempotency(existing) }
+  }
+
+  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+    checkTtl('leaseMs', leaseMs)
+    const now = Date.now()
+    return this.#statements().renew.run({ key, fingerprint, now, locked: now + leaseMs }).changes === 1
   }
 
   async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {

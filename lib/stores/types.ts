@@ -210,6 +210,15 @@ export interface IdempotencyStore {
    * `in_progress` past `lockedUntil` (its process died), counts as absent and is taken over.
    */
   reserve(key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult>
+  /**
+   * Atomically extends the lease of a reservation that is still ours: sets `lockedUntil` to now + leaseMs
+   * (and `expiresAt` with it, should the record otherwise expire first) only while the record is unexpired,
+   * `in_progress` and holds `fingerprint`. false, changing nothing, otherwise: it was taken over, completed
+   * or released. Called periodically while the request runs, so that a run longer than the lease is not
+   * taken over. A record whose lease ran out but that nobody took over yet is still ours and is renewed.
+   * The fingerprint names the body, not the holder: a record taken over by a retry of the same body passes.
+   */
+  renew(key: string, fingerprint: string, leaseMs: number): Promise<boolean>
   /** Stores the response; the record is replayed until now + ttlMs. */
   complete(key: string, response: IdempotencyResponse, ttlMs: number): Promise<void>
   /** Forgets the key (a 5xx: the retry runs again). */

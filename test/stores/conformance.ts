@@ -676,10 +676,103 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-2' })
   })
 
+  t.test('idempotency: renew keeps an in_progress record from being taken over past its original lease', async (t) => {
+    const store = await warm(t, factory)
+    await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 100 })
+    await sleep(40)
+    const before = Date.now()
+    t.equal(await store.renew('k1', 'fp-1', 400), true)
+    const after = Date.now()
+    const renewed = await store.get('k1')
+    const lockedUntil = Date.parse(renewed!.lockedUntil)
+    t.ok(lockedUntil >= before + 400 && lockedUntil <= after + 400, 'lockedUntil is now + leaseMs')
+    t.match(renewed, { state: 'in_progress', fingerprint: 'fp-1' })
+    t.notOk('response' in renewed!)
+    await sleep(Math.max(0, Date.parse(renewed!.createdAt) + 150 - Date.now()))
+    t.match(await store.reserve('k1', 'fp-1', OPTIONS), { outcome: 'existing', record: { state: 'in_progress', fingerprint: 'fp-1' } },
+      'past the original lease, a retry of the same body is still told the key is in progress')
+    t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing', record: { fingerprint: 'fp-1' } })
+    t.strictSame(await store.get('k1'), renewed, 'and nothing changed')
+    // without further renewals the new lease runs out like the first one
+    await sleep(Math.max(0, lockedUntil + 20 - Date.now()))
+    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
+  })
+
+  t.test('idempotency: renew of a lease that ran out but was not taken over keeps it', async (t) => {
+    const store = await warm(t, factory)
+    await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    await sleep(50)
+    t.equal(await store.renew('k1', 'fp-1', LONG), true)
+    t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing', record: { fingerprint: 'fp-1', state: 'in_progress' } })
+  })
+
+  t.test('idempotency: renew moves the expiry of a record that would expire before its new lease', async (t) => {
+    const store = await warm(t, factory)
+    await store.reserve('k1', 'fp-1', { ttlMs: 200, leaseMs: 200 })
+    t.equal(await store.renew('k1', 'fp-1', 800), true)
+    const record = await store.get('k1')
+    t.equal(record!.expiresAt, record!.lockedUntil)
+    await sleep(Math.max(0, Date.parse(record!.createdAt) + 300 - Date.now()))
+    t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-1' }, 'still there past the ttl it was reserved with')
+    t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing' })
+    // a renewal never shortens the expiry
+    await store.reserve('k2', 'fp-1', OPTIONS)
+    const long = await store.get('k2')
+    t.equal(await store.renew('k2', 'fp-1', 100), true)
+    t.equal((await store.get('k2'))!.expiresAt, long!.expiresAt)
+  })
+
+  t.test('idempotency: renew of a completed, released, absent, expired or other record is false and changes nothing', async (t) => {
+    const store = await warm(t, factory)
+    t.equal(await store.renew('absent', 'fp-1', LONG), false)
+    t.equal(await store.get('absent'), null, 'an absent record is not created')
+
+    await store.reserve('done', 'fp-1', OPTIONS)
+    await store.complete('done', RESPONSE, LONG)
+    const done = await store.get('done')
+    t.equal(await store.renew('done', 'fp-1', LONG * 2), false)
+    t.strictSame(await store.get('done'), done)
+
+    await store.reserve('released', 'fp-1', OPTIONS)
+    await store.release('released')
+    t.equal(await store.renew('released', 'fp-1', LONG), false)
+    t.equal(await store.get('released'), null)
+
+    await store.reserve('other', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
+    const other = await store.get('other')
+    t.equal(await store.renew('other', 'fp-2', LONG), false)
+    t.strictSame(await store.get('other'), other)
+
+    await store.reserve('taken', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    await store.reserve('expired', 'fp-1', { ttlMs: 30, leaseMs: 30 })
+    await sleep(50)
+    t.strictSame(await store.reserve('taken', 'fp-2', { ttlMs: LONG, leaseMs: 5000 }), { outcome: 'reserved' })
+    const taken = await store.get('taken')
+    t.equal(await store.renew('taken', 'fp-1', LONG), false, 'a key taken over is no longer ours')
+    t.strictSame(await store.get('taken'), taken)
+    t.equal(await store.renew('expired', 'fp-1', LONG), false)
+    t.equal(await store.get('expired'), null)
+    t.strictSame(await store.reserve('expired', 'fp-2', OPTIONS), { outcome: 'reserved' })
+  })
+
+  t.test('idempotency: renew and a takeover racing: exactly one of them wins', async (t) => {
+    const store = await warm(t, factory)
+    const keys = range(0, 9).map((i) => `race-${i}`)
+    for (const key of keys) await store.reserve(key, 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    await sleep(50)
+    const results = await Promise.all(keys.map((key) => Promise.all([store.renew(key, 'fp-1', LONG), store.reserve(key, 'fp-2', OPTIONS)])))
+    for (const [i, [renewed, reserved]] of results.entries()) {
+      t.not(renewed, reserved.outcome === 'reserved', keys[i])
+      t.match(await store.get(keys[i]), { state: 'in_progress', fingerprint: renewed ? 'fp-1' : 'fp-2' })
+    }
+  })
+
   t.test('idempotency: rejects bad durations', async (t) => {
     const store = await open(t, factory)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 0, leaseMs: 10 }), RangeError)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 10, leaseMs: -1 }), RangeError)
     await t.rejects(store.complete('k1', RESPONSE, Number.POSITIVE_INFINITY), RangeError)
+    await t.rejects(store.renew('k1', 'fp', 0), RangeError)
+    await t.rejects(store.renew('k1', 'fp', Number.NaN), RangeError)
   })
 }
