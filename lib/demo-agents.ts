@@ -1,13 +1,9 @@
+import { setTimeout } from 'node:timers/promises'
 import { defineAgent } from './define-agent.js'
 import type { Agent, RunContext } from './types.js'
 
 function sleep (ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason)
-    const timer = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve() }, ms)
-    const onAbort = (): void => { clearTimeout(timer); reject(signal.reason) }
-    signal.addEventListener('abort', onAbort, { once: true })
-  })
+  return setTimeout(ms, undefined, { signal })
 }
 
 function words (input: unknown): string {

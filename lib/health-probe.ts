@@ -36,14 +36,14 @@ export async function runHealthProbe (probe: HealthProbe, timeoutMs: number): Pr
   })
   try {
     const result = await Promise.race([probe(), deadline])
+    clearTimeout(timer)
     const latencyMs = Math.round(performance.now() - started)
     if (typeof result === 'boolean') return result ? { status: 'ok', latencyMs } : { status: 'error', latencyMs, error: 'probe reported unhealthy' }
     const check: DbCheck = { status: result.ok ? 'ok' : 'error', latencyMs: result.latencyMs ?? latencyMs }
     if (!result.ok) check.error = result.error ?? 'probe reported unhealthy'
     return check
   } catch (err) {
-    return { status: 'error', latencyMs: Math.round(performance.now() - started), error: (err as Error)?.message ?? String(err) }
-  } finally {
     clearTimeout(timer)
+    return { status: 'error', latencyMs: Math.round(performance.now() - started), error: (err as Error)?.message ?? String(err) }
   }
 }

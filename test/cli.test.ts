@@ -115,7 +115,7 @@ t.test('serve in process: the demo agents, pretty logs, env vars', async (t) => 
 })
 
 t.test('the bin drains on SIGTERM and exits 0', async (t) => {
-  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'serve', '--port', '0', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '', HOST: '127.0.0.1' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'serve', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '', HOST: '127.0.0.1', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => child.kill('SIGKILL'))
   let logs = ''
   const listening = new Promise<string>((resolve) => {

@@ -311,3 +311,28 @@ t.test('validation is strict: no coercion, no silent stripping', async (t) => {
   const empty = await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' } })
   t.equal(empty.statusCode, 400)
 })
+
+t.test('a run that times out while its completion is being saved answers the timeout', async (t) => {
+  const { memoryStores } = await import('../lib/stores/memory.js')
+  const sessions = memoryStores().sessionStore
+  let saved = false
+  const sessionStore = {
+    create: sessions.create.bind(sessions),
+    get: sessions.get.bind(sessions),
+    touch: sessions.touch.bind(sessions),
+    delete: sessions.delete.bind(sessions),
+    list: sessions.list.bind(sessions),
+    appendTurn: async (...args: Parameters<typeof sessions.appendTurn>) => {
+      await sleep(300)
+      saved = true
+      return sessions.appendTurn(...args)
+    }
+  }
+  const { app } = build(t, { sessionStore, requestTimeoutMs: 100 })
+  const res = await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } })
+  const events = parseSse(res.body)
+  t.same(events.map((e) => e.event), ['run.started', 'run.failed'], 'no run.completed after the deadline')
+  t.equal(events[1]!.data.error.code, 'AGENT_TIMEOUT')
+  await sleep(300)
+  t.ok(saved, 'the turn already on its way is still saved')
+})

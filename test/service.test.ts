@@ -44,3 +44,9 @@ t.test('error bodies for statuses without a name and errors without a message', 
   const request = { headers: {}, agentsContext: null } as never
   t.match(errorBody(request, 499, { message: undefined }, false), { statusCode: 499, error: 'Error', message: '' })
 })
+
+t.test('without a logger option the standalone server logs at info', async (t) => {
+  const service = createAgentService({ agents: { echo } })
+  t.teardown(() => service.close(0))
+  t.equal(service.app.log.level, 'info')
+})
