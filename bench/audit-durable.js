@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import { alternate, throughputRound } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
-import { cpuRatio, errorsOf, metricRows, target } from './lib/report.js'
+import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho } from './lib/checks.js'
 
 export const name = 'audit-durable'
@@ -96,6 +96,7 @@ export async function run ({ log }) {
       ...Object.entries(lost).map(([contender, n]) => `${contender}: ${n === 0 ? 'every acknowledged request has its audit entry' : `${n} audit entries missing`}`)
     ],
     lostAuditEntries: lost,
+    noise: noiseOf(results),
     errors: errorsOf(results)
   }
 }

@@ -3,7 +3,7 @@
 // raw node:http for reference. 1 KB JSON body, 50 connections.
 import { alternate, throughputRound } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
-import { cpuRatio, errorsOf, metricRows, target } from './lib/report.js'
+import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho } from './lib/checks.js'
 
 export const name = 'http-default'
@@ -41,6 +41,7 @@ export async function run ({ log }) {
       `bare Fastify / node:http = ${(raw.median / rawNode.median).toFixed(2)} (issue's machine: 0.85)`,
       `by CPU time per request, defaults / bare Fastify = ${cpuRatio(rows, 'service (defaults)', 'bare fastify')?.toFixed(2)}`
     ],
+    noise: noiseOf(results),
     errors: errorsOf(results)
   }
 }

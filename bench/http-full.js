@@ -3,7 +3,7 @@
 // Each feature is checked before it is measured; one that is not implemented yet is reported pending.
 import { alternate, throughputRound } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
-import { cpuRatio, errorsOf, metricRows, target } from './lib/report.js'
+import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho } from './lib/checks.js'
 
 export const name = 'http-full'
@@ -75,5 +75,5 @@ export async function run ({ log }) {
   const notes = [
     `by CPU time per request, full / bare Fastify = ${cpuRatio(rows, 'service (full)', 'bare fastify')?.toFixed(2)}, defaults / bare Fastify = ${cpuRatio(rows, 'service (defaults)', 'bare fastify')?.toFixed(2)}`
   ]
-  return { title, rows, targets: [t], notes, features: found, errors: errorsOf(results) }
+  return { title, rows, targets: [t], notes, features: found, noise: noiseOf(results), errors: errorsOf(results) }
 }

@@ -1,12 +1,14 @@
 // CPU profile of a bench server under load: `node bench/profile.js [preset]` (after `npm run build`),
 // or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier.
-//   preset: default (JSON echo run, the default), full, sse (100-delta SSE run), bare (bare Fastify), or
-//   bare-schemas (bare Fastify validating and serializing with the service's schemas)
+//   preset: default (JSON echo run, the default), full, sqlite (the default with the SQLite audit store, in
+//   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
+//   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
+//   node:http SSE reference)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
 // seconds (default 10), and prints the self time by function and by package. The .cpuprofile is kept in
 // bench/profiles/ (*.cpuprofile is gitignored) for chrome://inspect or speedscope.
-import { mkdirSync, readFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { join, relative } from 'node:path'
 import { load, pinLoadGenerator, startServer } from './lib/harness.js'
@@ -21,8 +23,10 @@ const presets = {
     spec: { kind: 'service', preset: { name: 'full', apiKey: 'bench-key-0123456789abcdef', adminToken: 'bench-admin-token-0123456789' } },
     request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json', 'x-api-key': 'bench-key-0123456789abcdef' }, body: jsonBody(1024) }
   },
+  sqlite: { spec: { kind: 'service', preset: { name: 'sqlite', file: `/tmp/fastify-agents-profile-${process.pid}.db` } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
+  'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
 }
 
@@ -47,6 +51,7 @@ async function main () {
     await server.call('profile-stop', 60_000, file)
   } finally {
     await server.stop()
+    if (preset.spec.preset?.file !== undefined) for (const suffix of ['', '-wal', '-shm']) rmSync(preset.spec.preset.file + suffix, { force: true })
   }
   console.log(`${name}: ${result.rps.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.non2xx + result.errors} failed, ${result.ok} requests profiled`)
   summarise(file, Number(process.env.PROFILE_TOP ?? 40))

@@ -1,7 +1,7 @@
 // Target 3: a 100-delta run streamed as Server-Sent Events, one event per tick, against a node:http SSE
 // endpoint writing the same events the same way. Throughput in complete streams per second.
 import { alternate, throughputRound } from './lib/harness.js'
-import { cpuRatio, errorsOf, metricRows, target } from './lib/report.js'
+import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkSseRun } from './lib/checks.js'
 
 export const name = 'sse-stream'
@@ -36,6 +36,7 @@ export async function run ({ log }) {
     rows,
     targets: [target('3', 'service SSE streams/s / node:http SSE', service.ratio, '>=', 0.90)],
     notes: [`by CPU time per stream, service / node:http = ${cpuRatio(rows, 'service SSE', 'node:http SSE')?.toFixed(2)}`],
+    noise: noiseOf(results),
     errors: errorsOf(results)
   }
 }

@@ -3,7 +3,7 @@
 // without the service (no validation, sessions, audit) is the reference.
 import WebSocket from 'ws'
 import { alternate, config, cpuMeter } from './lib/harness.js'
-import { metricRows, target } from './lib/report.js'
+import { metricRows, noiseOf, target } from './lib/report.js'
 import { percentile } from './lib/harness.js'
 
 export const name = 'websocket'
@@ -122,6 +122,7 @@ export async function run ({ log }) {
     targets: [
       target('5', `WebSocket runs/s vs the ws reference (reported; no threshold), ${CONNECTIONS} connections`, service.ratio, '>=', 0, pending === false ? undefined : pending)
     ],
+    noise: noiseOf(results),
     errors: failures
   }
 }

@@ -15,7 +15,9 @@ export const LOAD_CORE = '1'
 export const config = {
   rounds: Number(process.env.BENCH_ROUNDS ?? 3),
   warmup: Number(process.env.BENCH_WARMUP ?? 2),
-  duration: Number(process.env.BENCH_DURATION ?? 5)
+  duration: Number(process.env.BENCH_DURATION ?? 5),
+  /** BENCH_QUIET=<s>: before each round, wait up to <s> seconds for other processes to leave the cores */
+  quiet: Number(process.env.BENCH_QUIET ?? 0)
 }
 
 /**
@@ -165,6 +167,7 @@ export async function alternate (contenders, measure, { rounds = config.rounds, 
   const results = Object.fromEntries(contenders.map((c) => [c.name, []]))
   for (let round = 1; round <= rounds; round++) {
     for (const contender of contenders) {
+      if (config.quiet > 0) await waitForQuiet(config.quiet)
       const spec = typeof contender.spec === 'function' ? contender.spec(round) : contender.spec
       const server = await startServer(spec, contender.startOptions)
       let result
@@ -200,6 +203,17 @@ export async function throughputRound (server, request) {
   Object.assign(result, cpu.stop(result.ok))
   result.warmupOk = warmup.ok
   return result
+}
+
+/** Waits (up to `seconds`) until other processes use less than 10% of the machine over one second. */
+export async function waitForQuiet (seconds) {
+  const deadline = Date.now() + seconds * 1000
+  for (;;) {
+    const meter = cpuMeter([])
+    await sleep(1000)
+    const { foreignCpu } = meter.stop(0)
+    if (foreignCpu === null || foreignCpu < 0.1 || Date.now() > deadline) return foreignCpu
+  }
 }
 
 export function sleep (ms) {

@@ -62,6 +62,9 @@ export function printScenario (name, result) {
     lines.push(`target ${t.id} ${t.description}:${value} ${verdict}`)
   }
   for (const note of result.notes ?? []) lines.push(`note: ${note}`)
+  if (result.noise?.noisy > 0) {
+    lines.push(`warning: in ${result.noise.noisy} of ${result.noise.rounds} rounds other processes used more than 10% of the machine (up to ${(100 * result.noise.max).toFixed(0)}%): the ratios are less reliable; BENCH_QUIET=<s> waits for a quiet machine`)
+  }
   console.log(lines.join('\n'))
 }
 
@@ -81,4 +84,10 @@ export function cpuRatio (rows, contender, baseline) {
   const c = of(contender)
   const b = of(baseline)
   return typeof c === 'number' && typeof b === 'number' && c > 0 ? b / c : null
+}
+
+/** How much of the machine other processes used during the measured rounds: { rounds, noisy, max }. */
+export function noiseOf (results) {
+  const shares = Object.values(results).flat().map((r) => r.foreignCpu).filter((v) => typeof v === 'number')
+  return { rounds: shares.length, noisy: shares.filter((v) => v > 0.1).length, max: shares.length > 0 ? Math.max(...shares) : null }
 }

@@ -227,7 +227,7 @@ process.on('message', async (message) => {
       profiler = new Session()
       profiler.connect()
       await profiler.post('Profiler.enable')
-      await profiler.post('Profiler.setSamplingInterval', { interval: 100 })
+      await profiler.post('Profiler.setSamplingInterval', { interval: 500 })
       await profiler.post('Profiler.start')
     } else if (message.type === 'profile-stop') {
       const { profile } = await profiler.post('Profiler.stop')
