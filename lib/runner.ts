@@ -109,6 +109,8 @@ export class AgentRun {
   // per run cost about 3% of the CPU of a JSON run in the profile. The reason is kept for a late first look.
   #controller: AbortController | null = null
   #abortReason: RunAbortedError | null = null
+  /** while an iterable agent runs: abort() tells it to stop directly, with no AbortSignal listener */
+  #stopIterator: (() => void) | null = null
   #seq = 0
   #settled = false
   #listener: (event: RunEvent) => void = () => {}
@@ -179,6 +181,7 @@ export class AgentRun {
     const reason = new RunAbortedError(code, message)
     this.#abortReason = reason
     this.#fail(code, reason)
+    this.#stopIterator?.()
     this.#controller?.abort(reason)
   }
 
@@ -218,15 +221,14 @@ export class AgentRun {
 
   async #iterate (returned: AsyncIterable<string | AgentEvent>): Promise<AgentResult> {
     const iterator = returned[Symbol.asyncIterator]()
-    // An agent that ignores its signal is still told to stop: return() runs its finally blocks.
-    const stop = (): void => { iterator.return?.()?.catch(() => {}) }
-    const signal = this.signal
-    signal.addEventListener('abort', stop, { once: true })
+    // An agent that ignores its signal is still told to stop: return() runs its finally blocks. abort() calls
+    // this itself: a listener on the run's signal would create an AbortController for every streamed run.
+    this.#stopIterator = () => { iterator.return?.()?.catch(() => {}) }
     for (;;) {
       const step = await iterator.next()
       if (this.#settled) return { output: null }
       if (step.done === true) {
-        signal.removeEventListener('abort', stop)
+        this.#stopIterator = null
         return isAgentResult(step.value) ? step.value : { output: this.#text }
       }
       const value = step.value
