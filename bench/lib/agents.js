@@ -10,14 +10,16 @@ export const echo = {
   }
 }
 
-/** Streams `input.deltas` (default 100) text deltas, one per event-loop tick. */
+/**
+ * Streams `input.deltas` (default 100) text deltas, one per event-loop tick. Like a model's stream, it does
+ * not poll its signal between tokens: when the run is aborted the runner ends the generator (return()).
+ */
 export const ticker = {
   description: 'one delta per tick',
-  async * run (input, ctx) {
+  async * run (input) {
     const deltas = input?.deltas ?? 100
     for (let i = 0; i < deltas; i++) {
       await tick()
-      if (ctx.signal.aborted) return
       yield 'token '
     }
   }
