@@ -3,7 +3,7 @@
 //   preset: default (JSON echo run, the default), full, sqlite (the default with the SQLite audit store, in
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
-//   node:http SSE reference)
+//   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
 // seconds (default 10), and prints the self time by function and by package. The .cpuprofile is kept in
@@ -27,6 +27,7 @@ const presets = {
   sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  'raw-sse-generator': { spec: { kind: 'raw-sse', generator: true }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
 }
 

@@ -19,6 +19,9 @@ export async function run ({ log }) {
   }
   const contenders = [
     { name: 'node:http SSE', spec: { kind: 'raw-sse' } },
+    // the same endpoint taking its deltas from the agent's async generator: what the generator protocol
+    // itself costs, apart from the service
+    { name: 'node:http SSE + generator', spec: { kind: 'raw-sse', generator: true } },
     { name: 'service SSE', spec: { kind: 'service', preset: { name: 'default' } } }
   ]
   const results = await alternate(contenders, async (server, _contender, round) => {
@@ -35,7 +38,10 @@ export async function run ({ log }) {
     title,
     rows,
     targets: [target('3', 'service SSE streams/s / node:http SSE', service.ratio, '>=', 0.90)],
-    notes: [`by CPU time per stream, service / node:http = ${cpuRatio(rows, 'service SSE', 'node:http SSE')?.toFixed(2)}`],
+    notes: [
+      `by CPU time per stream, service / node:http = ${cpuRatio(rows, 'service SSE', 'node:http SSE')?.toFixed(2)}`,
+      `against node:http fed by the same async generator: streams/s ${(service.median / rows.find((r) => r.contender === 'node:http SSE + generator' && r.metric === 'rps').median).toFixed(2)}, by CPU ${cpuRatio(rows, 'service SSE', 'node:http SSE + generator')?.toFixed(2)}`
+    ],
     noise: noiseOf(results),
     errors: errorsOf(results)
   }

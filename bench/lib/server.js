@@ -73,10 +73,19 @@ function rawSse () {
     res.write(sseEvent(++seq, 'run.started', { runId: RUN_ID, agent: 'ticker', sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID }))
     if (req.url === '/v1/agents/idle/runs') return holdIdle(res)
     let text = ''
-    for (let i = 0; i < deltas && open; i++) {
-      await tick()
-      text += 'token '
-      res.write(sseEvent(++seq, 'message.delta', { text: 'token ' }))
+    if (spec.generator === true) {
+      // the deltas from the bench's ticker agent, as the service gets them: prices the generator protocol
+      for await (const delta of benchAgents.ticker.run({ deltas })) {
+        if (!open) return
+        text += delta
+        res.write(sseEvent(++seq, 'message.delta', { text: delta }))
+      }
+    } else {
+      for (let i = 0; i < deltas && open; i++) {
+        await tick()
+        text += 'token '
+        res.write(sseEvent(++seq, 'message.delta', { text: 'token ' }))
+      }
     }
     if (!open) return
     res.end(sseEvent(++seq, 'run.completed', { ...echoResult(text), agent: 'ticker' }))
