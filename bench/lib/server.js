@@ -163,6 +163,11 @@ async function serviceOptions (preset) {
       idempotency: {},
       adminApi: { enabled: true, bearerToken: preset.adminToken }
     }
+    // one feature of 'full' at a time, to price each
+    case 'auth': return { auth: { strategy: 'api-key', keys: [preset.apiKey] } }
+    case 'rate-limit': return { rateLimit: { maxRequests: 1_000_000_000, intervalMs: 60_000 } }
+    case 'idempotency': return { idempotency: {} }
+    case 'admin': return { adminApi: { enabled: true, bearerToken: preset.adminToken } }
     case 'sqlite': return { auditStore: new lib.SqliteAuditStore(preset.file) }
     case 'postgres': return { auditStore: new lib.PostgresAuditStore(preset.url, { schema: preset.schema }) }
     case 'websocket': return { websocket: true }
