@@ -1,7 +1,7 @@
 // Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]`
 // Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
 // `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`.
-// The three servers (bare Fastify, A, B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
+// The three servers (bare Fastify, or node:http for SSE; A; B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
 // of BENCH_BURST seconds, default 1): on a machine shared with other work, CPU time per request compared
 // burst by burst is steadier than throughput. Heap per idle stream is measured once per build.
 import { resolve } from 'node:path'
@@ -67,7 +67,7 @@ async function main () {
     }
     const workload = workloads[name]
     const contenders = [
-      { name: 'bare fastify', spec: { kind: name === 'sse' ? 'raw-sse' : 'bare-fastify' } },
+      name === 'sse' ? { name: 'node:http SSE', spec: { kind: 'raw-sse' } } : { name: 'bare fastify', spec: { kind: 'bare-fastify' } },
       { name: 'A', spec: { kind: 'service', preset: workload.preset, pkg: pkg(a) } },
       { name: 'B', spec: { kind: 'service', preset: workload.preset, pkg: pkg(b) } }
     ]
