@@ -5,6 +5,7 @@ import type { Static } from '@sinclair/typebox'
 import { Metadata } from './common.js'
 import { DbCheck } from './health.js'
 import { Session } from './sessions.js'
+import { Approval } from './approvals.js'
 
 const Count = Type.Integer({ minimum: 0 })
 const DateTime = Type.String({ format: 'date-time' })
@@ -95,25 +96,8 @@ export const AdminApprovalsQuery = Type.Object({
 }, { additionalProperties: false })
 export type AdminApprovalsQuery = Static<typeof AdminApprovalsQuery>
 
-export const AdminApproval = Type.Object({
-  id: Type.String(),
-  runId: Type.String(),
-  agent: Type.String(),
-  sessionId: Type.String(),
-  principal: Type.String(),
-  action: Type.String(),
-  payload: Type.Unknown(),
-  reason: Type.Union([Type.String(), Type.Null()]),
-  status: Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired'), Type.Literal('cancelled')]),
-  requestedAt: DateTime,
-  expiresAt: DateTime,
-  decision: Type.Optional(Type.Object({
-    approved: Type.Boolean(),
-    comment: Type.Union([Type.String(), Type.Null()]),
-    decidedBy: Type.Union([Type.String(), Type.Null()]),
-    decidedAt: DateTime
-  }))
-})
+/** The same record as `/v1/approvals` answers: one schema, so the two can never drift apart. */
+export const AdminApproval = Approval
 
 export const AdminApprovalList = Type.Object({
   approvals: Type.Array(AdminApproval, { description: 'pending and unexpired, oldest first' })
