@@ -90,6 +90,10 @@ function isAgentResult (value: unknown): value is AgentResult {
 const RUN = Symbol('fastify-agents.run')
 const signalProperty: PropertyDescriptor = {
   get (this: { [RUN]: AgentRun }): AbortSignal { return this[RUN].signal },
+  // assignable as the plain property it was: an agent may hand its own signal on to code it calls
+  set (this: object, value: unknown) {
+    Object.defineProperty(this, 'signal', { value, writable: true, enumerable: true, configurable: true })
+  },
   enumerable: true,
   configurable: true
 }

@@ -93,3 +93,15 @@ t.test('an agent that throws synchronously or resolves to something else fails t
   const b = await wrong.done
   t.equal(b.status === 'failed' && (b.error as Error).message, 'Agent "a" must resolve to { output }')
 })
+
+t.test('ctx.signal can still be assigned, as the plain property it used to be', async (t) => {
+  let ctx: RunContext | undefined
+  const run = runOf({ run: async (_input, c) => { ctx = c; return { output: 'ok' } } })
+  run.start()
+  await run.done
+  const mine = new AbortController().signal
+  ctx!.signal = mine
+  t.equal(ctx!.signal, mine)
+  t.ok(Object.keys(ctx!).includes('signal'))
+  t.not(run.signal, mine, 'the run keeps its own signal')
+})
