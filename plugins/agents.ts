@@ -58,13 +58,14 @@ function streamRun (state: AgentServiceState, request: FastifyRequest, reply: Fa
   })
   reply.raw.on('close', () => run.abort('CANCELLED'))
   run.start()
-  run.done.then(async () => {
-    // an idempotency key's record is written before the stream ends: a retry after the end is a replay
-    await settleStreamedRun(request, final)
-    state.heartbeat.delete(stream)
-    stream.end()
-    auditRequest(state, request, 200)
-  })
+  void run.done
+    .then(async () => {
+      // an idempotency key's record is written before the stream ends: a retry after the end is a replay
+      await settleStreamedRun(request, final)
+      state.heartbeat.delete(stream)
+      stream.end()
+      auditRequest(state, request, 200)
+    })
     // Nothing above is known to throw (the idempotency store's failures are caught and logged inside), but
     // no handler awaits this chain any more: a rejection here must not become an unhandled one.
     /* c8 ignore next */
