@@ -1,6 +1,8 @@
 import fp from 'fastify-plugin'
 import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { AgentNotFoundError, SessionNotFoundError } from '../lib/errors.js'
 import { errorResponses } from '../schemas/common.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
@@ -11,6 +13,15 @@ export type SessionsPluginOptions = Record<never, never>
 const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastify) => {
   const { settings } = fastify.agentService
   const store = settings.sessionStore
+
+  /** The caller's own session: another principal's is as missing as an absent one (no probing, no takeover). */
+  async function ownedSession (request: FastifyRequest, id: string): Promise<SessionRecord> {
+    const context = requestContextOf(request)
+    const session = await store.get(id)
+    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(id)
+    context.sessionId = session.id
+    return session
+  }
 
   fastify.post('/sessions', {
     config: { access: 'run' },
@@ -40,13 +51,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       params: SessionParams,
       response: { 200: SessionWithMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
-  }, async (request) => {
-    const context = requestContextOf(request)
-    const session = await store.get(request.params.id)
-    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(request.params.id)
-    context.sessionId = session.id
-    return session
-  })
+  }, async (request) => ownedSession(request, request.params.id))
 
   fastify.delete('/sessions/:id', {
     config: { access: 'run' },
@@ -57,11 +62,8 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
   }, async (request, reply) => {
-    const context = requestContextOf(request)
-    const session = await store.get(request.params.id)
-    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(request.params.id)
+    const session = await ownedSession(request, request.params.id)
     await store.delete(session.id)
-    context.sessionId = session.id
     return reply.code(204).send()
   })
 }
