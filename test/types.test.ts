@@ -2,8 +2,10 @@
 // each `@ts-expect-error` fails the type check if the mistake it names ever compiles.
 import t from 'tap'
 import Fastify from 'fastify'
-import agentService, { createAgentService, defineAgent, memoryStores } from '../index.js'
-import type { Agent, AgentServiceOptions, AgentService, RunContext, Decision, AuditStore, RunResult } from '../index.js'
+import agentService, { MemorySessionStore, createAgentService, defineAgent, memoryStores } from '../index.js'
+import type {
+  Agent, AgentServiceOptions, AgentService, RunContext, Decision, AuditStore, RunResult, MemorySessionStoreOptions, SessionStore
+} from '../index.js'
 
 const typed = defineAgent({
   description: 'typed input',
@@ -46,7 +48,12 @@ const options: AgentServiceOptions = {
   rateLimit: { maxRequests: 10, intervalMs: 1000 }
 }
 const audit: AuditStore = memoryStores().auditStore
-void [noRun, noAgents, badAuth, badTimeout, audit]
+const bounded: MemorySessionStoreOptions = { maxSessions: 50_000 }
+const sessions: SessionStore = new MemorySessionStore(bounded)
+const boundedStores: AgentServiceOptions = { agents: { typed }, ...memoryStores({ maxSessions: 100 }) }
+// @ts-expect-error maxSessions is a number
+const badBound: MemorySessionStoreOptions = { maxSessions: '10k' }
+void [noRun, noAgents, badAuth, badTimeout, audit, sessions, boundedStores, badBound]
 
 t.test('the public API has the types it documents', async (t) => {
   const service: AgentService = createAgentService({ ...options, logger: false })

@@ -1,9 +1,9 @@
 export type * from './types.js'
 export {
-  DEFAULT_AUDIT_CAPACITY, MemoryApprovalStore, MemoryAuditStore, MemoryCheckpointStore, MemoryIdempotencyStore,
+  DEFAULT_AUDIT_CAPACITY, DEFAULT_MAX_SESSIONS, MemoryApprovalStore, MemoryAuditStore, MemoryCheckpointStore, MemoryIdempotencyStore,
   MemorySessionStore, memoryStores
 } from './memory.js'
-export type { MemoryAuditStoreOptions, MemoryStoresOptions } from './memory.js'
+export type { MemoryAuditStoreOptions, MemorySessionStoreOptions, MemoryStoresOptions } from './memory.js'
 export {
   SqliteApprovalStore, SqliteAuditStore, SqliteCheckpointStore, SqliteConnection, SqliteIdempotencyStore,
   SqliteSessionStore, sqliteStores

@@ -71,30 +71,70 @@ export class MemoryAuditStore implements AuditStore {
   async close (): Promise<void> {}
 }
 
-interface StoredSession {
+/** A session and its place in the store's list, least recently active first. */
+class StoredSession {
   record: Omit<SessionRecord, 'lastActiveAt'>
-  messages: Message[]
+  messages: Message[] = []
   lastActiveMs: number
   expiresMs: number
+  older: StoredSession | null = null
+  newer: StoredSession | null = null
+
+  constructor (record: Omit<SessionRecord, 'lastActiveAt'>, now: number, ttlMs: number) {
+    this.record = record
+    this.lastActiveMs = now
+    this.expiresMs = now + ttlMs
+  }
+}
+
+/** The default bound of the memory session store: beyond it the least recently active session goes first. */
+export const DEFAULT_MAX_SESSIONS = 10_000
+
+export interface MemorySessionStoreOptions {
+  /**
+   * How many sessions are kept (default 10,000). Every run without a `sessionId` creates one, and each keeps
+   * its messages for `sessionTtlMs`: without a bound, memory would grow with the request rate.
+   */
+  maxSessions?: number
 }
 
 export class MemorySessionStore implements SessionStore {
-  // Every write re-inserts its session, so the Map is ordered by last write: the purge stops at the first
-  // live one. (With mixed ttls a few expired ones may stay until get() or list() meets them.)
+  readonly maxSessions: number
   readonly #sessions = new Map<string, StoredSession>()
+  // A list ordered by last write, least recent first: touching a session moves it to the newest end, the
+  // purge and the bound take from the oldest end. (Re-inserting into the Map to keep it ordered left a hole
+  // per write that every purge walked over again: a create cost several µs under load.)
+  #oldest: StoredSession | null = null
+  #newest: StoredSession | null = null
+  #evicted = 0
+
+  constructor (options: MemorySessionStoreOptions = {}) {
+    const maxSessions = options.maxSessions ?? DEFAULT_MAX_SESSIONS
+    if (!Number.isSafeInteger(maxSessions) || maxSessions < 1) {
+      throw new TypeError(`maxSessions must be a positive integer, got ${String(maxSessions)}`)
+    }
+    this.maxSessions = maxSessions
+  }
+
+  /** Sessions dropped, while still live, to stay within `maxSessions`. */
+  get evicted (): number {
+    return this.#evicted
+  }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     this.#purge(now)
-    const stored: StoredSession = {
-      record: { id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), turns: 0, metadata: session.metadata },
-      messages: [],
-      lastActiveMs: now,
-      expiresMs: now + ttlMs
-    }
-    this.#sessions.delete(session.id)
+    const stored = new StoredSession(
+      { id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), turns: 0, metadata: session.metadata },
+      now,
+      ttlMs
+    )
+    const previous = this.#sessions.get(session.id)
+    if (previous !== undefined) this.#remove(previous)
+    else if (this.#sessions.size >= this.maxSessions) this.#evictOldest()
     this.#sessions.set(session.id, stored)
+    this.#append(stored)
     return toSessionRecord(stored)
   }
 
@@ -112,9 +152,9 @@ export class MemorySessionStore implements SessionStore {
     const now = Date.now()
     const stored = this.#live(id, now)
     if (stored === undefined) return false
-    stored.messages.push(...messages)
+    for (const message of messages) stored.messages.push(message)
     stored.record.turns++
-    this.#touch(id, stored, now, ttlMs)
+    this.#touch(stored, now, ttlMs)
     return true
   }
 
@@ -123,14 +163,15 @@ export class MemorySessionStore implements SessionStore {
     const now = Date.now()
     const stored = this.#live(id, now)
     if (stored === undefined) return false
-    this.#touch(id, stored, now, ttlMs)
+    this.#touch(stored, now, ttlMs)
     return true
   }
 
   async delete (id: string): Promise<boolean> {
-    const live = this.#live(id, Date.now()) !== undefined
-    this.#sessions.delete(id)
-    return live
+    const stored = this.#sessions.get(id)
+    if (stored === undefined) return false
+    this.#remove(stored)
+    return stored.expiresMs > Date.now()
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
@@ -138,9 +179,9 @@ export class MemorySessionStore implements SessionStore {
     const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
     const now = Date.now()
     const candidates: StoredSession[] = []
-    for (const [id, stored] of this.#sessions) {
-      if (stored.expiresMs <= now) this.#sessions.delete(id)
-      else if (after === null || isBefore(stored.lastActiveMs, id, after)) candidates.push(stored)
+    for (const stored of this.#sessions.values()) {
+      if (stored.expiresMs <= now) this.#remove(stored)
+      else if (after === null || isBefore(stored.lastActiveMs, stored.record.id, after)) candidates.push(stored)
     }
     candidates.sort((a, b) => b.lastActiveMs - a.lastActiveMs || (a.record.id < b.record.id ? 1 : -1))
     const page = candidates.slice(0, limit)
@@ -156,22 +197,55 @@ export class MemorySessionStore implements SessionStore {
   #live (id: string, now: number): StoredSession | undefined {
     const stored = this.#sessions.get(id)
     if (stored === undefined || stored.expiresMs > now) return stored
-    this.#sessions.delete(id)
+    this.#remove(stored)
     return undefined
   }
 
-  #touch (id: string, stored: StoredSession, now: number, ttlMs: number): void {
+  #touch (stored: StoredSession, now: number, ttlMs: number): void {
     stored.lastActiveMs = now
     stored.expiresMs = now + ttlMs
-    this.#sessions.delete(id)
-    this.#sessions.set(id, stored)
+    if (stored === this.#newest) return
+    this.#unlink(stored)
+    this.#append(stored)
   }
 
+  // Ordered by last write, which is the order of expiry while every write uses one ttl (the service's
+  // sessionTtlMs); with mixed ttls a few expired ones may stay until get() or list() meets them.
   #purge (now: number): void {
-    for (const [id, stored] of this.#sessions) {
-      if (stored.expiresMs > now) return
-      this.#sessions.delete(id)
+    while (this.#oldest !== null && this.#oldest.expiresMs <= now) this.#remove(this.#oldest)
+  }
+
+  #evictOldest (): void {
+    const oldest = this.#oldest!
+    this.#remove(oldest)
+    if (this.#evicted++ === 0) {
+      process.emitWarning(
+        `the memory session store holds its maximum of ${this.maxSessions} sessions: the least recently active ones are dropped before they expire (raise maxSessions, or use a durable session store)`,
+        { code: 'FASTIFY_AGENTS_WARN001' }
+      )
     }
+  }
+
+  #append (stored: StoredSession): void {
+    stored.older = this.#newest
+    stored.newer = null
+    if (this.#newest === null) this.#oldest = stored
+    else this.#newest.newer = stored
+    this.#newest = stored
+  }
+
+  #unlink (stored: StoredSession): void {
+    if (stored.older === null) this.#oldest = stored.newer
+    else stored.older.newer = stored.newer
+    if (stored.newer === null) this.#newest = stored.older
+    else stored.newer.older = stored.older
+    stored.older = null
+    stored.newer = null
+  }
+
+  #remove (stored: StoredSession): void {
+    this.#sessions.delete(stored.record.id)
+    this.#unlink(stored)
   }
 }
 
@@ -404,12 +478,14 @@ function copyRecord (record: IdempotencyRecord): IdempotencyRecord {
 export interface MemoryStoresOptions {
   /** ring buffer size of the audit store (default 500) */
   auditCapacity?: number
+  /** the most sessions the session store keeps (default 10,000) */
+  maxSessions?: number
 }
 
 export function memoryStores (options: MemoryStoresOptions = {}): Required<StoreSet> {
   return {
     auditStore: new MemoryAuditStore({ capacity: options.auditCapacity }),
-    sessionStore: new MemorySessionStore(),
+    sessionStore: new MemorySessionStore({ maxSessions: options.maxSessions }),
     approvalStore: new MemoryApprovalStore(),
     checkpointStore: new MemoryCheckpointStore(),
     idempotency: { store: new MemoryIdempotencyStore() }

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import {
-  DEFAULT_AUDIT_CAPACITY, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
+  DEFAULT_AUDIT_CAPACITY, DEFAULT_MAX_SESSIONS, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
 } from '../../lib/stores/memory.js'
 import { auditEntry, factoriesOf, storeConformance } from './conformance.js'
 
@@ -72,6 +72,77 @@ t.test('sessions: expired sessions are purged on the next create', async (t) => 
   await sleep(20)
   await store.create({ id: 'new', agent: null, principal: 'p', metadata: {} }, 60_000)
   t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id), ['new', 'live'])
+})
+
+t.test('sessions: at most maxSessions, the least recently active dropped first, with one warning', async (t) => {
+  const warnings: Error[] = []
+  const onWarning = (warning: Error): void => { warnings.push(warning) }
+  process.on('warning', onWarning)
+  t.teardown(() => { process.off('warning', onWarning) })
+  const store = new MemorySessionStore({ maxSessions: 3 })
+  t.equal(store.maxSessions, 3)
+  for (const id of ['a', 'b', 'c']) await store.create({ id, agent: null, principal: 'p', metadata: {} }, 60_000)
+  // a turn and a touch make a and b the most recently active: c is the one to go
+  t.equal(await store.appendTurn('a', [], 60_000), true)
+  t.equal(await store.touch('b', 60_000), true)
+  await store.create({ id: 'd', agent: null, principal: 'p', metadata: {} }, 60_000)
+  t.equal(await store.get('c'), null)
+  t.equal(store.evicted, 1)
+  await store.create({ id: 'e', agent: null, principal: 'p', metadata: {} }, 60_000)
+  t.equal(await store.get('a'), null)
+  t.equal(store.evicted, 2)
+  t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), ['b', 'd', 'e'])
+  // creating an id that exists replaces it without dropping another
+  await store.create({ id: 'e', agent: null, principal: 'q', metadata: {} }, 60_000)
+  t.equal(store.evicted, 2)
+  t.equal((await store.get('e'))?.principal, 'q')
+  t.equal((await store.list({ limit: 10 })).sessions.length, 3)
+  await new Promise((resolve) => setImmediate(resolve))
+  const ours = warnings.filter((w) => (w as Error & { code?: string }).code === 'FASTIFY_AGENTS_WARN001')
+  t.equal(ours.length, 1, 'warned once, not once per eviction')
+  t.match(ours[0]!.message, /maximum of 3 sessions/)
+})
+
+t.test('sessions: expired sessions go before the bound drops a live one', async (t) => {
+  const store = new MemorySessionStore({ maxSessions: 2 })
+  await store.create({ id: 'short', agent: null, principal: 'p', metadata: {} }, 10)
+  await store.create({ id: 'live', agent: null, principal: 'p', metadata: {} }, 60_000)
+  await sleep(20)
+  await store.create({ id: 'new', agent: null, principal: 'p', metadata: {} }, 60_000)
+  t.equal(store.evicted, 0)
+  t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id), ['new', 'live'])
+})
+
+t.test('sessions: the newest, the oldest and a middle one can each be deleted, touched and re-listed', async (t) => {
+  const store = new MemorySessionStore({ maxSessions: 10 })
+  for (const id of ['a', 'b', 'c', 'd']) await store.create({ id, agent: null, principal: 'p', metadata: {} }, 60_000)
+  t.equal(await store.delete('d'), true, 'the newest')
+  t.equal(await store.delete('a'), true, 'the oldest')
+  t.equal(await store.delete('a'), false, 'already gone')
+  t.equal(await store.touch('c', 60_000), true, 'touching the newest keeps it there')
+  t.equal(await store.touch('b', 60_000), true)
+  await store.create({ id: 'e', agent: null, principal: 'p', metadata: {} }, 60_000)
+  const ids = (await store.list({ limit: 10 })).sessions.map((s) => s.id)
+  t.same(ids.sort(), ['b', 'c', 'e'])
+  t.equal(await store.delete('c'), true, 'a middle one')
+  t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), ['b', 'e'])
+})
+
+t.test('sessions: an expired session deleted reports nothing deleted', async (t) => {
+  const store = new MemorySessionStore()
+  await store.create({ id: 'short', agent: null, principal: 'p', metadata: {} }, 10)
+  await sleep(20)
+  t.equal(await store.delete('short'), false)
+  t.equal(await store.get('short'), null)
+})
+
+t.test('sessions: maxSessions must be a positive integer; memoryStores passes it on', async (t) => {
+  for (const maxSessions of [0, -1, 1.5, Number.NaN, '10']) {
+    t.throws(() => new MemorySessionStore({ maxSessions: maxSessions as number }), TypeError, String(maxSessions))
+  }
+  t.equal(new MemorySessionStore().maxSessions, DEFAULT_MAX_SESSIONS)
+  t.equal(DEFAULT_MAX_SESSIONS, 10_000)
+  t.equal((memoryStores({ maxSessions: 7 }).sessionStore as MemorySessionStore).maxSessions, 7)
 })
 
 t.test('idempotency: expired records are purged on the next reserve', async (t) => {
