@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { AgentServiceState } from '../plugins/core.js'
 import {
@@ -7,22 +6,21 @@ import {
 import type { AgentRun } from './runner.js'
 import type { Message } from './stores/types.js'
 import type { TraceContext } from './types.js'
+import { randomId } from './ids.js'
 
-/** What a run request asks for, whichever transport (HTTP, SSE, WebSocket) it came over. */
+/** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
 export interface RunRequestFields {
-  agent: string
   input: unknown
   sessionId?: string | undefined
   resumeRunId?: string | undefined
   metadata?: Record<string, unknown> | undefined
 }
 
-/** Who asks, and where the run's logs and ids come from. */
+/** Who asks, and where the run's ids come from (a RequestContext fits). */
 export interface RunCaller {
-  principal: string
-  requestId: string
-  trace: TraceContext
-  log: FastifyBaseLogger
+  readonly principal: string
+  readonly requestId: string
+  readonly trace: TraceContext
 }
 
 /** Filled in as the request resolves, for the audit entry (a RequestContext fits). */
@@ -39,15 +37,15 @@ export interface RunAuditFields {
  * RUN_SESSION_MISMATCH and SESSION_NOT_FOUND.
  */
 export async function createRun (
-  state: AgentServiceState, caller: RunCaller, request: RunRequestFields, streamed: boolean, audit?: RunAuditFields
+  state: AgentServiceState, caller: RunCaller, log: FastifyBaseLogger, name: string, request: RunRequestFields, streamed: boolean,
+  audit?: RunAuditFields
 ): Promise<AgentRun> {
   const { settings } = state
-  const name = request.agent
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
   if (audit !== undefined) audit.agent = name
 
-  let runId: string = randomUUID()
+  let runId: string = randomId()
   let sessionId = request.sessionId
   let resume: { step: number, state: unknown } | undefined
   if (request.resumeRunId !== undefined) {
@@ -71,7 +69,7 @@ export async function createRun (
     }
     history = session.messages
   } else {
-    sessionId = randomUUID()
+    sessionId = randomId()
     await settings.sessionStore.create({ id: sessionId, agent: name, principal: caller.principal, metadata: {} }, settings.sessionTtlMs)
   }
   if (audit !== undefined) {
@@ -96,7 +94,7 @@ export async function createRun (
     resume,
     timeoutMs: settings.requestTimeoutMs,
     exposeErrors: settings.exposeErrors,
-    log: caller.log,
+    log,
     capabilities: state.capabilities
   }, streamed)
 }

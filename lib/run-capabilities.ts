@@ -1,8 +1,8 @@
-import { randomUUID } from 'node:crypto'
 import type { AgentRun, RunCapabilities } from './runner.js'
 import { iso } from './stores/common.js'
 import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from './stores/types.js'
 import type { ApprovalRequest, Decision } from './types.js'
+import { randomId } from './ids.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
 /** the longest a timer can wait (about 24.8 days) */
@@ -42,7 +42,7 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
     const now = Date.now()
     const expiresMs = now + timeoutMs
     const approval: ApprovalRecord = {
-      id: randomUUID(),
+      id: randomId(),
       runId: run.runId,
       agent: run.agentName,
       sessionId: run.sessionId,

@@ -25,15 +25,20 @@ export class RunRegistry {
    * `streamed` says whether a failure reaches the client as an event (counted as an error) or a status.
    */
   create (options: RunOptions, streamed: boolean): AgentRun {
-    const run = new AgentRun(options)
+    const run = new AgentRun(options, streamed ? this.#streamedEnded : this.#ended)
     this.#active.set(run.runId, run)
     this.#stats.runStarted(run.agentName)
-    void run.done.then((outcome: RunOutcome) => {
-      this.#active.delete(run.runId)
-      this.#stats.runEnded(run.agentName, outcome, streamed)
-      if (this.#active.size === 0) for (const resolve of this.#idle.splice(0)) resolve()
-    })
     return run
+  }
+
+  // Called by the run as it settles, rather than a reaction to its `done`: no promise and no closure per run.
+  readonly #ended = (run: AgentRun, outcome: RunOutcome): void => { this.#end(run, outcome, false) }
+  readonly #streamedEnded = (run: AgentRun, outcome: RunOutcome): void => { this.#end(run, outcome, true) }
+
+  #end (run: AgentRun, outcome: RunOutcome, streamed: boolean): void {
+    this.#active.delete(run.runId)
+    this.#stats.runEnded(run.agentName, outcome, streamed)
+    if (this.#active.size === 0) for (const resolve of this.#idle.splice(0)) resolve()
   }
 
   abortAll (code: RunAbortCode): void {

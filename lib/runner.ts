@@ -117,7 +117,9 @@ export class AgentRun {
   #stopIterator: (() => void) | null = null
   #seq = 0
   #settled = false
-  #listener: (event: RunEvent) => void = () => {}
+  // null for a JSON run: nobody reads its events, so none is built
+  #listener: ((event: RunEvent) => void) | null = null
+  #onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null
   #resolve!: (outcome: RunOutcome) => void
   #timer: NodeJS.Timeout | undefined
   #started = 0
@@ -125,8 +127,10 @@ export class AgentRun {
   /** set once ctx.checkpoint() has saved something (or the run resumed one) */
   checkpointed: boolean
 
-  constructor (options: RunOptions) {
+  /** `onSettled`: told of the outcome before `done` resolves (the registry's bookkeeping, with no promise reaction) */
+  constructor (options: RunOptions, onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null = null) {
     this.options = options
+    this.#onSettled = onSettled
     this.runId = options.runId
     this.agentName = options.agentName
     this.sessionId = options.sessionId
@@ -153,7 +157,7 @@ export class AgentRun {
       const text = (data as { text?: unknown } | undefined)?.text
       if (typeof text === 'string') this.#text += text
     }
-    this.#listener({ seq: ++this.#seq, type, data: data ?? null })
+    if (this.#listener !== null) this.#listener({ seq: ++this.#seq, type, data: data ?? null })
   }
 
   start (): this {
@@ -164,17 +168,19 @@ export class AgentRun {
       // and drain clears it by aborting the run.
       this.#timer = setTimeout(() => this.abort('AGENT_TIMEOUT'), options.timeoutMs)
     }
-    this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
-    this.#execute()
-      .then(async (result) => {
-        if (this.#settled) return
-        if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
-        const runResult = this.#toRunResult(result)
-        await options.capabilities.finish(this, runResult)
-        this.#complete(runResult)
-      })
-      .catch((err: unknown) => this.#fail('AGENT_ERROR', err))
+    if (this.#listener !== null) {
+      this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
+    }
+    this.#execute().then((result) => this.#finish(result)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
     return this
+  }
+
+  /** What a completed run leaves behind is persisted (capabilities.finish) before `run.completed`. */
+  #finish (result: unknown): Promise<void> | undefined {
+    if (this.#settled) return undefined
+    if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
+    const runResult = this.#toRunResult(result)
+    return this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult))
   }
 
   abort (code: RunAbortCode): void {
@@ -279,6 +285,7 @@ export class AgentRun {
   #settle (outcome: RunOutcome): void {
     this.#settled = true
     clearTimeout(this.#timer)
+    this.#onSettled?.(this, outcome)
     this.#resolve(outcome)
   }
 }

@@ -1,6 +1,8 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { SwaggerTransform } from '@fastify/swagger'
 import { createRun } from '../lib/create-run.js'
 import { AgentError, AgentNotFoundError, AgentTimeoutError, ShutdownError } from '../lib/errors.js'
 import type { AgentRun, RunEvent, RunOutcome, RunResult } from '../lib/runner.js'
@@ -33,6 +35,36 @@ function failureOf (outcome: Exclude<RunOutcome, { status: 'completed' }>, run: 
     case 'CANCELLED': return new ClientClosedError(outcome.message)
     default: return new AgentError(outcome.message)
   }
+}
+
+/**
+ * The document shows both media types of a run's 200. The route itself declares only the JSON one: with a
+ * per-media-type response, Fastify parses the Content-Type of every answer to pick its serializer (an SSE
+ * answer is a hijacked reply, which Fastify never serializes).
+ */
+const documentRunResponse: SwaggerTransform = ({ schema, url }) => ({
+  url,
+  schema: {
+    ...schema,
+    response: {
+      ...(schema.response as Record<string, unknown>),
+      200: {
+        description: 'The run result, or the run as an event stream',
+        content: {
+          'application/json': { schema: RunResultSchema },
+          'text/event-stream': { schema: { type: 'string', description: SseStreamDescription } }
+        }
+      }
+    }
+  }
+})
+
+const RESPONSE_RUN = Symbol('fastify-agents.run')
+type RunResponse = ServerResponse & { [RESPONSE_RUN]: AgentRun }
+
+/** A client that closes before its JSON run answered aborts the run (one listener for all: no closure per run). */
+function abortRunOnClose (this: RunResponse): void {
+  if (!this.writableFinished) this[RESPONSE_RUN].abort('CANCELLED')
 }
 
 function wantsStream (request: FastifyRequest, stream: boolean | undefined): boolean {
@@ -93,7 +125,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
 
   fastify.post('/agents/:name/runs', {
     bodyLimit: settings.bodyLimit,
-    config: { access: 'run', idempotency: true },
+    config: { access: 'run', idempotency: true, swaggerTransform: documentRunResponse },
     schema: {
       summary: 'Run an agent',
       description: 'Answers JSON, or Server-Sent Events with `Accept: text/event-stream` or `"stream": true`.',
@@ -101,13 +133,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       params: AgentParams,
       body: RunRequest,
       response: {
-        200: {
-          description: 'The run result, or the run as an event stream',
-          content: {
-            'application/json': { schema: RunResultSchema },
-            'text/event-stream': { schema: { type: 'string', description: SseStreamDescription } }
-          }
-        },
+        200: RunResultSchema,
         ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
       }
     }
@@ -115,13 +141,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     const context = requestContextOf(request)
     const body = request.body
     const streamed = wantsStream(request, body.stream)
-    const run = await createRun(state, { principal: context.principal, requestId: context.requestId, trace: context.trace, log: request.log }, {
-      agent: request.params.name,
-      input: body.input,
-      sessionId: body.sessionId,
-      resumeRunId: body.resumeRunId,
-      metadata: body.metadata
-    }, streamed, context)
+    const run = await createRun(state, context, request.log, request.params.name, body, streamed, context)
 
     if (streamed) {
       streamRun(state, request, reply, run)
@@ -130,9 +150,13 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
 
     // Stays after the run: abort() of a settled run does nothing, and once() + off() per request cost more
     // (a bound wrapper, a listener search) than a listener left on a response that is about to end.
-    reply.raw.on('close', () => { if (!reply.raw.writableFinished) run.abort('CANCELLED') })
+    ;(reply.raw as RunResponse)[RESPONSE_RUN] = run
+    reply.raw.on('close', abortRunOnClose)
     run.start()
     const outcome = await run.done
+    // An answer sent while draining closes its kept-alive connection (a check here, where a run can outlast
+    // the start of a drain, rather than an onSend hook on every response).
+    if (state.draining) void reply.header('connection', 'close')
     if (outcome.status === 'completed') return outcome.result
     throw failureOf(outcome, run)
   })

@@ -1,10 +1,10 @@
-import { randomUUID } from 'node:crypto'
 import fp from 'fastify-plugin'
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
 import { iso } from '../lib/stores/common.js'
 import type { AuditEntry } from '../lib/stores/types.js'
 import type { AgentServiceState } from './core.js'
 import { requestContextOf } from './request-context.js'
+import { randomId } from '../lib/ids.js'
 
 /**
  * Writes the request's one audit entry and counts it: by the onResponse hook, or first by the SSE route
@@ -26,7 +26,7 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
   state.stats.recordRequest(status, durationMs, admin)
   // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
   const entry: AuditEntry = {
-    id: randomUUID(),
+    id: randomId(),
     at: iso(Date.now()),
     requestId: context.requestId,
     method: request.method,

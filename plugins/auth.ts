@@ -2,7 +2,7 @@ import fp from 'fastify-plugin'
 import fastifyJwt from '@fastify/jwt'
 import type { JWT } from '@fastify/jwt'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
-import { ApiKeyVerifier, DEFAULT_ACCESS, grants, jwtAlgorithms, readCredential, redactAccessToken, rolesOf } from '../lib/auth.js'
+import { ApiKeyVerifier, DEFAULT_ACCESS, grants, jwtAlgorithms, readCredential, rolesOf } from '../lib/auth.js'
 import type { Access, Credential } from '../lib/auth.js'
 import { ForbiddenError, UnauthorizedError } from '../lib/errors.js'
 import type { JwtAuthOptions } from '../lib/types.js'
@@ -126,11 +126,7 @@ function challenge (reply: FastifyReply, presented: boolean): void {
 const auth: FastifyPluginAsync = async (fastify) => {
   const options = fastify.agentService.settings.auth
 
-  // access_token is a credential: no audit entry records it (and lib/service.ts keeps it out of the logs)
-  fastify.addHook('onRequest', (request, _reply, done) => {
-    if (request.raw.url?.includes('access_token=') === true) request.raw.url = redactAccessToken(request.raw.url)
-    done()
-  })
+  // (an access_token in the URL is redacted by the request context hook, before anything records the URL)
   if (options === null) return
 
   let authenticate: (token: string) => AuthOutcome

@@ -2,7 +2,6 @@ import fp from 'fastify-plugin'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
-import { ShutdownError } from '../lib/errors.js'
 import { resolveSettings } from '../lib/settings.js'
 import type { Settings } from '../lib/settings.js'
 import type { AgentServiceOptions } from '../lib/types.js'
@@ -65,17 +64,6 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   await scope.register(authPlugin)
   await scope.register(rateLimitPlugin)
   await scope.register(idempotencyPlugin)
-
-  scope.addHook('onRequest', (request, reply, next) => {
-    if (!state.draining || request.routeOptions.config.public === true) return next()
-    // a kept-alive connection must not outlive the drain
-    void reply.header('connection', 'close')
-    next(new ShutdownError())
-  })
-  scope.addHook('onSend', (_request, reply, payload, next) => {
-    if (state.draining) void reply.header('connection', 'close')
-    next(null, payload)
-  })
 
   await scope.register(swagger, openApiOptions(settings))
   state.openApiDocument = () => scope.swagger() as unknown as Record<string, unknown>

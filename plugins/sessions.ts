@@ -1,5 +1,4 @@
 import fp from 'fastify-plugin'
-import { randomUUID } from 'node:crypto'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
@@ -7,6 +6,7 @@ import { AgentNotFoundError, SessionNotFoundError } from '../lib/errors.js'
 import { errorResponses } from '../schemas/common.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
 import { requestContextOf } from './request-context.js'
+import { randomId } from '../lib/ids.js'
 
 export type SessionsPluginOptions = Record<never, never>
 
@@ -38,7 +38,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     const context = requestContextOf(request)
     const body = request.body
     if (body.agent !== undefined && !settings.agents.has(body.agent)) throw new AgentNotFoundError(body.agent)
-    const session = await store.create({ id: randomUUID(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
+    const session = await store.create({ id: randomId(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
     context.sessionId = session.id
     return reply.code(201).send(session)
   })

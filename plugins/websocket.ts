@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http'
 import fastifyWebsocket from '@fastify/websocket'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import fp from 'fastify-plugin'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify'
 import { Ajv } from 'ajv'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import { WebSocket } from 'ws'
@@ -112,6 +112,7 @@ class Connection {
   readonly #state: AgentServiceState
   readonly #request: FastifyRequest
   readonly #caller: RunCaller
+  readonly #log: FastifyBaseLogger
   readonly #runs = new Map<string, AgentRun>()
   #starting = 0
 
@@ -121,7 +122,8 @@ class Connection {
     this.#state = state
     this.#request = request
     // every run of the connection runs as what authenticated at the upgrade, under its request id and trace
-    this.#caller = { principal: context.principal, requestId: context.requestId, trace: context.trace, log: request.log }
+    this.#caller = { principal: context.principal, requestId: context.requestId, trace: context.trace }
+    this.#log = request.log
   }
 
   get open (): boolean {
@@ -178,7 +180,7 @@ class Connection {
     this.#starting++
     let run: AgentRun
     try {
-      run = await createRun(this.#state, this.#caller, message, true)
+      run = await createRun(this.#state, this.#caller, this.#log, message.agent, message, true)
     } catch (error) {
       return this.#failed(ref, error)
     } finally {
@@ -209,7 +211,7 @@ class Connection {
     if (typeof coded.statusCode === 'number' && coded.statusCode < 500 && typeof coded.code === 'string') {
       return this.#error(ref, coded.code as ErrorCode, String(coded.message))
     }
-    this.#caller.log.error({ err: error }, 'could not start a WebSocket run')
+    this.#log.error({ err: error }, 'could not start a WebSocket run')
     const exposed = this.#state.settings.exposeErrors ? String(coded.message ?? error) : 'Internal Server Error'
     this.#error(ref, 'INTERNAL_ERROR', exposed)
   }

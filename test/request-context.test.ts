@@ -119,3 +119,16 @@ t.test('X-Request-ID on a real socket, including a hijacked stream', async (t) =
   t.equal(res.headers.get('x-accel-buffering'), 'no')
   t.equal(parseSse(await res.text()).at(-1)!.event, 'run.completed')
 })
+
+t.test('requestContextPlugin on its own: ids, traces and access_token redaction, without the service core', async (t) => {
+  const Fastify = (await import('fastify')).default
+  const { requestContextPlugin, requestContextOf } = await import('../plugins/request-context.js')
+  const app = Fastify({ logger: false })
+  t.teardown(() => app.close())
+  await app.register(requestContextPlugin)
+  app.get('/where', async (request) => ({ url: request.url, requestId: requestContextOf(request).requestId }))
+  const res = await app.inject({ method: 'GET', url: '/where?access_token=secret&x=1', headers: { 'x-request-id': 'alone-1' } })
+  t.equal(res.statusCode, 200, 'no drain check to make without the core')
+  t.equal(res.headers['x-request-id'], 'alone-1')
+  t.same(res.json(), { url: '/where?access_token=[REDACTED]&x=1', requestId: 'alone-1' })
+})
