@@ -8,7 +8,9 @@ const BATCH = 256
 const UUID_LENGTH = 36
 const random = Buffer.alloc(16 * BATCH)
 const text = Buffer.alloc(UUID_LENGTH * BATCH)
+// each byte's two hex digits, as the two bytes they are written as
 const HEX = Buffer.from('0123456789abcdef')
+const HEX_PAIRS = new Uint16Array(256).map((_, byte) => HEX[byte >> 4]! | (HEX[byte & 0x0f]! << 8))
 let next = BATCH
 
 function refill (): void {
@@ -21,9 +23,9 @@ function refill (): void {
     random[bytes + 8] = (random[bytes + 8]! & 0x3f) | 0x80
     for (let i = 0; i < 16; i++) {
       if (i === 4 || i === 6 || i === 8 || i === 10) text[out++] = 0x2d // '-'
-      const byte = random[bytes + i]!
-      text[out++] = HEX[byte >> 4]!
-      text[out++] = HEX[byte & 0x0f]!
+      const pair = HEX_PAIRS[random[bytes + i]!]!
+      text[out++] = pair & 0xff
+      text[out++] = pair >> 8
     }
   }
   next = 0

@@ -18,11 +18,9 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
   if (context.audited) return
   context.audited = true
   const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
-  // routeOptions is a getter that builds a new object on every read: read it once
-  const route = request.routeOptions
   // The route's config too: a hook of an outer scope (rate limit, drain) may answer an admin request
   // before the Admin API's own onRequest hook has marked it.
-  const admin = context.admin || route.config.admin === true
+  const admin = context.admin || context.config.admin === true
   state.stats.recordRequest(status, durationMs, admin)
   // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
   const entry: AuditEntry = {
@@ -30,7 +28,7 @@ export function auditRequest (state: AgentServiceState, request: FastifyRequest,
     at: iso(Date.now()),
     requestId: context.requestId,
     method: request.method,
-    route: route.url ?? '',
+    route: context.route,
     url: request.url,
     status,
     durationMs,

@@ -3,7 +3,7 @@ import fastifyJwt from '@fastify/jwt'
 import type { JWT } from '@fastify/jwt'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiKeyVerifier, DEFAULT_ACCESS, grants, jwtAlgorithms, readCredential, rolesOf } from '../lib/auth.js'
-import type { Access, Credential } from '../lib/auth.js'
+import type { Access, AuthOutcome, Credential } from '../lib/auth.js'
 import { ForbiddenError, UnauthorizedError } from '../lib/errors.js'
 import type { JwtAuthOptions } from '../lib/types.js'
 import { requestContextOf } from './request-context.js'
@@ -19,14 +19,6 @@ declare module 'fastify' {
 
 export type { Access }
 
-type AuthOutcome =
-  | { ok: true, principal: string, /** null: every right (an api key) */ roles: ReadonlySet<string> | null }
-  | { ok: false, reason: string, /** a credential was sent, and was wrong */ presented: boolean }
-
-// Authentication (onRequest) and its verdict (preParsing) are two steps so that the rate limit, between
-// them, counts rejected requests too and keys accepted ones by principal.
-const outcomes = new WeakMap<FastifyRequest, AuthOutcome>()
-
 const REALM = 'fastify-agents'
 
 /** A CORS preflight: public, and not counted by the rate limit. */
@@ -35,14 +27,9 @@ export function isPreflight (request: FastifyRequest): boolean {
     request.headers['access-control-request-method'] !== undefined
 }
 
-function isExempt (request: FastifyRequest): boolean {
-  const config = request.routeOptions.config
-  return config.public === true || config.admin === true || isPreflight(request)
-}
-
 /** The principal that authenticated on this request, or null (auth off, public route, failed). */
 export function authenticatedPrincipal (request: FastifyRequest): string | null {
-  const outcome = outcomes.get(request)
+  const outcome = requestContextOf(request).auth
   return outcome?.ok === true ? outcome.principal : null
 }
 
@@ -53,7 +40,7 @@ export function authenticatedPrincipal (request: FastifyRequest): string | null 
 export function hasAccess (request: FastifyRequest, access: Access, agent?: string): boolean {
   const auth = request.server.agentService.settings.auth
   if (auth === null) return true
-  const outcome = outcomes.get(request)
+  const outcome = requestContextOf(request).auth
   if (outcome?.ok !== true) return false
   if (outcome.roles === null) return true
   const allowed = (auth as JwtAuthOptions).access?.[access] ?? DEFAULT_ACCESS[access]
@@ -153,36 +140,50 @@ const auth: FastifyPluginAsync = async (fastify) => {
   }
   const acceptApiKeyHeader = options.strategy === 'api-key'
 
-  fastify.addHook('onRequest', (request, _reply, done) => {
-    if (isExempt(request)) return done()
+  /** Refuses a request whose credential failed, or that lacks the route's access; null lets it through. */
+  const verdict = (request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome): Error | null => {
+    if (!outcome.ok) {
+      challenge(reply, outcome.presented)
+      return new UnauthorizedError(outcome.reason)
+    }
+    const access = requestContextOf(request).config.access
+    if (access === undefined) return null
+    const name = (request.params as Record<string, unknown> | undefined)?.name
+    const agent = typeof name === 'string' ? name : undefined
+    if (hasAccess(request, access, agent)) return null
+    return new ForbiddenError(`The token lacks the role for ${access}${agent === undefined ? '' : ` on agent "${agent}"`}`)
+  }
+  // With a rate limit, the verdict waits for a later hook: the limiter (an onRequest hook registered after
+  // this one) counts rejected requests too, by principal when there is one. Without, one hook does both.
+  const verdictLater = fastify.agentService.settings.rateLimit !== null
+
+  fastify.addHook('onRequest', (request, reply, done) => {
+    const context = requestContextOf(request)
+    const config = context.config
+    if (config.public === true || config.admin === true || isPreflight(request)) return done()
     const credential = credentialOf(request, acceptApiKeyHeader)
     let outcome: AuthOutcome
     if (credential.kind === 'none') outcome = { ok: false, reason: 'Missing credentials', presented: false }
     else if (credential.kind === 'invalid') outcome = { ok: false, reason: credential.reason, presented: true }
     else outcome = authenticate(credential.token)
-    outcomes.set(request, outcome)
+    context.auth = outcome
     // the principal is only ever what the credential proves: nothing the client sends can choose it
-    if (outcome.ok) requestContextOf(request).principal = outcome.principal
-    done()
+    if (outcome.ok) context.principal = outcome.principal
+    if (verdictLater) return done()
+    const refused = verdict(request, reply, outcome)
+    if (refused === null) done()
+    else done(refused)
   })
 
-  fastify.addHook('preParsing', (request, reply, payload, done) => {
-    const outcome = outcomes.get(request)
-    if (outcome === undefined) return done(null, payload)
-    if (!outcome.ok) {
-      challenge(reply, outcome.presented)
-      return done(new UnauthorizedError(outcome.reason))
-    }
-    const access = request.routeOptions.config.access
-    if (access !== undefined) {
-      const name = (request.params as Record<string, unknown> | undefined)?.name
-      const agent = typeof name === 'string' ? name : undefined
-      if (!hasAccess(request, access, agent)) {
-        return done(new ForbiddenError(`The token lacks the role for ${access}${agent === undefined ? '' : ` on agent "${agent}"`}`))
-      }
-    }
-    done(null, payload)
-  })
+  if (verdictLater) {
+    fastify.addHook('preParsing', (request, reply, payload, done) => {
+      const outcome = requestContextOf(request).auth
+      if (outcome === undefined) return done(null, payload)
+      const refused = verdict(request, reply, outcome)
+      if (refused === null) done(null, payload)
+      else done(refused)
+    })
+  }
 }
 
 /**

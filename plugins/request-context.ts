@@ -1,10 +1,12 @@
 import fp from 'fastify-plugin'
-import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+import type { FastifyContextConfig, FastifyPluginCallback, FastifyRequest } from 'fastify'
 import { redactAccessToken } from '../lib/auth.js'
+import type { AuthOutcome } from '../lib/auth.js'
 import { ShutdownError } from '../lib/errors.js'
 import { isValidRequestId, newTraceId, parseTraceparent } from '../lib/trace-context.js'
 import type { TraceContext } from '../lib/types.js'
 import { randomId } from '../lib/ids.js'
+import type { ServerResponse } from 'node:http'
 
 /** What every request carries: its id (echoed as X-Request-ID) and its trace. */
 export class RequestContext {
@@ -22,15 +24,22 @@ export class RequestContext {
   admin = false
   /** set by the request's one audit entry (plugins/audit.ts) */
   audited = false
+  /** the auth plugin's verdict on the request's credential (undefined: auth off, or a public route) */
+  auth: AuthOutcome | undefined = undefined
+  /** the route's path pattern ('' for a 404) and its config, read once: `request.routeOptions` builds a new object per read */
+  readonly route: string
+  readonly config: FastifyContextConfig
   #traceparent: unknown
   #tracestate: unknown
   #trace: TraceContext | null = null
 
-  constructor (requestId: string, traceparent: unknown, tracestate: unknown) {
+  constructor (requestId: string, traceparent: unknown, tracestate: unknown, route: { url?: string, config: FastifyContextConfig } = { config: {} }) {
     this.requestId = requestId
     this.startedAt = performance.now()
     this.#traceparent = traceparent
     this.#tracestate = tracestate
+    this.route = route.url ?? ''
+    this.config = route.config
   }
 
   // Parsed (or started) on first use: most requests never read it, and a new trace id costs a random read.
@@ -62,7 +71,7 @@ export interface RequestContextOptions {
 /** Returns the request's context, creating it for requests that bypassed the hook (early errors). */
 export function requestContextOf (request: FastifyRequest): RequestContext {
   // `??=`: requests the router rejects before any hook have not even got the decorator's null
-  request.agentsContext ??= new RequestContext(genRequestId(request), request.headers.traceparent, request.headers.tracestate)
+  request.agentsContext ??= new RequestContext(genRequestId(request), request.headers.traceparent, request.headers.tracestate, request.routeOptions)
   return request.agentsContext
 }
 
@@ -70,6 +79,15 @@ export function requestContextOf (request: FastifyRequest): RequestContext {
 export function genRequestId (req: { headers: Record<string, string | string[] | undefined> }): string {
   const incoming = req.headers['x-request-id']
   return isValidRequestId(incoming) ? incoming : randomId()
+}
+
+/** Node hands a request to 'upgrade' (not to HTTP) when `Connection` names `upgrade`. */
+function isUpgrade (connection: string | undefined): boolean {
+  return connection !== undefined && /(^|[\s,])upgrade($|[\s,])/i.test(connection)
+}
+
+function closeUpgradeSocket (this: ServerResponse): void {
+  this.socket?.destroy()
 }
 
 const requestContext: FastifyPluginCallback<RequestContextOptions> = (fastify, options, done) => {
@@ -82,12 +100,16 @@ const requestContext: FastifyPluginCallback<RequestContextOptions> = (fastify, o
   // work inside these (the bench measured ~1 µs per hook per request).
   fastify.addHook('onRequest', (request, reply, next) => {
     const requestId = trustRequestId ? request.id : genRequestId(request)
-    request.agentsContext = new RequestContext(requestId, request.headers.traceparent, request.headers.tracestate)
+    const context = new RequestContext(requestId, request.headers.traceparent, request.headers.tracestate, request.routeOptions)
+    request.agentsContext = context
     reply.header('x-request-id', requestId)
     // A credential in the query string (a browser's WebSocket access_token) is never recorded: the audit
     // entry and the error bodies read this URL (lib/service.ts keeps it out of the log lines).
     if (request.raw.url!.includes('access_token=')) request.raw.url = redactAccessToken(request.raw.url!)
-    if (service?.draining === true && request.routeOptions.config.public !== true) {
+    // A WebSocket upgrade refused by a hook (auth, rate limit, drain) before @fastify/websocket's own hooks
+    // have seen it: nothing else would close its socket, which HTTP no longer owns.
+    if (request.headers.upgrade !== undefined && isUpgrade(request.headers.connection)) reply.raw.once('finish', closeUpgradeSocket)
+    if (service?.draining === true && context.config.public !== true) {
       // a kept-alive connection must not outlive the drain
       void reply.header('connection', 'close')
       return next(new ShutdownError())

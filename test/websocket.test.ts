@@ -464,3 +464,35 @@ t.test('the heartbeat pings every socket; one that missed the previous pong is c
   t.equal(pings, seen, 'no socket, no timer')
   alive.close()
 })
+
+t.test('an upgrade refused by a hook (401, 429) closes its socket after the answer; close() does not wait on it', async (t) => {
+  const key = 'k'.repeat(40)
+  const { service, port } = await listen(t, {
+    agents: { echo }, websocket: true, auth: { strategy: 'api-key', keys: [key] }, rateLimit: { maxRequests: 1, intervalMs: 60_000 }
+  })
+  const { connect } = await import('node:net')
+  const refused = async (headers: string): Promise<{ answer: string, closed: boolean }> => {
+    const socket = connect(port, '127.0.0.1')
+    let answer = ''
+    socket.on('data', (chunk) => { answer += chunk.toString() })
+    const closed = new Promise<boolean>((resolve) => socket.once('close', () => resolve(true)))
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write(`GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n${headers}\r\n`)
+    const timeout = sleep(2_000).then(() => false)
+    const result = { answer: '', closed: await Promise.race([closed, timeout]) }
+    result.answer = answer
+    socket.destroy()
+    return result
+  }
+  const unauthenticated = await refused('')
+  t.match(unauthenticated.answer, /^HTTP\/1\.1 401 /)
+  t.equal(unauthenticated.closed, true, 'the 401 closed the socket')
+  const first = await openWs(`http://127.0.0.1:${port}`, { headers: { 'x-api-key': key } })
+  first.socket.close()
+  const limited = await refused(`x-api-key: ${key}\r\n`)
+  t.match(limited.answer, /^HTTP\/1\.1 429 /)
+  t.equal(limited.closed, true, 'the 429 closed the socket')
+  const started = Date.now()
+  await service.close(1_000)
+  t.ok(Date.now() - started < 1_000, 'no refused upgrade held the drain')
+})
