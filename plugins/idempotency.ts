@@ -1,5 +1,7 @@
 import fp from 'fastify-plugin'
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type {
+  FastifyPluginAsync, FastifyRequest, onSendHookHandler, preHandlerAsyncHookHandler, preParsingHookHandler
+} from 'fastify'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/errors.js'
 import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/idempotency.js'
 import type { RunEvent } from '../lib/runner.js'
@@ -15,20 +17,18 @@ declare module 'fastify' {
 }
 
 /** A key this request reserved and must complete or release; `renewal` keeps its lease while the request runs. */
-interface Reservation {
+export interface Reservation {
   store: IdempotencyStore
   key: string
   ttlMs: number
   renewal: NodeJS.Timeout
 }
 
-const fingerprints = new WeakMap<FastifyRequest, BodyFingerprint>()
-const reservations = new WeakMap<FastifyRequest, Reservation>()
-
 async function settle (request: FastifyRequest, response: IdempotencyResponse | null): Promise<void> {
-  const reservation = reservations.get(request)
+  const context = requestContextOf(request)
+  const reservation = context.reservation
   if (reservation === undefined) return
-  reservations.delete(request)
+  context.reservation = undefined
   clearInterval(reservation.renewal)
   const { store, key, ttlMs } = reservation
   try {
@@ -46,20 +46,21 @@ async function settle (request: FastifyRequest, response: IdempotencyResponse | 
  * logged and the request goes on: the lease may still hold until the next one.
  */
 function renewWhileRunning (request: FastifyRequest, store: IdempotencyStore, key: string, fingerprint: string, leaseMs: number): NodeJS.Timeout {
+  const context = requestContextOf(request)
   let renewing = false
   const renew = async (): Promise<void> => {
     let renewed: boolean
     try {
       renewed = await store.renew(key, fingerprint, leaseMs)
     } catch (error) {
-      if (reservations.has(request)) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
+      if (context.reservation !== undefined) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
       return
     }
     // false after the request settled is the record completed or released, as it should be
-    if (renewed || !reservations.has(request)) return
+    if (renewed || context.reservation === undefined) return
     // taken over (this run outlived its lease unrenewed) or removed: renewing again cannot make it ours
     clearInterval(timer)
-    request.log.warn({ idempotencyKey: requestContextOf(request).idempotencyKey }, 'idempotency reservation lost while the request runs: a retry may be running it too')
+    request.log.warn({ idempotencyKey: context.idempotencyKey }, 'idempotency reservation lost while the request runs: a retry may be running it too')
   }
   const timer = setInterval(() => {
     // one renewal at a time: a slow store does not pile them up
@@ -80,34 +81,41 @@ export async function settleStreamedRun (request: FastifyRequest, final: RunEven
   await settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null)
 }
 
+const hasKey = (request: FastifyRequest): boolean =>
+  request.headers['idempotency-key'] !== undefined || request.headers['x-idempotency-key'] !== undefined
+
+/** The hooks a route declared (none, one or a list), then ours. */
+function withHook<T> (declared: T | T[] | undefined, hook: T): T[] {
+  return [declared, hook].flat().filter((h): h is T => h !== undefined)
+}
+
 const idempotency: FastifyPluginAsync = async (fastify) => {
   const settings = fastify.agentService.settings.idempotency
   if (settings === null) return
   const { store, ttlMs, lockLeaseMs } = settings
 
-  const hasKey = (request: FastifyRequest): boolean => request.routeOptions.config.idempotency === true &&
-    (request.headers['idempotency-key'] !== undefined || request.headers['x-idempotency-key'] !== undefined)
-
-  fastify.addHook('preParsing', (request, _reply, payload, done) => {
+  const preParsing: preParsingHookHandler = (request, _reply, payload, done) => {
     if (!hasKey(request)) return done(null, payload)
     const hashing = new BodyFingerprint()
-    fingerprints.set(request, hashing)
+    requestContextOf(request).fingerprint = hashing
     payload.on('error', (error) => hashing.destroy(error))
     done(null, payload.pipe(hashing))
-  })
+  }
 
-  // preHandler: after auth (the principal scopes the key) and after the body has been read and validated
-  fastify.addHook('preHandler', async (request, reply) => {
+  // after auth (the principal scopes the key) and after the body has been read and validated
+  const preHandler: preHandlerAsyncHookHandler = async (request, reply) => {
     if (!hasKey(request)) return
     const key = readIdempotencyKey(request.headers)!
     const context = requestContextOf(request)
     context.idempotencyKey = key
     const scoped = scopedIdempotencyKey(context.principal, request.method, request.url.split('?', 1)[0]!, key)
-    const bodyHash = fingerprints.get(request)!.digest()
+    const bodyHash = context.fingerprint!.digest()
     const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
     if (reserved.outcome === 'reserved') {
-      reservations.set(request, { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, store, scoped, bodyHash, lockLeaseMs) })
+      context.reservation = { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, store, scoped, bodyHash, lockLeaseMs) }
       context.replayed = false
+      // a request that ends without a response (the client left mid-way) gives its key back
+      reply.raw.once('close', () => { void settle(request, null) })
       return
     }
     const { record } = reserved
@@ -121,24 +129,23 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
     if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     return reply.send(body)
-  })
+  }
 
-  fastify.addHook('onSend', async (request, reply, payload) => {
-    if (!reservations.has(request)) return payload
+  const onSend: onSendHookHandler = (request, reply, payload, done) => {
+    if (requestContextOf(request).reservation === undefined) return done(null, payload)
     // Both routes answer serialized JSON (a result or an error body): always a string here.
-    await settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) })
-    return payload
-  })
+    void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) })
+      .then(() => done(null, payload))
+  }
 
-  // a request that ends without a response (the client left mid-way) gives its key back
-  fastify.addHook('onResponse', async (request) => { await settle(request, null) })
-  fastify.addHook('onRequestAbort', async (request) => { await settle(request, null) })
-
-  // documents the headers on the routes that honour them
+  // Route hooks, on the two routes that honour keys: every other route runs none of this.
   fastify.addHook('onRoute', (route) => {
-    if (route.config?.idempotency === true && route.schema !== undefined && route.schema.headers === undefined) {
-      route.schema = { ...route.schema, headers: IdempotencyHeaders }
-    }
+    if (route.config?.idempotency !== true) return
+    route.preParsing = withHook(route.preParsing, preParsing)
+    route.preHandler = withHook(route.preHandler, preHandler)
+    route.onSend = withHook(route.onSend, onSend)
+    // documents the headers
+    if (route.schema !== undefined && route.schema.headers === undefined) route.schema = { ...route.schema, headers: IdempotencyHeaders }
   })
 }
 

@@ -2,6 +2,8 @@ import fp from 'fastify-plugin'
 import type { FastifyContextConfig, FastifyPluginCallback, FastifyRequest } from 'fastify'
 import { redactAccessToken } from '../lib/auth.js'
 import type { AuthOutcome } from '../lib/auth.js'
+import type { BodyFingerprint } from '../lib/idempotency.js'
+import type { Reservation } from './idempotency.js'
 import { ShutdownError } from '../lib/errors.js'
 import { isValidRequestId, newTraceId, parseTraceparent } from '../lib/trace-context.js'
 import type { TraceContext } from '../lib/types.js'
@@ -26,6 +28,9 @@ export class RequestContext {
   audited = false
   /** the auth plugin's verdict on the request's credential (undefined: auth off, or a public route) */
   auth: AuthOutcome | undefined = undefined
+  /** the idempotency plugin's state: the body's hash as it streams in, the key this request holds */
+  fingerprint: BodyFingerprint | undefined = undefined
+  reservation: Reservation | undefined = undefined
   /** the route's path pattern ('' for a 404) and its config, read once: `request.routeOptions` builds a new object per read */
   readonly route: string
   readonly config: FastifyContextConfig
