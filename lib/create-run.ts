@@ -59,7 +59,7 @@ export async function createRun (
     resume = { step: checkpoint.step, state: checkpoint.state }
   }
 
-  let history: Message[] = []
+  let history: Message[] | undefined
   if (sessionId !== undefined) {
     const session = await settings.sessionStore.get(sessionId)
     // Another principal's session is indistinguishable from a missing one: no probing, no takeover.
@@ -90,7 +90,7 @@ export async function createRun (
     requestId: caller.requestId,
     trace: caller.trace,
     history,
-    metadata: request.metadata ?? {},
+    metadata: request.metadata,
     resume,
     timeoutMs: settings.requestTimeoutMs,
     exposeErrors: settings.exposeErrors,

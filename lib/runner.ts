@@ -25,6 +25,14 @@ export interface RunResult {
   traceId: string
 }
 
+/** The one consumer of a run's events: an SSE stream, a WebSocket connection (a JSON run has none). */
+export interface RunListener {
+  /** Every event in order, seq from 1; the terminal one (run.completed or run.failed) comes last. */
+  runEvent(event: RunEvent): void
+  /** Once the run has settled, after its terminal event (before `done` resolves). */
+  runSettled?(outcome: RunOutcome): void
+}
+
 export type RunOutcome =
   | { status: 'completed', result: RunResult, durationMs: number }
   | { status: 'failed', code: RunFailureCode, message: string, error: unknown, durationMs: number }
@@ -46,8 +54,10 @@ export interface RunOptions {
   principal: string
   requestId: string
   trace: TraceContext
-  history: Message[]
-  metadata: Record<string, unknown>
+  /** the session's earlier messages; undefined for a new session (ctx.history is then an empty array) */
+  history: Message[] | undefined
+  /** the run request's metadata; undefined when it sent none (ctx.metadata is then an empty object) */
+  metadata: Record<string, unknown> | undefined
   resume?: { step: number, state: unknown }
   timeoutMs: number | null
   exposeErrors: boolean
@@ -91,11 +101,49 @@ const RUN = Symbol('fastify-agents.run')
 const signalProperty: PropertyDescriptor = {
   get (this: { [RUN]: AgentRun }): AbortSignal { return this[RUN].signal },
   // assignable as the plain property it was: an agent may hand its own signal on to code it calls
-  set (this: object, value: unknown) {
-    Object.defineProperty(this, 'signal', { value, writable: true, enumerable: true, configurable: true })
-  },
+  set: assignable('signal'),
   enumerable: true,
   configurable: true
+}
+
+/** A setter that turns the accessor back into the plain, writable property it stands for. */
+function assignable (name: string): (this: object, value: unknown) => void {
+  return function (this: object, value: unknown): void {
+    Object.defineProperty(this, name, { value, writable: true, enumerable: true, configurable: true })
+  }
+}
+
+type ContextMethod = 'emit' | 'requestApproval' | 'checkpoint'
+
+function methodProperty (name: ContextMethod): PropertyDescriptor {
+  return {
+    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].contextMethod(name) },
+    set: assignable(name),
+    enumerable: true,
+    configurable: true
+  }
+}
+
+// Accessors shared by every ctx, so that every ctx keeps one shape (and stays in V8's fast mode). An idle run
+// whose agent never calls emit(), requestApproval() or checkpoint() holds no closure for them.
+const contextAccessors: PropertyDescriptorMap = {
+  signal: signalProperty,
+  // a run without metadata, or in a new session, gets its empty object or array when the agent first looks
+  metadata: {
+    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].options.metadata ??= {} },
+    set: assignable('metadata'),
+    enumerable: true,
+    configurable: true
+  },
+  history: {
+    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].options.history ??= [] },
+    set: assignable('history'),
+    enumerable: true,
+    configurable: true
+  },
+  emit: methodProperty('emit'),
+  requestApproval: methodProperty('requestApproval'),
+  checkpoint: methodProperty('checkpoint')
 }
 
 /**
@@ -104,23 +152,23 @@ const signalProperty: PropertyDescriptor = {
  * signal. Events get sequence numbers from 1; nothing is emitted after the terminal event.
  */
 export class AgentRun {
-  readonly runId: string
-  readonly agentName: string
-  readonly sessionId: string
   readonly options: RunOptions
-  readonly done: Promise<RunOutcome>
   // Created on first use: an agent that answers at once never looks at its signal, and an AbortController
   // per run cost about 3% of the CPU of a JSON run in the profile. The reason is kept for a late first look.
   #controller: AbortController | null = null
   #abortReason: RunAbortedError | null = null
   /** while an iterable agent runs: abort() tells it to stop directly, with no AbortSignal listener */
   #stopIterator: (() => void) | null = null
+  #methods: Partial<Pick<RunContext, ContextMethod>> | null = null
   #seq = 0
   #settled = false
   // null for a JSON run: nobody reads its events, so none is built
-  #listener: ((event: RunEvent) => void) | null = null
+  #listener: RunListener | null = null
   #onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null
-  #resolve!: (outcome: RunOutcome) => void
+  // `done` is made on first use: a streamed run reports through its listener, and nobody awaits it
+  #done: Promise<RunOutcome> | null = null
+  #resolve: ((outcome: RunOutcome) => void) | null = null
+  #outcome: RunOutcome | null = null
   #timer: NodeJS.Timeout | undefined
   #started = 0
   #text = ''
@@ -131,11 +179,21 @@ export class AgentRun {
   constructor (options: RunOptions, onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null = null) {
     this.options = options
     this.#onSettled = onSettled
-    this.runId = options.runId
-    this.agentName = options.agentName
-    this.sessionId = options.sessionId
     this.checkpointed = options.resume !== undefined
-    this.done = new Promise((resolve) => { this.#resolve = resolve })
+  }
+
+  get runId (): string { return this.options.runId }
+  get agentName (): string { return this.options.agentName }
+  get sessionId (): string { return this.options.sessionId }
+
+  /** Settles with the outcome (never rejects). */
+  get done (): Promise<RunOutcome> {
+    if (this.#done === null) {
+      this.#done = this.#outcome !== null
+        ? Promise.resolve(this.#outcome)
+        : new Promise((resolve) => { this.#resolve = resolve })
+    }
+    return this.#done
   }
 
   get signal (): AbortSignal {
@@ -146,8 +204,11 @@ export class AgentRun {
     return this.#controller.signal
   }
 
-  /** Subscribes the one consumer (a JSON reply, an SSE stream, a WebSocket) before `start()`. */
-  onEvent (listener: (event: RunEvent) => void): void {
+  /**
+   * Subscribes the one consumer of the events (an SSE stream, a WebSocket) before `start()`. An object
+   * rather than callbacks: an idle stream holds no closures for it.
+   */
+  listen (listener: RunListener): void {
     this.#listener = listener
   }
 
@@ -157,7 +218,7 @@ export class AgentRun {
       const text = (data as { text?: unknown } | undefined)?.text
       if (typeof text === 'string') this.#text += text
     }
-    if (this.#listener !== null) this.#listener({ seq: ++this.#seq, type, data: data ?? null })
+    if (this.#listener !== null) this.#listener.runEvent({ seq: ++this.#seq, type, data: data ?? null })
   }
 
   start (): this {
@@ -171,16 +232,22 @@ export class AgentRun {
     if (this.#listener !== null) {
       this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
     }
-    this.#execute().then((result) => this.#finish(result)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
+    // one reaction with two handlers (not then + catch): what a waiting run holds is one promise less
+    this.#execute().then((result) => this.#finish(result), (err: unknown) => this.#fail('AGENT_ERROR', err))
     return this
   }
 
   /** What a completed run leaves behind is persisted (capabilities.finish) before `run.completed`. */
-  #finish (result: unknown): Promise<void> | undefined {
-    if (this.#settled) return undefined
-    if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
-    const runResult = this.#toRunResult(result)
-    return this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult))
+  #finish (result: unknown): void {
+    if (this.#settled) return
+    try {
+      if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
+      const runResult = this.#toRunResult(result)
+      this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
+    } catch (err) {
+      // a result whose getters throw, a finish() that throws before returning its promise
+      this.#fail('AGENT_ERROR', err)
+    }
   }
 
   abort (code: RunAbortCode): void {
@@ -197,24 +264,34 @@ export class AgentRun {
 
   #context (): RunContext {
     const { options } = this
-    const ctx: Omit<RunContext, 'signal'> & { [RUN]: AgentRun } = {
+    const ctx = {
       runId: this.runId,
       agent: this.agentName,
       sessionId: this.sessionId,
       principal: options.principal,
       requestId: options.requestId,
       trace: options.trace,
-      history: options.history,
-      metadata: options.metadata,
       log: options.log,
-      emit: (type, data) => this.emit(type, data),
-      requestApproval: (request) => options.capabilities.requestApproval(this, request),
-      checkpoint: (state) => options.capabilities.checkpoint(this, state),
       [RUN]: this
-    }
-    Object.defineProperty(ctx, 'signal', signalProperty)
+    } as Omit<RunContext, 'signal' | 'metadata' | 'history' | ContextMethod> & Partial<Pick<RunContext, 'resume'>> & { [RUN]: AgentRun }
+    Object.defineProperties(ctx, contextAccessors)
     if (options.resume !== undefined) ctx.resume = options.resume
     return ctx as unknown as RunContext
+  }
+
+  /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`: made on an agent's first look, like the signal. */
+  contextMethod (name: ContextMethod): RunContext[ContextMethod] {
+    this.#methods ??= {}
+    const made = this.#methods[name]
+    if (made !== undefined) return made
+    const { capabilities } = this.options
+    const method = name === 'emit'
+      ? (type: string, data?: unknown) => this.emit(type, data)
+      : name === 'requestApproval'
+        ? (request: ApprovalRequest) => capabilities.requestApproval(this, request)
+        : (state: unknown) => capabilities.checkpoint(this, state)
+    this.#methods[name] = method as never
+    return method
   }
 
   // Not an async function: a promise agent's result goes straight to start()'s chain. Each run that waits
@@ -286,6 +363,8 @@ export class AgentRun {
     this.#settled = true
     clearTimeout(this.#timer)
     this.#onSettled?.(this, outcome)
-    this.#resolve(outcome)
+    this.#listener?.runSettled?.(outcome)
+    this.#outcome = outcome
+    this.#resolve?.(outcome)
   }
 }

@@ -19,11 +19,21 @@ export class SseStream {
   readonly raw: ServerResponse
   #open = true
 
+  /** The caller tells the stream when its response closes (`closed()`): one 'close' listener serves both. */
   constructor (raw: ServerResponse, headers: Record<string, string | number | string[]>) {
     this.raw = raw
     // Object.assign, not `{ ...headers, more }`: a spread followed by properties is V8's slow path (~3 µs)
     raw.writeHead(200, Object.assign({}, headers, SSE_HEADERS))
-    raw.on('close', () => { this.#open = false })
+    // Node keeps the response head (`_header`) for as long as the response lives, built by concatenation as
+    // a rope of some thirty small strings: ~900 bytes per open stream. Measuring it makes V8 flatten it
+    // in place into one string of ~300 bytes (10,000 idle streams: ~6 MB less).
+    const head = (raw as { _header?: unknown })._header
+    if (typeof head === 'string') Buffer.byteLength(head)
+  }
+
+  /** The response closed (finished, or the client went away): nothing more is written. */
+  closed (): void {
+    this.#open = false
   }
 
   get open (): boolean {

@@ -5,7 +5,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
 import { createRun } from '../lib/create-run.js'
 import { AgentError, AgentNotFoundError, AgentTimeoutError, ShutdownError } from '../lib/errors.js'
-import type { AgentRun, RunEvent, RunOutcome, RunResult } from '../lib/runner.js'
+import type { AgentRun, RunEvent, RunListener, RunOutcome, RunResult } from '../lib/runner.js'
 import { SseStream } from '../lib/sse.js'
 import type { Agent } from '../lib/types.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
@@ -72,36 +72,66 @@ function wantsStream (request: FastifyRequest, stream: boolean | undefined): boo
   return request.headers.accept?.includes('text/event-stream') === true
 }
 
+const SSE_RUN = Symbol('fastify-agents.sse-run')
+type SseResponse = ServerResponse & { [SSE_RUN]: SseRun }
+
+/** The client closing the stream aborts the run (one listener function for every stream). */
+function onSseClose (this: SseResponse): void {
+  this[SSE_RUN].closed()
+}
+
 /**
- * Streams a run as Server-Sent Events. Returns at once: the end of the stream hangs off `run.done`, so
- * that an open stream holds no suspended handler frames (the bench's heap per idle stream).
+ * A run streamed as Server-Sent Events: the run's listener, the stream, and what happens at the end. An
+ * object with methods rather than closures, and nothing awaiting the run: an idle stream (a model thinking,
+ * an approval waiting) holds only this, its run and its session (the bench's heap per idle stream).
  */
-function streamRun (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun): void {
-  reply.hijack()
-  // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
-  const stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
-  state.heartbeat.add(stream)
+class SseRun implements RunListener {
+  readonly #state: AgentServiceState
+  readonly #request: FastifyRequest
+  readonly #run: AgentRun
+  readonly #stream: SseStream
   // only the terminal event matters to idempotency: keeping every latest event would hold run.started
   // (and its data) for as long as an idle stream stays open
-  let final: RunEvent | undefined
-  run.onEvent((event) => {
-    if (event.type === 'run.completed' || event.type === 'run.failed') final = event
-    stream.send(event)
-  })
-  reply.raw.on('close', () => run.abort('CANCELLED'))
-  run.start()
-  void run.done
-    .then(async () => {
-      // an idempotency key's record is written before the stream ends: a retry after the end is a replay
-      await settleStreamedRun(request, final)
-      state.heartbeat.delete(stream)
-      stream.end()
-      auditRequest(state, request, 200)
-    })
-    // Nothing above is known to throw (the idempotency store's failures are caught and logged inside), but
-    // no handler awaits this chain any more: a rejection here must not become an unhandled one.
-    /* c8 ignore next */
-    .catch((err: unknown) => request.log.error({ err }, 'could not end an SSE stream'))
+  #final: RunEvent | undefined
+
+  constructor (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun) {
+    this.#state = state
+    this.#request = request
+    this.#run = run
+    reply.hijack()
+    // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
+    this.#stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
+    state.heartbeat.add(this.#stream)
+    const raw = reply.raw as SseResponse
+    raw[SSE_RUN] = this
+    raw.on('close', onSseClose)
+  }
+
+  runEvent (event: RunEvent): void {
+    if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
+    this.#stream.send(event)
+  }
+
+  runSettled (): void {
+    this.#end().catch(
+      // Nothing in #end is known to throw (the idempotency store's failures are caught and logged inside),
+      // but nothing awaits it either: a rejection must not become an unhandled one.
+      /* c8 ignore next */
+      (err: unknown) => this.#request.log.error({ err }, 'could not end an SSE stream'))
+  }
+
+  closed (): void {
+    this.#stream.closed()
+    this.#run.abort('CANCELLED')
+  }
+
+  async #end (): Promise<void> {
+    // an idempotency key's record is written before the stream ends: a retry after the end is a replay
+    await settleStreamedRun(this.#request, this.#final)
+    this.#state.heartbeat.delete(this.#stream)
+    this.#stream.end()
+    auditRequest(this.#state, this.#request, 200)
+  }
 }
 
 const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) => {
@@ -144,7 +174,8 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     const run = await createRun(state, context, request.log, request.params.name, body, streamed, context)
 
     if (streamed) {
-      streamRun(state, request, reply, run)
+      run.listen(new SseRun(state, request, reply, run))
+      run.start()
       return undefined
     }
 

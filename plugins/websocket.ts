@@ -187,12 +187,14 @@ class Connection {
       this.#starting--
     }
     this.#runs.set(run.runId, run)
-    run.onEvent((event) => {
-      this.#send(ref === undefined
-        ? { type: event.type, runId: run.runId, seq: event.seq, data: event.data }
-        : { type: event.type, runId: run.runId, ref, seq: event.seq, data: event.data })
+    run.listen({
+      runEvent: (event) => {
+        this.#send(ref === undefined
+          ? { type: event.type, runId: run.runId, seq: event.seq, data: event.data }
+          : { type: event.type, runId: run.runId, ref, seq: event.seq, data: event.data })
+      },
+      runSettled: () => { this.#runs.delete(run.runId) }
     })
-    void run.done.then(() => this.#runs.delete(run.runId))
     run.start()
     // closed while the run was being set up: it starts only to end at once, so that it is counted and settles
     if (!this.open) run.abort('CANCELLED')
