@@ -90,10 +90,12 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
 
   async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<void> {
     const at = iso(Date.now())
-    await sessionStore.appendTurn(run.sessionId, [
+    const recorded = await sessionStore.appendTurn(run.sessionId, [
       { role: 'user', content: run.options.input, runId: run.runId, at },
       { role: 'assistant', content: result.output, runId: run.runId, at }
     ], sessionTtlMs)
+    // deleted, expired or (memory store) evicted while the run was going: the run stands, its turn has nowhere to go
+    if (!recorded) run.options.log.warn({ runId: run.runId, sessionId: run.sessionId }, 'the session was gone when the run completed: its turn was not recorded')
     if (run.checkpointed) await checkpointStore.delete(run.runId)
   }
 

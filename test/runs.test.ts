@@ -336,3 +336,24 @@ t.test('a run that times out while its completion is being saved answers the tim
   await sleep(300)
   t.ok(saved, 'the turn already on its way is still saved')
 })
+
+t.test('a session deleted while its run goes on: the run completes, its turn is dropped with a warning', async (t) => {
+  const { Writable } = await import('node:stream')
+  const lines: string[] = []
+  const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => { release = resolve })
+  const waiter: Agent = { async run (input) { await gate; return { output: input } } }
+  const { app } = build(t, { agents: { waiter }, logger: { level: 'warn', stream } as never })
+  const created = await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })
+  const sessionId = created.json().id as string
+  const running = app.inject({ method: 'POST', url: '/v1/agents/waiter/runs', payload: { input: 'x', sessionId } })
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${sessionId}` })).statusCode, 204)
+  release()
+  const res = await running
+  t.equal(res.statusCode, 200)
+  t.equal(res.json().output, 'x')
+  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}` })).statusCode, 404)
+  t.ok(lines.some((l) => l.includes('the session was gone when the run completed') && l.includes(sessionId)))
+})

@@ -104,11 +104,11 @@ function isEmpty (object: Record<string, unknown>): boolean {
 }
 
 /** The default bound of the memory session store: beyond it the least recently active session goes first. */
-export const DEFAULT_MAX_SESSIONS = 10_000
+export const DEFAULT_MAX_SESSIONS = 100_000
 
 export interface MemorySessionStoreOptions {
   /**
-   * How many sessions are kept (default 10,000). Every run without a `sessionId` creates one, and each keeps
+   * How many sessions are kept (default 100,000). Every run without a `sessionId` creates one, and each keeps
    * its messages for `sessionTtlMs`: without a bound, memory would grow with the request rate.
    */
   maxSessions?: number
@@ -490,7 +490,7 @@ function copyRecord (record: IdempotencyRecord): IdempotencyRecord {
 export interface MemoryStoresOptions {
   /** ring buffer size of the audit store (default 500) */
   auditCapacity?: number
-  /** the most sessions the session store keeps (default 10,000) */
+  /** the most sessions the session store keeps (default 100,000) */
   maxSessions?: number
 }
 

@@ -141,7 +141,7 @@ t.test('sessions: maxSessions must be a positive integer; memoryStores passes it
     t.throws(() => new MemorySessionStore({ maxSessions: maxSessions as number }), TypeError, String(maxSessions))
   }
   t.equal(new MemorySessionStore().maxSessions, DEFAULT_MAX_SESSIONS)
-  t.equal(DEFAULT_MAX_SESSIONS, 10_000)
+  t.equal(DEFAULT_MAX_SESSIONS, 100_000)
   t.equal((memoryStores({ maxSessions: 7 }).sessionStore as MemorySessionStore).maxSessions, 7)
 })
 
