@@ -14,6 +14,10 @@ export async function run ({ log }) {
   const contenders = [
     { name: 'node:http', spec: { kind: 'raw-http' } },
     { name: 'bare fastify', spec: { kind: 'bare-fastify' } },
+    // references: the issue's calibration stack, and the contract's work for a JSON run written by hand
+    // (ids, a session kept with its messages, an audit entry kept): what that work costs on its own
+    { name: 'naive stack', spec: { kind: 'naive' } },
+    { name: 'hand-written', spec: { kind: 'handwritten' } },
     { name: 'service (defaults)', spec: { kind: 'service', preset: { name: 'default' } } }
   ]
   const results = await alternate(contenders, async (server, contender, round) => {
@@ -39,10 +43,15 @@ export async function run ({ log }) {
     ],
     notes: [
       `bare Fastify / node:http = ${(raw.median / rawNode.median).toFixed(2)} (issue's machine: 0.85)`,
-      `by CPU time per request, defaults / bare Fastify = ${cpuRatio(rows, 'service (defaults)', 'bare fastify')?.toFixed(2)}`
+      `by CPU time per request, defaults / bare Fastify = ${cpuRatio(rows, 'service (defaults)', 'bare fastify')?.toFixed(2)}`,
+      `references / bare Fastify: naive stack ${ratioOf(rows, 'naive stack')} (issue's machine: 0.65), the contract's work by hand ${ratioOf(rows, 'hand-written')}`
     ],
     noise: noiseOf(results),
     errors: errorsOf(results)
   }
 }
 
+
+function ratioOf (rows, contender) {
+  return rows.find((r) => r.contender === contender && r.metric === 'rps').ratio.toFixed(2)
+}

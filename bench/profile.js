@@ -1,5 +1,6 @@
 // CPU profile of a bench server under load: `node bench/profile.js [preset]` (after `npm run build`),
-// or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier.
+// or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier; `node bench/profile.js
+// [preset] --alloc` samples allocations instead (bytes allocated per request, by the function allocating).
 //   preset: default (JSON echo run, the default), full, sqlite (the default with the SQLite audit store, in
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
@@ -28,6 +29,7 @@ const presets = {
   'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'raw-sse-generator': { spec: { kind: 'raw-sse', generator: true }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  'null-stores': { spec: { kind: 'service', preset: { name: 'null-stores' } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
 }
 
@@ -41,6 +43,7 @@ async function main () {
   if (preset === undefined) throw new Error(`unknown preset ${name}; one of ${Object.keys(presets).join(', ')}`)
   const seconds = Number(process.env.BENCH_DURATION ?? 10)
   mkdirSync(DIR, { recursive: true })
+  if (process.argv.includes('--alloc')) return allocations(name, preset, seconds)
   const file = join(DIR, `${name}-${Date.now()}.cpuprofile`)
   const server = await startServer(preset.spec)
   let result
@@ -110,4 +113,33 @@ function summarise (file, top) {
   const ours = new Map([...inclusive].filter(([k]) => k.includes(' dist/') || k.includes(' bench/')))
   print('inclusive time, our functions', ours, top)
   console.log(`\n${total} samples; ${file}`)
+}
+
+/** The sampling heap profiler over the measured window, counting what young GCs collect too. */
+async function allocations (name, preset, seconds) {
+  const file = join(DIR, `${name}-${Date.now()}.heapprofile`)
+  const server = await startServer(preset.spec)
+  let result
+  try {
+    await load({ ...preset.request, method: 'POST', url: server.url, duration: 3, connections: 50 })
+    await server.call('alloc-start')
+    result = await load({ ...preset.request, method: 'POST', url: server.url, duration: seconds, connections: 50 })
+    await server.call('alloc-stop', 60_000, file)
+  } finally {
+    await server.stop()
+  }
+  const bySite = new Map()
+  const walk = (node) => {
+    const cf = node.callFrame
+    const key = `${cf.functionName || '(anonymous)'} ${place(cf)}${cf.url && !cf.url.startsWith('node:') ? `:${cf.lineNumber + 1}` : ''}`
+    if (node.selfSize > 0) bySite.set(key, (bySite.get(key) ?? 0) + node.selfSize)
+    for (const child of node.children) walk(child)
+  }
+  walk(JSON.parse(readFileSync(file, 'utf8')).head)
+  let total = 0
+  for (const bytes of bySite.values()) total += bytes
+  console.log(`${name}: ${result.ok} requests, ${(total / result.ok).toFixed(0)} bytes allocated per request (sampled), by function:`)
+  const top = Number(process.env.PROFILE_TOP ?? 40)
+  for (const [key, bytes] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${(bytes / result.ok).toFixed(0).padStart(7)} B  ${key}`)
+  console.log(`\n${file}`)
 }

@@ -13,11 +13,22 @@ import { randomUUID } from 'node:crypto'
 import Fastify from 'fastify'
 import { writeFileSync } from 'node:fs'
 import v8 from 'node:v8'
+import { PerformanceObserver, constants } from 'node:perf_hooks'
 import { Session } from 'node:inspector/promises'
 import { WebSocketServer } from 'ws'
 import { benchAgents } from './agents.js'
 
 const spec = JSON.parse(process.argv[2])
+
+// Time spent in garbage collection, by kind (minor = scavenge, major = mark-compact), for the 'gc' call.
+const gcTime = { minor: 0, major: 0, other: 0, count: 0 }
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) {
+    const kind = entry.detail?.kind
+    gcTime.count++
+    gcTime[kind === constants.NODE_PERFORMANCE_GC_MINOR ? 'minor' : kind === constants.NODE_PERFORMANCE_GC_MAJOR ? 'major' : 'other'] += entry.duration
+  }
+}).observe({ entryTypes: ['gc'] })
 
 // The same result shape (and about the same bytes) as the service's JSON run result, with no logic.
 const RUN_ID = randomUUID()
@@ -139,7 +150,12 @@ async function bareFastify () {
       schema: { params: schemas.AgentParams, body: schemas.RunRequest, response: { 200: { content: { 'application/json': { schema: schemas.RunResult } } } } }
     }, async (request) => echoResult(request.body.input))
   } else {
-    app.post('/v1/agents/:name/runs', async (request) => echoResult(request.body.input))
+    // spec.spinUs: that many µs of pure CPU per request, to see what a µs of work costs in req/s here
+    const spin = (spec.spinUs ?? 0) / 1000
+    app.post('/v1/agents/:name/runs', async (request) => {
+      if (spin > 0) for (const end = performance.now() + spin; performance.now() < end;);
+      return echoResult(request.body.input)
+    })
   }
   // an idle SSE stream through a hijacked reply, the way the service streams
   app.post('/v1/agents/idle/runs', async (request, reply) => {
@@ -157,6 +173,8 @@ async function serviceOptions (preset) {
     case 'default': return {}
     // sessions expire after a second, so the memory session store stops growing during a round
     case 'short-sessions': return { sessionTtlMs: 1000 }
+    // the memory session store with another bound than its default
+    case 'max-sessions': return { sessionStore: new lib.MemorySessionStore({ maxSessions: preset.maxSessions }) }
     case 'full': return {
       auth: { strategy: 'api-key', keys: [preset.apiKey] },
       rateLimit: { maxRequests: 1_000_000_000, intervalMs: 60_000 },
@@ -173,9 +191,14 @@ async function serviceOptions (preset) {
     case 'websocket': return { websocket: true }
     // stores that do nothing: price the session store and the audit log alone
     case 'no-sessions': return { sessionStore: nullSessionStore() }
-    case 'no-audit': return { auditStore: { append: async () => {}, query: async () => ({ entries: [], nextCursor: null }), count: async () => 0, close: async () => {} } }
+    case 'null-stores': return { sessionStore: nullSessionStore(), auditStore: nullAuditStore() }
+    case 'no-audit': return { auditStore: nullAuditStore() }
     default: throw new Error(`unknown preset ${preset.name}`)
   }
+}
+
+function nullAuditStore () {
+  return { append: async () => {}, query: async () => ({ entries: [], nextCursor: null }), count: async () => 0, close: async () => {} }
 }
 
 function nullSessionStore () {
@@ -212,6 +235,74 @@ if (spec.kind === 'service') {
     return result
   }
   process.send({ type: 'ready', port })
+} else if (spec.kind === 'naive') {
+  // The issue's calibration point ("naively ≈ 0.65 of bare Fastify" on its reference machine): Fastify +
+  // CORS + rate limit + a request-id hook + TypeBox validation, doing the same echo.
+  const app = Fastify({ logger: false })
+  const { schemas } = await import(spec.pkg ?? 'fastify-agents')
+  await app.register((await import('@fastify/cors')).default, { origin: '*' })
+  await app.register((await import('@fastify/rate-limit')).default, { max: 1_000_000_000, timeWindow: 60_000 })
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.headers['x-request-id'] ?? randomUUID())
+    done()
+  })
+  app.post('/v1/agents/:name/runs', {
+    schema: { params: schemas.AgentParams, body: schemas.RunRequest, response: { 200: schemas.RunResult } }
+  }, async (request) => echoResult(request.body.input))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  stop = async () => { await app.close(); return {} }
+  process.send({ type: 'ready', port: app.server.address().port })
+} else if (spec.kind === 'handwritten') {
+  // What a JSON run must do by the contract, written by hand in the plainest way: an id on every response,
+  // a session kept per run (its input and output, in a Map bounded like the memory store), an audit entry
+  // kept in a ring of 500. Prices that work apart from how the service does it. spec.without: a list of
+  // 'sessions' and 'audit' to leave out.
+  const without = new Set(spec.without ?? [])
+  const app = Fastify({ logger: false })
+  const { schemas } = await import(spec.pkg ?? 'fastify-agents')
+  const sessions = new Map()
+  const sessionIds = new Array(10_000)
+  let sessionCount = 0
+  const audit = new Array(500)
+  let auditCount = 0
+  app.decorateRequest('ctx', null)
+  app.addHook('onRequest', (request, reply, done) => {
+    const id = randomUUID()
+    request.ctx = { id, started: performance.now(), agent: undefined, runId: undefined, sessionId: undefined }
+    reply.header('x-request-id', id)
+    done()
+  })
+  if (!without.has('audit')) {
+    app.addHook('onResponse', (request, reply, done) => {
+      const c = request.ctx
+      audit[auditCount++ % audit.length] = {
+        id: randomUUID(), at: new Date().toISOString(), requestId: c.id, method: request.method, route: '/v1/agents/:name/runs', url: request.url,
+        status: reply.statusCode, durationMs: performance.now() - c.started, principal: 'anonymous', ip: request.ip, agent: c.agent, runId: c.runId, sessionId: c.sessionId
+      }
+      done()
+    })
+  }
+  app.post('/v1/agents/:name/runs', {
+    schema: { params: schemas.AgentParams, body: schemas.RunRequest, response: { 200: schemas.RunResult } }
+  }, async (request) => {
+    const c = request.ctx
+    c.agent = request.params.name
+    c.runId = randomUUID()
+    c.sessionId = randomUUID()
+    const input = request.body.input
+    const result = await benchAgents.echo.run(input)
+    if (!without.has('sessions')) {
+      const at = new Date().toISOString()
+      sessions.set(c.sessionId, { id: c.sessionId, createdAt: at, messages: [{ role: 'user', content: input, runId: c.runId, at }, { role: 'assistant', content: result.output, runId: c.runId, at }] })
+      const oldest = sessionIds[sessionCount % sessionIds.length]
+      if (oldest !== undefined) sessions.delete(oldest)
+      sessionIds[sessionCount++ % sessionIds.length] = c.sessionId
+    }
+    return { runId: c.runId, agent: c.agent, sessionId: c.sessionId, status: 'completed', output: result.output, usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 }, finishReason: 'stop', requestId: c.id, traceId: TRACE_ID }
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  stop = async () => { await app.close(); return {} }
+  process.send({ type: 'ready', port: app.server.address().port })
 } else if (spec.kind === 'bare-fastify') {
   const app = await bareFastify()
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -243,6 +334,15 @@ process.on('message', async (message) => {
       await profiler.post('Profiler.enable')
       await profiler.post('Profiler.setSamplingInterval', { interval: 500 })
       await profiler.post('Profiler.start')
+    } else if (message.type === 'alloc-start') {
+      profiler = new Session()
+      profiler.connect()
+      await profiler.post('HeapProfiler.enable')
+      await profiler.post('HeapProfiler.startSampling', { samplingInterval: 256, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+    } else if (message.type === 'alloc-stop') {
+      const { profile } = await profiler.post('HeapProfiler.stopSampling')
+      profiler.disconnect()
+      writeFileSync(message.arg, JSON.stringify(profile))
     } else if (message.type === 'profile-stop') {
       const { profile } = await profiler.post('Profiler.stop')
       profiler.disconnect()
@@ -250,6 +350,8 @@ process.on('message', async (message) => {
     } else if (message.type === 'snapshot') {
       globalThis.gc()
       v8.writeHeapSnapshot(message.arg)
+    } else if (message.type === 'gc') {
+      result = { ...gcTime, newSpace: v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size }
     } else if (message.type === 'stats') {
       result = stats()
     } else if (message.type === 'stop') {
