@@ -45,18 +45,7 @@ async function main () {
   mkdirSync(DIR, { recursive: true })
   if (process.argv.includes('--alloc')) return allocations(name, preset, seconds)
   const file = join(DIR, `${name}-${Date.now()}.cpuprofile`)
-  const server = await startServer(preset.spec)
-  let result
-  try {
-    // warm-up outside the profile: what is left is the steady state
-    await load({ ...preset.request, method: 'POST', url: server.url, duration: 3, connections: 50 })
-    await server.call('profile-start')
-    result = await load({ ...preset.request, method: 'POST', url: server.url, duration: seconds, connections: 50 })
-    await server.call('profile-stop', 60_000, file)
-  } finally {
-    await server.stop()
-    if (preset.spec.preset?.file !== undefined) for (const suffix of ['', '-wal', '-shm']) rmSync(preset.spec.preset.file + suffix, { force: true })
-  }
+  const result = await underLoad(preset, seconds, 'profile-start', 'profile-stop', file)
   console.log(`${name}: ${result.rps.toFixed(0)} req/s, p99 ${result.p99.toFixed(2)} ms, ${result.non2xx + result.errors} failed, ${result.ok} requests profiled`)
   summarise(file, Number(process.env.PROFILE_TOP ?? 40))
 }
@@ -115,19 +104,28 @@ function summarise (file, top) {
   console.log(`\n${total} samples; ${file}`)
 }
 
+/**
+ * Starts the preset's server, warms it up outside the measured window (what is left is the steady state),
+ * then has it `start` a profiler, loads it for `seconds` and has it `stop` into `file`.
+ */
+async function underLoad (preset, seconds, start, stop, file) {
+  const server = await startServer(preset.spec)
+  try {
+    await load({ ...preset.request, method: 'POST', url: server.url, duration: 3, connections: 50 })
+    await server.call(start)
+    const result = await load({ ...preset.request, method: 'POST', url: server.url, duration: seconds, connections: 50 })
+    await server.call(stop, 60_000, file)
+    return result
+  } finally {
+    await server.stop()
+    if (preset.spec.preset?.file !== undefined) for (const suffix of ['', '-wal', '-shm']) rmSync(preset.spec.preset.file + suffix, { force: true })
+  }
+}
+
 /** The sampling heap profiler over the measured window, counting what young GCs collect too. */
 async function allocations (name, preset, seconds) {
   const file = join(DIR, `${name}-${Date.now()}.heapprofile`)
-  const server = await startServer(preset.spec)
-  let result
-  try {
-    await load({ ...preset.request, method: 'POST', url: server.url, duration: 3, connections: 50 })
-    await server.call('alloc-start')
-    result = await load({ ...preset.request, method: 'POST', url: server.url, duration: seconds, connections: 50 })
-    await server.call('alloc-stop', 60_000, file)
-  } finally {
-    await server.stop()
-  }
+  const result = await underLoad(preset, seconds, 'alloc-start', 'alloc-stop', file)
   const bySite = new Map()
   const walk = (node) => {
     const cf = node.callFrame

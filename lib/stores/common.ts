@@ -33,6 +33,12 @@ export function checkLimit (limit: unknown, max: number): number {
   return limit
 }
 
+/** A store option that counts something (a capacity, a bound): a positive safe integer, else a TypeError naming it. */
+export function checkCount (name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer, got ${String(value)}`)
+  return value
+}
+
 export function checkTtl (name: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
     throw new RangeError(`${name} must be a positive number of milliseconds`)

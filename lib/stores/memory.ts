@@ -1,6 +1,6 @@
 // In-process stores: the defaults. Fast (they sit on every request) and lost on restart.
 import {
-  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
+  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
   decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
 } from './common.js'
 import type {
@@ -28,12 +28,8 @@ export class MemoryAuditStore implements AuditStore {
   #size = 0
 
   constructor (options: MemoryAuditStoreOptions = {}) {
-    const capacity = options.capacity ?? DEFAULT_AUDIT_CAPACITY
-    if (!Number.isSafeInteger(capacity) || capacity < 1) {
-      throw new TypeError(`capacity must be a positive integer, got ${String(capacity)}`)
-    }
-    this.capacity = capacity
-    this.#ring = new Array<AuditEntry>(capacity)
+    this.capacity = checkCount('capacity', options.capacity ?? DEFAULT_AUDIT_CAPACITY)
+    this.#ring = new Array<AuditEntry>(this.capacity)
   }
 
   async append (entries: readonly AuditEntry[]): Promise<void> {
@@ -125,11 +121,7 @@ export class MemorySessionStore implements SessionStore {
   #evicted = 0
 
   constructor (options: MemorySessionStoreOptions = {}) {
-    const maxSessions = options.maxSessions ?? DEFAULT_MAX_SESSIONS
-    if (!Number.isSafeInteger(maxSessions) || maxSessions < 1) {
-      throw new TypeError(`maxSessions must be a positive integer, got ${String(maxSessions)}`)
-    }
-    this.maxSessions = maxSessions
+    this.maxSessions = checkCount('maxSessions', options.maxSessions ?? DEFAULT_MAX_SESSIONS)
   }
 
   /** Sessions dropped, while still live, to stay within `maxSessions`. */
