@@ -90,7 +90,11 @@ const sha256: (value: string) => Buffer = oneShotHash !== undefined
 
 /** The principal of an api key: never the key, nor enough of its hash to test guesses offline cheaply. */
 export function apiKeyPrincipal (key: string): string {
-  return 'key_' + sha256(key).toString('hex').slice(0, 12)
+  return principalOfHash(sha256(key))
+}
+
+function principalOfHash (hash: Buffer): string {
+  return 'key_' + hash.toString('hex').slice(0, 12)
 }
 
 /**
@@ -103,7 +107,7 @@ export class ApiKeyVerifier {
 
   constructor (options: ApiKeyAuthOptions) {
     this.#hashes = options.keys.map(sha256)
-    this.#principals = this.#hashes.map((hash) => 'key_' + hash.toString('hex').slice(0, 12))
+    this.#principals = this.#hashes.map(principalOfHash)
   }
 
   /** The principal for a valid key, else null. Every known key is compared, in constant time. */

@@ -98,52 +98,40 @@ function isAgentResult (value: unknown): value is AgentResult {
 // run, which V8 can only store by putting every ctx in dictionary mode (slower property reads, and
 // about 800 more bytes per run in the bench's heap per idle stream).
 const RUN = Symbol('fastify-agents.run')
-const signalProperty: PropertyDescriptor = {
-  get (this: { [RUN]: AgentRun }): AbortSignal { return this[RUN].signal },
-  // assignable as the plain property it was: an agent may hand its own signal on to code it calls
-  set: assignable('signal'),
-  enumerable: true,
-  configurable: true
-}
 
-/** A setter that turns the accessor back into the plain, writable property it stands for. */
-function assignable (name: string): (this: object, value: unknown) => void {
-  return function (this: object, value: unknown): void {
-    Object.defineProperty(this, name, { value, writable: true, enumerable: true, configurable: true })
+/**
+ * An own, enumerable accessor on ctx whose value comes from the run on first look; assigning it turns it back
+ * into the plain, writable property it stands for (an agent may hand its own signal on to code it calls).
+ */
+function lazyProperty (name: string, get: (run: AgentRun) => unknown): PropertyDescriptor {
+  return {
+    get (this: { [RUN]: AgentRun }): unknown { return get(this[RUN]) },
+    set (this: object, value: unknown): void {
+      Object.defineProperty(this, name, { value, writable: true, enumerable: true, configurable: true })
+    },
+    enumerable: true,
+    configurable: true
   }
 }
 
 type ContextMethod = 'emit' | 'requestApproval' | 'checkpoint'
 
-function methodProperty (name: ContextMethod): PropertyDescriptor {
-  return {
-    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].contextMethod(name) },
-    set: assignable(name),
-    enumerable: true,
-    configurable: true
-  }
+const makeMethod: { [name in ContextMethod]: (run: AgentRun) => RunContext[name] } = {
+  emit: (run) => (type, data) => run.emit(type, data),
+  requestApproval: (run) => (request) => run.options.capabilities.requestApproval(run, request),
+  checkpoint: (run) => (state) => run.options.capabilities.checkpoint(run, state)
 }
 
 // Accessors shared by every ctx, so that every ctx keeps one shape (and stays in V8's fast mode). An idle run
-// whose agent never calls emit(), requestApproval() or checkpoint() holds no closure for them.
+// whose agent never calls emit(), requestApproval() or checkpoint() holds no closure for them; a run without
+// metadata, or in a new session, gets its empty object or array when the agent first looks.
 const contextAccessors: PropertyDescriptorMap = {
-  signal: signalProperty,
-  // a run without metadata, or in a new session, gets its empty object or array when the agent first looks
-  metadata: {
-    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].options.metadata ??= {} },
-    set: assignable('metadata'),
-    enumerable: true,
-    configurable: true
-  },
-  history: {
-    get (this: { [RUN]: AgentRun }): unknown { return this[RUN].options.history ??= [] },
-    set: assignable('history'),
-    enumerable: true,
-    configurable: true
-  },
-  emit: methodProperty('emit'),
-  requestApproval: methodProperty('requestApproval'),
-  checkpoint: methodProperty('checkpoint')
+  signal: lazyProperty('signal', (run) => run.signal),
+  metadata: lazyProperty('metadata', (run) => run.options.metadata ??= {}),
+  history: lazyProperty('history', (run) => run.options.history ??= []),
+  emit: lazyProperty('emit', (run) => run.contextMethod('emit')),
+  requestApproval: lazyProperty('requestApproval', (run) => run.contextMethod('requestApproval')),
+  checkpoint: lazyProperty('checkpoint', (run) => run.contextMethod('checkpoint'))
 }
 
 /**
@@ -279,19 +267,10 @@ export class AgentRun {
     return ctx as unknown as RunContext
   }
 
-  /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`: made on an agent's first look, like the signal. */
-  contextMethod (name: ContextMethod): RunContext[ContextMethod] {
+  /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`: made on an agent's first look, one of each per run. */
+  contextMethod<N extends ContextMethod> (name: N): RunContext[N] {
     this.#methods ??= {}
-    const made = this.#methods[name]
-    if (made !== undefined) return made
-    const { capabilities } = this.options
-    const method = name === 'emit'
-      ? (type: string, data?: unknown) => this.emit(type, data)
-      : name === 'requestApproval'
-        ? (request: ApprovalRequest) => capabilities.requestApproval(this, request)
-        : (state: unknown) => capabilities.checkpoint(this, state)
-    this.#methods[name] = method as never
-    return method
+    return (this.#methods[name] ??= makeMethod[name](this))
   }
 
   // Not an async function: a promise agent's result goes straight to start()'s chain. Each run that waits
