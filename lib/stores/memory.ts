@@ -156,8 +156,10 @@ export class MemorySessionStore implements SessionStore {
     const now = Date.now()
     const stored = this.#live(id, now)
     if (stored === undefined) return false
-    stored.messages ??= []
-    for (const message of messages) stored.messages.push(message)
+    // A first turn gets an array of its own length: pushing onto an empty one reserves room for 17, and most
+    // sessions (one per run without a sessionId) keep one turn for their whole life (~120 bytes each).
+    if (stored.messages === null) stored.messages = messages.slice()
+    else for (const message of messages) stored.messages.push(message)
     stored.turns++
     this.#touch(stored, now, ttlMs)
     return true
