@@ -48,8 +48,9 @@ export class SseStream {
     if (this.open) this.raw.write(`: ${text}\n\n`)
   }
 
-  end (): void {
-    if (this.open) this.raw.end()
+  /** Ends the response, with a last event when one is given. */
+  end (last?: RunEvent): void {
+    if (this.open) this.raw.end(last === undefined ? undefined : formatSseEvent(last))
     this.#open = false
   }
 }

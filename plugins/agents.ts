@@ -108,8 +108,10 @@ class SseRun implements RunListener {
   }
 
   runEvent (event: RunEvent): void {
+    // The terminal event goes out with the end of the response (#end): one write less per stream, and a
+    // client that has seen run.completed finds its idempotency record written.
     if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
-    this.#stream.send(event)
+    else this.#stream.send(event)
   }
 
   runSettled (): void {
@@ -129,7 +131,7 @@ class SseRun implements RunListener {
     // an idempotency key's record is written before the stream ends: a retry after the end is a replay
     await settleStreamedRun(this.#request, this.#final)
     this.#state.heartbeat.delete(this.#stream)
-    this.#stream.end()
+    this.#stream.end(this.#final)
     auditRequest(this.#state, this.#request, 200)
   }
 }

@@ -9,6 +9,7 @@ import type { Agent, AgentServiceOptions } from '../lib/types.js'
 import type { AgentService } from '../lib/service.js'
 import { build, listen, parseSse, sleep } from './helper.js'
 import { pgUrl, redisUrl, requirePg, requireRedis, withPgSchema, withRedisPrefix } from './helpers/services.js'
+import { openSse } from './helpers/streams.js'
 
 const RUNS = '/v1/agents/work/runs'
 
@@ -206,6 +207,34 @@ t.test('a streamed run is replayed as SSE with only its final event', async (t) 
   t.equal(replayed.length, 1)
   t.same(replayed[0], events.at(-1), 'the same final event, with its id')
   t.equal(replayed[0]!.data.output, 'Hello')
+})
+
+t.test('a streamed run\'s final event goes out once its response is recorded: a retry on seeing it is a replay', async (t) => {
+  const memory = new MemoryIdempotencyStore()
+  let recorded = false
+  // a store slow to record: the old order (final event, then the record) left a window for a 409
+  const slow: IdempotencyStore = {
+    reserve: (...args) => memory.reserve(...args),
+    renew: (...args) => memory.renew(...args),
+    get: (key) => memory.get(key),
+    release: (...args) => memory.release(...args),
+    complete: async (...args) => {
+      await sleep(100)
+      await memory.complete(...args)
+      recorded = true
+    }
+  }
+  const streaming: Agent = { async * run () { yield 'done' } }
+  const { url } = await listen(t, { agents: { work: streaming }, idempotency: { store: slow } })
+  const stream = await openSse(url, RUNS, { input: 1 }, { 'idempotency-key': 'k' })
+  const final = await stream.next('run.completed')
+  t.ok(recorded, 'the record was written before the final event was sent')
+  await stream.ended
+  t.same(stream.events.map((e) => e.event), ['run.started', 'message.delta', 'run.completed'])
+  const retry = await fetch(url + RUNS, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'idempotency-key': 'k' }, body: JSON.stringify({ input: 1 }) })
+  t.equal(retry.status, 200)
+  t.equal(retry.headers.get('idempotent-replayed'), 'true')
+  t.same(parseSse(await retry.text()), [final])
 })
 
 t.test('a streamed run that fails releases the key', async (t) => {
