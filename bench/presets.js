@@ -36,6 +36,7 @@ function contender (name) {
 }
 
 const gcMicros = (before, after) => (after.minor + after.major + after.other) - (before.minor + before.major + before.other)
+const majorMicros = (before, after) => after.major - before.major
 
 if (pinLoadGenerator()) await main()
 
@@ -48,7 +49,7 @@ async function main () {
   try {
     for (const name of names) servers.push(await startServer(contender(name), { nodeArgs }))
     for (const server of servers) await load({ ...request, url: server.url, duration: config.warmup })
-    const figures = Object.fromEntries(names.map((name) => [name, { cpu: [], rps: [], gc: [] }]))
+    const figures = Object.fromEntries(names.map((name) => [name, { cpu: [], rps: [], gc: [], major: [] }]))
     for (let burst = 0; burst < BURSTS; burst++) {
       for (const [i, name] of names.entries()) {
         const meter = cpuMeter([servers[i].pid])
@@ -59,16 +60,17 @@ async function main () {
         figures[name].cpu.push(meter.stop(result.ok).cpuUsPerRequest)
         figures[name].rps.push(result.rps)
         figures[name].gc.push(gcMicros(gc0, gc1) * 1000 / result.ok)
+        figures[name].major.push(majorMicros(gc0, gc1) * 1000 / result.ok)
       }
     }
     const baseCpu = median(figures.bare.cpu)
     const baseRps = median(figures.bare.rps)
     console.log(`${BURSTS} bursts of ${BURST} s each, contenders in turn; medians`)
-    console.log(`${'contender'.padEnd(30)} ${'CPU/req'.padStart(9)} ${'over bare'.padStart(10)} ${'req/s'.padStart(7)} ${'ratio'.padStart(6)} ${'GC/req'.padStart(8)}`)
+    console.log(`${'contender'.padEnd(30)} ${'CPU/req'.padStart(9)} ${'over bare'.padStart(10)} ${'req/s'.padStart(7)} ${'ratio'.padStart(6)} ${'GC/req'.padStart(8)} ${'major'.padStart(8)}`)
     for (const name of names) {
       const cpu = median(figures[name].cpu)
       const rps = median(figures[name].rps)
-      console.log(`${name.padEnd(30)} ${cpu.toFixed(1).padStart(6)} µs ${('+' + (cpu - baseCpu).toFixed(1)).padStart(7)} µs ${rps.toFixed(0).padStart(7)} ${(rps / baseRps).toFixed(2).padStart(6)} ${median(figures[name].gc).toFixed(1).padStart(5)} µs`)
+      console.log(`${name.padEnd(30)} ${cpu.toFixed(1).padStart(6)} µs ${('+' + (cpu - baseCpu).toFixed(1)).padStart(7)} µs ${rps.toFixed(0).padStart(7)} ${(rps / baseRps).toFixed(2).padStart(6)} ${median(figures[name].gc).toFixed(1).padStart(5)} µs ${median(figures[name].major).toFixed(1).padStart(5)} µs`)
     }
   } finally {
     for (const server of servers) await server.stop()
