@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin'
 import type {
-  FastifyPluginAsync, FastifyRequest, onSendHookHandler, preHandlerAsyncHookHandler, preParsingHookHandler
+  FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerHookHandler, preParsingHookHandler
 } from 'fastify'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/errors.js'
 import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/idempotency.js'
@@ -102,9 +102,8 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     done(null, payload.pipe(hashing))
   }
 
-  // after auth (the principal scopes the key) and after the body has been read and validated
-  const preHandler: preHandlerAsyncHookHandler = async (request, reply) => {
-    if (!hasKey(request)) return
+  /** Reserves the key, or answers with what it recorded: the stored response to replay, or undefined to run. */
+  async function reserveKey (request: FastifyRequest, reply: FastifyReply): Promise<IdempotencyResponse | undefined> {
     const key = readIdempotencyKey(request.headers)!
     const context = requestContextOf(request)
     context.idempotencyKey = key
@@ -116,7 +115,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
       context.replayed = false
       // a request that ends without a response (the client left mid-way) gives its key back
       reply.raw.once('close', () => { void settle(request, null) })
-      return
+      return undefined
     }
     const { record } = reserved
     if (record.fingerprint !== bodyHash) throw new IdempotencyKeyReusedError()
@@ -125,10 +124,20 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
       throw new IdempotencyInProgressError()
     }
     context.replayed = true
-    const { status, body, contentType } = record.response
-    void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
-    if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
-    return reply.send(body)
+    return record.response
+  }
+
+  // After auth (the principal scopes the key) and after the body has been read and validated. Callback style:
+  // a request without a key, the usual case, goes on with no promise made and no extra tick.
+  const preHandler: preHandlerHookHandler = (request, reply, done) => {
+    if (!hasKey(request)) return done()
+    reserveKey(request, reply).then((recorded) => {
+      if (recorded === undefined) return done()
+      const { status, body, contentType } = recorded
+      void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
+      if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
+      void reply.send(body)
+    }, (error: FastifyError) => done(error))
   }
 
   const onSend: onSendHookHandler = (request, reply, payload, done) => {
