@@ -4,7 +4,8 @@
 //   preset: default (JSON echo run, the default), full, sqlite (the default with the SQLite audit store, in
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
-//   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator)
+//   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), handwritten
+//   (the contract's work for a JSON run written by hand on bare Fastify: bench/presets.js)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
 // seconds (default 10), and prints the self time by function and by package. The .cpuprofile is kept in
@@ -30,6 +31,7 @@ const presets = {
   'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'raw-sse-generator': { spec: { kind: 'raw-sse', generator: true }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'null-stores': { spec: { kind: 'service', preset: { name: 'null-stores' } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
+  handwritten: { spec: { kind: 'handwritten' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   bare: { spec: { kind: 'bare-fastify' }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } }
 }
 
