@@ -38,7 +38,8 @@ export class RunRegistry {
   #end (run: AgentRun, outcome: RunOutcome, streamed: boolean): void {
     this.#active.delete(run.runId)
     this.#stats.runEnded(run.agentName, outcome, streamed)
-    if (this.#active.size === 0) for (const resolve of this.#idle.splice(0)) resolve()
+    // (checked first: splice(0) makes an array even when nobody waits, and this runs for every run)
+    if (this.#active.size === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve()
   }
 
   abortAll (code: RunAbortCode): void {
