@@ -1,6 +1,7 @@
 // Target 5: 1,000 WebSocket connections, each running 20-delta runs back to back over /v1/ws: runs/s and
 // the p99 of a run (run.start sent -> run.completed received). A `ws` server speaking the same protocol
-// without the service (no validation, sessions, audit) is the reference.
+// without the service (no validation, sessions, audit) is the reference; fed by the same async generator as the
+// service's ticker agent, a second one prices the generator protocol apart from the service.
 import WebSocket from 'ws'
 import { alternate, config, cpuMeter } from './lib/harness.js'
 import { metricRows, noiseOf, target } from './lib/report.js'
@@ -87,6 +88,8 @@ async function drive (url, seconds, record) {
 export async function run ({ log }) {
   const contenders = [
     { name: 'ws reference', spec: { kind: 'raw-ws' } },
+    // the same server taking its deltas from the agent's async generator: the generator protocol's own cost
+    { name: 'ws reference + generator', spec: { kind: 'raw-ws', generator: true } },
     { name: 'service /v1/ws', spec: { kind: 'service', preset: { name: 'websocket' } } }
   ]
   let pending = null
@@ -122,6 +125,7 @@ export async function run ({ log }) {
     targets: [
       target('5', `WebSocket runs/s vs the ws reference (reported; no threshold), ${CONNECTIONS} connections`, service.ratio, '>=', 0, pending === false ? undefined : pending)
     ],
+    notes: pending === false ? [`against the ws reference fed by the same async generator: runs/s ${(service.median / rows.find((r) => r.contender === 'ws reference + generator' && r.metric === 'rps').median).toFixed(2)}`] : [],
     noise: noiseOf(results),
     errors: failures
   }

@@ -124,11 +124,20 @@ function rawWs () {
       send('run.started', { runId, agent: message.agent, sessionId: SESSION_ID, requestId: REQUEST_ID, traceId: TRACE_ID })
       const deltas = message.input?.deltas ?? 20
       let text = ''
-      for (let i = 0; i < deltas; i++) {
-        await tick()
-        if (socket.readyState !== socket.OPEN) return
-        text += 'token '
-        send('message.delta', { text: 'token ' })
+      if (spec.generator === true) {
+        // the deltas from the bench's ticker agent, as the service gets them: prices the generator protocol
+        for await (const delta of benchAgents.ticker.run({ deltas })) {
+          if (socket.readyState !== socket.OPEN) return
+          text += delta
+          send('message.delta', { text: delta })
+        }
+      } else {
+        for (let i = 0; i < deltas; i++) {
+          await tick()
+          if (socket.readyState !== socket.OPEN) return
+          text += 'token '
+          send('message.delta', { text: 'token ' })
+        }
       }
       send('run.completed', { ...echoResult(text), runId, agent: message.agent })
     })
