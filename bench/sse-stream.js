@@ -1,7 +1,7 @@
 // Target 3: a 100-delta run streamed as Server-Sent Events, one event per tick, against a node:http SSE
 // endpoint writing the same events the same way. Throughput in complete streams per second.
 import { alternate, throughputRound } from './lib/harness.js'
-import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
+import { cpuRatio, errorsOf, medianOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkSseRun } from './lib/checks.js'
 
 export const name = 'sse-stream'
@@ -40,7 +40,7 @@ export async function run ({ log }) {
     targets: [target('3', 'service SSE streams/s / node:http SSE', service.ratio, '>=', 0.90)],
     notes: [
       `by CPU time per stream, service / node:http = ${cpuRatio(rows, 'service SSE', 'node:http SSE')?.toFixed(2)}`,
-      `against node:http fed by the same async generator: streams/s ${(service.median / rows.find((r) => r.contender === 'node:http SSE + generator' && r.metric === 'rps').median).toFixed(2)}, by CPU ${cpuRatio(rows, 'service SSE', 'node:http SSE + generator')?.toFixed(2)}`
+      `against node:http fed by the same async generator: streams/s ${(service.median / medianOf(rows, 'node:http SSE + generator', 'rps')).toFixed(2)}, by CPU ${cpuRatio(rows, 'service SSE', 'node:http SSE + generator')?.toFixed(2)}`
     ],
     noise: noiseOf(results),
     errors: errorsOf(results)

@@ -4,7 +4,7 @@
 // service's ticker agent, a second one prices the generator protocol apart from the service.
 import WebSocket from 'ws'
 import { alternate, config, cpuMeter } from './lib/harness.js'
-import { metricRows, noiseOf, target } from './lib/report.js'
+import { medianOf, metricRows, noiseOf, target } from './lib/report.js'
 import { percentile } from './lib/harness.js'
 
 export const name = 'websocket'
@@ -125,7 +125,7 @@ export async function run ({ log }) {
     targets: [
       target('5', `WebSocket runs/s vs the ws reference (reported; no threshold), ${CONNECTIONS} connections`, service.ratio, '>=', 0, pending === false ? undefined : pending)
     ],
-    notes: pending === false ? [`against the ws reference fed by the same async generator: runs/s ${(service.median / rows.find((r) => r.contender === 'ws reference + generator' && r.metric === 'rps').median).toFixed(2)}`] : [],
+    notes: pending === false ? [`against the ws reference fed by the same async generator: runs/s ${(service.median / medianOf(rows, 'ws reference + generator', 'rps')).toFixed(2)}`] : [],
     noise: noiseOf(results),
     errors: failures
   }

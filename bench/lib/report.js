@@ -80,10 +80,14 @@ export function errorsOf (results) {
  * holds up when other processes compete for the cores and throughput alone would mislead.
  */
 export function cpuRatio (rows, contender, baseline) {
-  const of = (name) => rows.find((r) => r.contender === name && r.metric === 'cpuUsPerRequest')?.median
-  const c = of(contender)
-  const b = of(baseline)
+  const c = medianOf(rows, contender, 'cpuUsPerRequest')
+  const b = medianOf(rows, baseline, 'cpuUsPerRequest')
   return typeof c === 'number' && typeof b === 'number' && c > 0 ? b / c : null
+}
+
+/** A contender's median of a metric, from the rows of metricRows(); undefined when it has none. */
+export function medianOf (rows, contender, metric) {
+  return rows.find((r) => r.contender === contender && r.metric === metric)?.median
 }
 
 /** How much of the machine other processes used during the measured rounds: { rounds, noisy, max }. */
