@@ -4,7 +4,7 @@ import { iso } from '../lib/stores/common.js'
 import type { AuditEntry } from '../lib/stores/types.js'
 import type { AgentServiceState } from './core.js'
 import { requestContextOf } from './request-context.js'
-import { randomId } from '../lib/ids.js'
+import { randomId } from '../lib/core/ids.js'
 
 /**
  * Writes the request's one audit entry and counts it: by the onResponse hook, or first by the SSE route

@@ -1,14 +1,14 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsync } from 'fastify'
-import { AuditWriter } from '../lib/audit-writer.js'
-import { storeCapabilities } from '../lib/run-capabilities.js'
-import type { RunCapabilities } from '../lib/runner.js'
-import { RunRegistry } from '../lib/run-registry.js'
-import { resolveSettings } from '../lib/settings.js'
-import type { Settings } from '../lib/settings.js'
-import { SseHeartbeat } from '../lib/sse.js'
-import { ServiceStats } from '../lib/stats.js'
-import type { AgentServiceOptions } from '../lib/types.js'
+import { AuditWriter } from '../lib/core/audit-writer.js'
+import { storeCapabilities } from '../lib/runs/capabilities.js'
+import type { RunCapabilities } from '../lib/runs/run.js'
+import { RunRegistry } from '../lib/runs/registry.js'
+import { resolveSettings } from '../lib/core/settings.js'
+import type { Settings } from '../lib/core/settings.js'
+import { SseHeartbeat } from '../lib/runs/sse.js'
+import { ServiceStats } from '../lib/core/stats.js'
+import type { AgentServiceOptions } from '../lib/core/types.js'
 
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 

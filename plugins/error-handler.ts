@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { MethodNotAllowedError, RouteNotFoundError } from '../lib/errors.js'
+import { MethodNotAllowedError, RouteNotFoundError } from '../lib/core/errors.js'
 import type { ErrorResponse } from '../schemas/common.js'
 import { requestContextOf } from './request-context.js'
 

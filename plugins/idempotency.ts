@@ -2,9 +2,9 @@ import fp from 'fastify-plugin'
 import type {
   FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerHookHandler, preParsingHookHandler
 } from 'fastify'
-import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/errors.js'
-import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/idempotency.js'
-import type { RunEvent } from '../lib/runner.js'
+import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/core/errors.js'
+import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/core/idempotency.js'
+import type { RunEvent } from '../lib/runs/run.js'
 import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
 import { IdempotencyHeaders } from '../schemas/auth.js'
 import { requestContextOf } from './request-context.js'

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import fastifyRateLimit from '@fastify/rate-limit'
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
-import { InvalidOptionsError, RateLimitedError } from '../lib/errors.js'
+import { InvalidOptionsError, RateLimitedError } from '../lib/core/errors.js'
 import { authenticatedPrincipal, isPreflight } from './auth.js'
 
 /** The Redis keys of the shared budget start with this. */

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto'
 import SwaggerParser from '@apidevtools/swagger-parser'
 import t from 'tap'
-import { packageVersion } from '../lib/openapi-options.js'
+import { packageVersion } from '../lib/core/openapi-options.js'
 import { MemoryAuditStore, MemorySessionStore } from '../lib/stores/memory.js'
 import type { ApprovalRecord, AuditEntry, AuditPage, AuditQuery } from '../lib/stores/types.js'
-import type { Agent } from '../lib/types.js'
+import type { Agent } from '../lib/core/types.js'
 import { build, echo, sleep } from './helper.js'
 import { nowSeconds, signJwt } from './helpers/jwt.js'
 

@@ -1,10 +1,10 @@
 import { join } from 'node:path'
 import t from 'tap'
 import type { Test } from 'tap'
-import type { AgentService } from '../lib/service.js'
+import type { AgentService } from '../app/service.js'
 import { sqliteStores } from '../lib/stores/sqlite.js'
 import type { AuditEntry } from '../lib/stores/types.js'
-import type { AgentServiceOptions } from '../lib/types.js'
+import type { AgentServiceOptions } from '../lib/core/types.js'
 import { build } from './helper.js'
 
 /** Waits for the responses' onResponse hooks and then for the audit writer to append. */

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
-import { EventLoopDelayMonitor } from '../lib/event-loop-delay.js'
+import { EventLoopDelayMonitor } from '../lib/core/event-loop-delay.js'
 import { sleep } from './helper.js'
 
 /** Blocks the event loop for `ms`: a delay the monitor must see. */

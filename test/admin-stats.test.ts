@@ -1,6 +1,6 @@
 import t from 'tap'
-import type { AgentService } from '../lib/service.js'
-import type { Agent, AgentEvent, RunContext } from '../lib/types.js'
+import type { AgentService } from '../app/service.js'
+import type { Agent, AgentEvent, RunContext } from '../lib/core/types.js'
 import { build, echo, listen, parseSse, sleep } from './helper.js'
 
 async function settle (service: AgentService): Promise<void> {

@@ -1,10 +1,10 @@
 // Several instances sharing one PostgreSQL schema: a decision made on any of them wakes the run waiting on
 // another (LISTEN/NOTIFY), and a checkpoint saved by one is resumed by another.
 import t from 'tap'
-import { approver } from '../lib/demo-agents.js'
+import { approver } from '../app/demo-agents.js'
 import { postgresStores } from '../lib/stores/postgres.js'
 import type { StoreSet } from '../lib/stores/types.js'
-import type { Agent } from '../lib/types.js'
+import type { Agent } from '../lib/core/types.js'
 import { build, listen, parseSse } from './helper.js'
 import { pgUrl, requirePg, withPgSchema } from './helpers/services.js'
 import { eventually, openSse } from './helpers/streams.js'

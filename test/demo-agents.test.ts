@@ -1,6 +1,6 @@
 import t from 'tap'
 import { build, listen, parseSse } from './helper.js'
-import { demoAgents } from '../lib/demo-agents.js'
+import { demoAgents } from '../app/demo-agents.js'
 import { openSse } from './helpers/streams.js'
 
 t.test('echo answers with its input and counts its words as tokens', async (t) => {

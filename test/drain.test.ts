@@ -1,7 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { listen, parseSse, sleep, waitFor } from './helper.js'
-import type { Agent } from '../lib/types.js'
+import type { Agent } from '../lib/core/types.js'
 
 function delay (ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -109,7 +109,7 @@ t.test('health stays answerable during a drain; close() is idempotent', async (t
 })
 
 t.test('close() on a service that never listened', async (t) => {
-  const { createAgentService } = await import('../lib/service.js')
+  const { createAgentService } = await import('../app/service.js')
   const service = createAgentService({ agents, logger: false })
   await service.app.ready()
   await service.close()

@@ -1,7 +1,7 @@
 import type { Test } from 'tap'
-import { createAgentService } from '../lib/service.js'
-import type { AgentService } from '../lib/service.js'
-import type { Agent, AgentServiceOptions } from '../lib/types.js'
+import { createAgentService } from '../app/service.js'
+import type { AgentService } from '../app/service.js'
+import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const echo: Agent = {
   description: 'echo',

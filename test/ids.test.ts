@@ -1,5 +1,5 @@
 import t from 'tap'
-import { randomId } from '../lib/ids.js'
+import { randomId } from '../lib/core/ids.js'
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 

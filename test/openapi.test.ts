@@ -1,6 +1,6 @@
 import t from 'tap'
 import SwaggerParser from '@apidevtools/swagger-parser'
-import { buildOpenApiDocument } from '../lib/openapi.js'
+import { buildOpenApiDocument } from '../app/openapi.js'
 import { build, echo } from './helper.js'
 
 interface Operation { responses: Record<string, { content?: Record<string, unknown> }>, parameters?: unknown[], requestBody?: unknown }
@@ -47,7 +47,7 @@ t.test('docs: true serves Swagger UI and the document', async (t) => {
 })
 
 t.test('the document is built before ready() only by the plugin', async (t) => {
-  const { createAgentService } = await import('../lib/service.js')
+  const { createAgentService } = await import('../app/service.js')
   const service = createAgentService({ agents: { echo }, logger: false })
   t.teardown(() => service.close(0))
   await service.app.ready()

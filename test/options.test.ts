@@ -1,9 +1,9 @@
 import t from 'tap'
 import Fastify from 'fastify'
-import { createAgentService } from '../lib/service.js'
-import { resolveSettings } from '../lib/settings.js'
-import { fastifyAgents } from '../plugins/service.js'
-import type { AgentServiceOptions } from '../lib/types.js'
+import { createAgentService } from '../app/service.js'
+import { resolveSettings } from '../lib/core/settings.js'
+import { fastifyAgents } from '../app/plugin.js'
+import type { AgentServiceOptions } from '../lib/core/types.js'
 import { echo } from './helper.js'
 
 function invalid (options: unknown): string {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { InjectOptions } from 'fastify'
 import { build, listen, parseSse } from './helper.js'
-import type { Agent } from '../lib/types.js'
+import type { Agent } from '../lib/core/types.js'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'

@@ -1,8 +1,8 @@
 import t from 'tap'
 import type { FastifyBaseLogger } from 'fastify'
-import { AgentRun, RunAbortedError } from '../lib/runner.js'
-import type { RunCapabilities, RunOptions } from '../lib/runner.js'
-import type { Agent, RunContext } from '../lib/types.js'
+import { AgentRun, RunAbortedError } from '../lib/runs/run.js'
+import type { RunCapabilities, RunOptions } from '../lib/runs/run.js'
+import type { Agent, RunContext } from '../lib/core/types.js'
 
 // The run's AbortController is created on first use (bench profile: it was ~3% of a JSON run's CPU).
 // These pin down that the lazy signal behaves like an eager one.

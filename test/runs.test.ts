@@ -1,6 +1,6 @@
 import t from 'tap'
 import { build, listen, parseSse, sleep } from './helper.js'
-import type { Agent, RunContext } from '../lib/types.js'
+import type { Agent, RunContext } from '../lib/core/types.js'
 
 t.test('a JSON run answers the contract result', async (t) => {
   const { app } = build(t)

@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream'
 import t from 'tap'
 import pino from 'pino'
-import { createAgentService } from '../lib/service.js'
+import { createAgentService } from '../app/service.js'
 import { RouteIndex, errorBody } from '../plugins/error-handler.js'
 import { echo } from './helper.js'
 

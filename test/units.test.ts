@@ -1,10 +1,10 @@
 import t from 'tap'
-import { AuditWriter } from '../lib/audit-writer.js'
-import { Histogram } from '../lib/histogram.js'
-import { SseHeartbeat, SseStream } from '../lib/sse.js'
+import { AuditWriter } from '../lib/core/audit-writer.js'
+import { Histogram } from '../lib/core/histogram.js'
+import { SseHeartbeat, SseStream } from '../lib/runs/sse.js'
 import type { AuditEntry, AuditStore } from '../lib/stores/types.js'
 import { build, listen, sleep } from './helper.js'
-import type { Agent } from '../lib/types.js'
+import type { Agent } from '../lib/core/types.js'
 
 t.test('histogram percentiles stay within the bucket width', async (t) => {
   const h = new Histogram()

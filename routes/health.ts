@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { runHealthProbe } from '../lib/health-probe.js'
-import type { DbCheck } from '../lib/health-probe.js'
+import { runHealthProbe } from '../lib/core/health-probe.js'
+import type { DbCheck } from '../lib/core/health-probe.js'
 import { errorResponses } from '../schemas/common.js'
 import { HealthResponse } from '../schemas/health.js'
 

@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http'
-import type { RunEvent } from './runner.js'
+import type { RunEvent } from './run.js'
 
 export const SSE_HEARTBEAT_MS = 15_000
 

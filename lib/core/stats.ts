@@ -1,5 +1,5 @@
 import { Histogram } from './histogram.js'
-import type { RunOutcome } from './runner.js'
+import type { RunOutcome } from '../runs/run.js'
 
 interface TokenCount { input: number, output: number }
 

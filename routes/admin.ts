@@ -3,18 +3,18 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest, FastifySchema } from 'fastify'
-import { InvalidOptionsError, UnauthorizedError } from '../lib/errors.js'
-import { EventLoopDelayMonitor } from '../lib/event-loop-delay.js'
-import { packageVersion } from '../lib/openapi-options.js'
+import { InvalidOptionsError, UnauthorizedError } from '../lib/core/errors.js'
+import { EventLoopDelayMonitor } from '../lib/core/event-loop-delay.js'
+import { packageVersion } from '../lib/core/openapi-options.js'
 import type { AuditQuery } from '../lib/stores/types.js'
 import {
   AdminAgentList, AdminApprovalList, AdminApprovalsQuery, AdminAuditPage, AdminAuditQuery, AdminCheckpointList,
   AdminHealth, AdminPageQuery, AdminSessionList, AdminStats
 } from '../schemas/admin.js'
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
-import { RouteIndex, buildNotFoundHandler } from './error-handler.js'
+import { RouteIndex, buildNotFoundHandler } from '../plugins/error-handler.js'
 import { healthReport } from './health.js'
-import { requestContextOf } from './request-context.js'
+import { requestContextOf } from '../plugins/request-context.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,12 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { AgentServiceState } from '../plugins/core.js'
+import type { AgentServiceState } from '../../plugins/core.js'
 import {
   AgentNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError, SessionNotFoundError
-} from './errors.js'
-import type { AgentRun } from './runner.js'
-import type { Message } from './stores/types.js'
-import type { TraceContext } from './types.js'
-import { randomId } from './ids.js'
+} from '../core/errors.js'
+import type { AgentRun } from './run.js'
+import type { Message } from '../stores/types.js'
+import type { TraceContext } from '../core/types.js'
+import { randomId } from '../core/ids.js'
 
 /** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
 export interface RunRequestFields {

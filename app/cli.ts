@@ -8,11 +8,11 @@ import { demoAgents } from './demo-agents.js'
 import { buildOpenApiDocument } from './openapi.js'
 import { createAgentService } from './service.js'
 import type { AgentService } from './service.js'
-import { postgresStores } from './stores/postgres.js'
-import { redisStores } from './stores/redis.js'
-import { sqliteStores } from './stores/sqlite.js'
-import type { StoreSet } from './stores/types.js'
-import type { Agent, AgentServiceOptions } from './types.js'
+import { postgresStores } from '../lib/stores/postgres.js'
+import { redisStores } from '../lib/stores/redis.js'
+import { sqliteStores } from '../lib/stores/sqlite.js'
+import type { StoreSet } from '../lib/stores/types.js'
+import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]

@@ -1,8 +1,8 @@
-import type { AgentRun, RunCapabilities } from './runner.js'
-import { iso } from './stores/common.js'
-import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from './stores/types.js'
-import type { ApprovalRequest, Decision } from './types.js'
-import { randomId } from './ids.js'
+import type { AgentRun, RunCapabilities } from './run.js'
+import { iso } from '../stores/common.js'
+import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from '../stores/types.js'
+import type { ApprovalRequest, Decision } from '../core/types.js'
+import { randomId } from '../core/ids.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
 /** the longest a timer can wait (about 24.8 days) */

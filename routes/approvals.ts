@@ -1,11 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import fp from 'fastify-plugin'
-import { ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError } from '../lib/errors.js'
+import { ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError } from '../lib/core/errors.js'
 import type { ApprovalRecord } from '../lib/stores/types.js'
 import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
 import { errorResponses } from '../schemas/common.js'
-import { requestContextOf } from './request-context.js'
-import type { RequestContext } from './request-context.js'
+import { requestContextOf } from '../plugins/request-context.js'
+import type { RequestContext } from '../plugins/request-context.js'
 
 export type ApprovalsPluginOptions = Record<never, never>
 

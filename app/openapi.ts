@@ -1,5 +1,5 @@
 import { createAgentService } from './service.js'
-import type { AgentServiceOptions } from './types.js'
+import type { AgentServiceOptions } from '../lib/core/types.js'
 
 /** The OpenAPI 3.1 document of a service with these options, built without binding a port. */
 export async function buildOpenApiDocument (options: AgentServiceOptions): Promise<Record<string, unknown>> {

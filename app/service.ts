@@ -1,12 +1,12 @@
 import Fastify from 'fastify'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
-import { markResolved, fastifyAgents } from '../plugins/service.js'
+import { markResolved, fastifyAgents } from './plugin.js'
 import { genRequestId, requestContextOf } from '../plugins/request-context.js'
 import { errorBody } from '../plugins/error-handler.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from '../plugins/core.js'
-import { withTokenRedaction } from './auth.js'
-import { resolveSettings } from './settings.js'
-import type { AgentServiceOptions } from './types.js'
+import { withTokenRedaction } from '../lib/core/auth.js'
+import { resolveSettings } from '../lib/core/settings.js'
+import type { AgentServiceOptions } from '../lib/core/types.js'
 
 export interface ListenOptions {
   port: number

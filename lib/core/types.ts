@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
 import type {
   ApprovalStatus, ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, Message, SessionStore
-} from './stores/types.js'
+} from '../stores/types.js'
 
 export interface AgentEvent {
   type: string

@@ -5,9 +5,9 @@ import type { Hash } from 'node:crypto'
 import { Transform } from 'node:stream'
 import type { TransformCallback } from 'node:stream'
 import { IdempotencyKeyInvalidError } from './errors.js'
-import { formatSseEvent } from './sse.js'
-import type { RunEvent } from './runner.js'
-import type { IdempotencyResponse } from './stores/types.js'
+import { formatSseEvent } from '../runs/sse.js'
+import type { RunEvent } from '../runs/run.js'
+import type { IdempotencyResponse } from '../stores/types.js'
 
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255
 const PRINTABLE_ASCII = /^[\x20-\x7e]+$/

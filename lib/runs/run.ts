@@ -1,8 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type {
   Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
-} from './types.js'
-import type { Message } from './stores/types.js'
+} from '../core/types.js'
+import type { Message } from '../stores/types.js'
 
 export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>

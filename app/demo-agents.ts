@@ -1,6 +1,6 @@
 import { setTimeout } from 'node:timers/promises'
-import { defineAgent } from './define-agent.js'
-import type { Agent, RunContext } from './types.js'
+import { defineAgent } from '../lib/runs/define-agent.js'
+import type { Agent, RunContext } from '../lib/core/types.js'
 
 function sleep (ms: number, signal: AbortSignal): Promise<void> {
   return setTimeout(ms, undefined, { signal })

@@ -2,11 +2,11 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
-import { AgentNotFoundError, SessionNotFoundError } from '../lib/errors.js'
+import { AgentNotFoundError, SessionNotFoundError } from '../lib/core/errors.js'
 import { errorResponses } from '../schemas/common.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
-import { requestContextOf } from './request-context.js'
-import { randomId } from '../lib/ids.js'
+import { requestContextOf } from '../plugins/request-context.js'
+import { randomId } from '../lib/core/ids.js'
 
 export type SessionsPluginOptions = Record<never, never>
 

@@ -1,6 +1,6 @@
-import { AgentRun } from './runner.js'
-import type { RunAbortCode, RunOptions, RunOutcome } from './runner.js'
-import type { ServiceStats } from './stats.js'
+import { AgentRun } from './run.js'
+import type { RunAbortCode, RunOptions, RunOutcome } from './run.js'
+import type { ServiceStats } from '../core/stats.js'
 
 /** Every run in flight on this instance: counted, findable by id, abortable together on drain. */
 export class RunRegistry {

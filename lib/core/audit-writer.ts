@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { AuditEntry, AuditStore } from './stores/types.js'
+import type { AuditEntry, AuditStore } from '../stores/types.js'
 
 /**
  * Queues audit entries and appends them in batches, off the response path: a slow or failing store

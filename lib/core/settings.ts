@@ -1,13 +1,13 @@
 import { Ajv } from 'ajv'
 import type { ErrorObject } from 'ajv'
-import { AgentNamePattern } from '../schemas/common.js'
-import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../schemas/options.js'
+import { AgentNamePattern } from '../../schemas/common.js'
+import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../../schemas/options.js'
 import { jwtAlgorithms } from './auth.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import type { HealthProbe } from './health-probe.js'
-import { memoryStores } from './stores/memory.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from './stores/types.js'
+import { memoryStores } from '../stores/memory.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from '../stores/types.js'
 import type {
   AdminApiOptions, Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
 } from './types.js'
