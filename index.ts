@@ -1,19 +1,19 @@
-// fastify-agents: named AI agents over HTTP, SSE and WebSocket, as Fastify plugins.
+// fastify-agents: named AI agents over HTTP, SSE and WebSocket, as Fastify plugins. This file is the public
+// surface: test/public-api.test.ts lists every name it exports, so that nothing internal leaks out unnoticed.
 import { fastifyAgents } from './app/plugin.js'
 
 export default fastifyAgents
 export { fastifyAgents }
-export { defineAgent } from './lib/runs/define-agent.js'
-export { demoAgents } from './app/demo-agents.js'
 export { createAgentService } from './app/service.js'
 export type { AgentService, ListenOptions } from './app/service.js'
 export { buildOpenApiDocument } from './app/openapi.js'
-export { resolveSettings } from './lib/core/settings.js'
-export type { Settings } from './lib/core/settings.js'
+export { demoAgents } from './app/demo-agents.js'
+export { defineAgent } from './lib/runs/define-agent.js'
 
+// Each concern on its own: the core first (with the options), then the plugins you want.
 export { corePlugin } from './plugins/core.js'
-export type { AgentServiceState, CorePluginOptions } from './plugins/core.js'
-export { requestContextPlugin, RequestContext } from './plugins/request-context.js'
+export type { CorePluginOptions } from './plugins/core.js'
+export { requestContextPlugin } from './plugins/request-context.js'
 export type { RequestContextOptions } from './plugins/request-context.js'
 export { agentsPlugin } from './routes/agents.js'
 export type { AgentsPluginOptions } from './routes/agents.js'
@@ -21,13 +21,6 @@ export { sessionsPlugin } from './routes/sessions.js'
 export type { SessionsPluginOptions } from './routes/sessions.js'
 export { healthPlugin } from './routes/health.js'
 export type { HealthPluginOptions } from './routes/health.js'
-export { auditPlugin } from './plugins/audit.js'
-export { authPlugin, hasAccess } from './plugins/auth.js'
-export { redactingRequestSerializer } from './lib/core/auth.js'
-export type { Access } from './plugins/auth.js'
-export { corsPlugin } from './plugins/cors.js'
-export { rateLimitPlugin } from './plugins/rate-limit.js'
-export { idempotencyPlugin } from './plugins/idempotency.js'
 export { approvalsPlugin } from './routes/approvals.js'
 export type { ApprovalsPluginOptions } from './routes/approvals.js'
 export { websocketPlugin } from './routes/websocket.js'
@@ -35,9 +28,18 @@ export type { WebsocketPluginOptions } from './routes/websocket.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 
-export * from './lib/core/errors.js'
+// For routes and loggers of your own next to the service's.
+export { hasAccess, redactingRequestSerializer } from './lib/core/auth.js'
+export type { Access } from './lib/core/auth.js'
+
+export {
+  AgentError, AgentNotFoundError, AgentTimeoutError, ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError,
+  ForbiddenError, IdempotencyInProgressError, IdempotencyKeyInvalidError, IdempotencyKeyReusedError, InvalidOptionsError,
+  MethodNotAllowedError, RateLimitedError, RouteNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError,
+  SessionNotFoundError, ShutdownError, UnauthorizedError, UpgradeRequiredError
+} from './lib/core/errors.js'
 export type * from './lib/core/types.js'
-export type { RunEvent, RunOutcome, RunResult, RunFailureCode } from './lib/runs/run.js'
+export type { RunEvent, RunFailureCode, RunOutcome, RunResult } from './lib/runs/run.js'
 export * from './lib/stores/index.js'
 
 export * as schemas from './schemas/index.js'

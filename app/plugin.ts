@@ -2,50 +2,39 @@ import fp from 'fastify-plugin'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
+import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { resolveSettings } from '../lib/core/settings.js'
 import type { Settings } from '../lib/core/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
 import { formatSchemaErrors, strictValidatorCompiler } from '../lib/core/validation.js'
-import { openApiOptions } from '../lib/core/openapi-options.js'
-import { adminApiPlugin } from '../routes/admin.js'
-import { agentsPlugin } from '../routes/agents.js'
-import { approvalsPlugin } from '../routes/approvals.js'
 import { auditPlugin } from '../plugins/audit.js'
 import { authPlugin } from '../plugins/auth.js'
 import { corePlugin } from '../plugins/core.js'
 import { corsPlugin } from '../plugins/cors.js'
-import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from '../plugins/error-handler.js'
-import { healthPlugin } from '../routes/health.js'
+import { drainPlugin } from '../plugins/drain.js'
 import { idempotencyPlugin } from '../plugins/idempotency.js'
 import { rateLimitPlugin } from '../plugins/rate-limit.js'
 import { requestContextPlugin } from '../plugins/request-context.js'
+import { adminApiPlugin } from '../routes/admin.js'
+import { agentsPlugin } from '../routes/agents.js'
+import { approvalsPlugin } from '../routes/approvals.js'
+import { healthPlugin } from '../routes/health.js'
 import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
+import { openApiOptions } from './swagger.js'
 
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** public routes (health): no auth, no rate limit, answered while draining */
-    public?: boolean
-  }
-}
-
-interface Resolved {
-  settings: Settings
-  /** the service factory owns the whole app: request context, audit and 404s apply at the root */
-  ownsRoot: boolean
-}
-
-// Options resolved by createAgentService (which must throw synchronously) are not resolved twice.
-const resolvedOptions = new WeakMap<object, Resolved>()
-
-export function markResolved (options: AgentServiceOptions, settings: Settings): void {
-  resolvedOptions.set(options, { settings, ownsRoot: true })
+/** The hooks every request of a scope goes through, in order (idempotent: a scope that has them skips them). */
+async function requestPipeline (scope: FastifyInstance): Promise<void> {
+  if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
+  // a drain refuses before anything else looks at the request
+  if (!scope.hasPlugin('fastify-agents-drain')) await scope.register(drainPlugin)
+  if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
 }
 
 /** Everything the service mounts, in its own encapsulated scope: the host app keeps its own validator and error handler. */
 async function serviceScope (scope: FastifyInstance): Promise<void> {
-  const state = scope.agentService
-  const { settings } = state
+  const service = scope.agentService
+  const { settings } = service
   const routes = new RouteIndex()
   routes.collect(scope)
   const notFound = buildNotFoundHandler(routes)
@@ -55,8 +44,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   scope.setErrorHandler(buildErrorHandler(settings.exposeErrors))
   // Our bodies are JSON only: anything else is a 415, not a 400 from a body that parsed as a string.
   scope.removeContentTypeParser('text/plain')
-  if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
-  if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
+  await requestPipeline(scope)
   // Traffic and security, in this order: CORS answers preflights before anyone asks for credentials; auth
   // names the principal; the rate limit counts by it (rejected requests too: auth's verdict comes after);
   // idempotency wraps the routes marked `config.idempotency`.
@@ -66,7 +54,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   await scope.register(idempotencyPlugin)
 
   await scope.register(swagger, openApiOptions(settings))
-  state.openApiDocument = () => scope.swagger() as unknown as Record<string, unknown>
+  service.useOpenApiDocument(() => scope.swagger() as unknown as Record<string, unknown>)
   if (settings.docs) await scope.register(swaggerUi, { routePrefix: '/docs' })
 
   await scope.register(async (health) => {
@@ -88,20 +76,25 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   }
 }
 
-const service: FastifyPluginAsync<AgentServiceOptions> = async (fastify, options) => {
-  const resolved = resolvedOptions.get(options) ?? { settings: resolveSettings(options), ownsRoot: false }
-  const { settings } = resolved
+/**
+ * Mounts the service on `fastify`. `ownsRoot`: the standalone service owns the whole app, so the request
+ * context, the drain, the audit and our 404s apply at its root too.
+ */
+export async function mountService (fastify: FastifyInstance, settings: Settings, ownsRoot: boolean): Promise<void> {
   await fastify.register(corePlugin, { settings })
-
-  if (resolved.ownsRoot) {
+  if (ownsRoot) {
     const routes = new RouteIndex()
     routes.collect(fastify)
     await fastify.register(requestContextPlugin, { trustRequestId: true })
-    await fastify.register(auditPlugin)
+    await requestPipeline(fastify)
     fastify.setErrorHandler(buildErrorHandler(settings.exposeErrors))
     fastify.setNotFoundHandler(buildNotFoundHandler(routes))
   }
   await fastify.register(serviceScope)
+}
+
+const service: FastifyPluginAsync<AgentServiceOptions> = async (fastify, options) => {
+  await mountService(fastify, resolveSettings(options), false)
 }
 
 /** The whole service as one plugin: `app.register(fastifyAgents, { agents })`. */

@@ -1,12 +1,13 @@
 import Fastify from 'fastify'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyServerOptions } from 'fastify'
-import { markResolved, fastifyAgents } from './plugin.js'
-import { genRequestId, requestContextOf } from '../plugins/request-context.js'
-import { errorBody } from '../plugins/error-handler.js'
-import { DEFAULT_DRAIN_TIMEOUT_MS } from '../plugins/core.js'
+import fp from 'fastify-plugin'
 import { withTokenRedaction } from '../lib/core/auth.js'
+import { DEFAULT_DRAIN_TIMEOUT_MS } from '../lib/core/drain.js'
+import { errorBody } from '../lib/core/error-reply.js'
+import { earlyContextOf, genRequestId } from '../lib/core/request-context.js'
 import { resolveSettings } from '../lib/core/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
+import { mountService } from './plugin.js'
 
 export interface ListenOptions {
   port: number
@@ -31,7 +32,6 @@ function isLoggerInstance (logger: unknown): logger is FastifyBaseLogger {
 /** The standalone service: its own Fastify app with the whole suite mounted at the root. */
 export function createAgentService (options: AgentServiceOptions): AgentService {
   const settings = resolveSettings(options)
-  markResolved(options, settings)
 
   const serverOptions: FastifyServerOptions = {
     genReqId: genRequestId,
@@ -45,38 +45,27 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
     frameworkErrors: (error, request, reply: FastifyReply) => {
       // the router's errors (FST_ERR_BAD_URL, FST_ERR_MAX_PARAM_LENGTH, …) always carry their status
       const status = error.statusCode as number
-      void reply.code(status).header('x-request-id', requestContextOf(request).requestId)
+      void reply.code(status).header('x-request-id', earlyContextOf(request).requestId)
         .send(errorBody(request, status, error, settings.exposeErrors))
     }
   }
   const app = isLoggerInstance(options.logger)
     ? Fastify({ ...serverOptions, loggerInstance: options.logger })
     : Fastify({ ...serverOptions, logger: withTokenRedaction(options.logger ?? { level: 'info' }) as FastifyServerOptions['logger'] })
-  void app.register(fastifyAgents, options)
+  void app.register(fp(async (fastify) => mountService(fastify, settings, true), { fastify: '5.x', name: 'fastify-agents' }))
 
   let closing: Promise<void> | null = null
 
-  async function drain (drainTimeoutMs: number): Promise<void> {
+  async function close (drainTimeoutMs: number): Promise<void> {
     // before ready() the plugins have not loaded yet: there is nothing in flight to drain
-    if (app.hasDecorator('agentService')) app.agentService.drainTimeoutMs = drainTimeoutMs
-    const server = app.server
-    let serverClosed: Promise<void> = Promise.resolve()
-    if (server.listening) {
-      // Refuse new connections now; Fastify's own close would do it only after the preClose drain.
-      serverClosed = new Promise((resolve) => server.close(() => resolve()))
-    }
-    // Connections that go idle during the drain are closed as they do; whatever is left after the
-    // deadline (and a grace for the final events to flush) is cut.
-    const sweeper = setInterval(() => server.closeIdleConnections(), 50)
-    const cutoff = setTimeout(() => server.closeAllConnections(), drainTimeoutMs + 1_000)
-    sweeper.unref()
-    cutoff.unref()
+    if (!app.hasDecorator('agentService')) return app.close()
+    const { drain } = app.agentService
+    // The drain runs before app.close(), not in a close hook: Fastify bounds those by its plugin timeout.
     try {
+      await drain.begin(drainTimeoutMs, app.server)
       await app.close()
-      await serverClosed
     } finally {
-      clearInterval(sweeper)
-      clearTimeout(cutoff)
+      await drain.end()
     }
   }
 
@@ -89,7 +78,7 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
       return { port: address.port, host: boundHost, url: `http://${boundHost.includes(':') ? `[${boundHost}]` : boundHost}:${address.port}` }
     },
     close (drainTimeoutMs = DEFAULT_DRAIN_TIMEOUT_MS) {
-      closing ??= drain(drainTimeoutMs)
+      closing ??= close(drainTimeoutMs)
       return closing
     }
   }

@@ -2,50 +2,16 @@ import fp from 'fastify-plugin'
 import fastifyJwt from '@fastify/jwt'
 import type { JWT } from '@fastify/jwt'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
-import { ApiKeyVerifier, DEFAULT_ACCESS, grants, jwtAlgorithms, readCredential, rolesOf } from '../lib/core/auth.js'
-import type { Access, AuthOutcome, Credential } from '../lib/core/auth.js'
+import { ApiKeyVerifier, DEFAULT_ACCESS, grants, isPreflight, jwtAlgorithms, readCredential, rolesOf } from '../lib/core/auth.js'
+import type { AuthOutcome, Credential } from '../lib/core/auth.js'
 import { ForbiddenError, UnauthorizedError } from '../lib/core/errors.js'
+import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { JwtAuthOptions } from '../lib/core/types.js'
-import { requestContextOf } from './request-context.js'
-
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** what the route needs under JWT auth beyond a valid token (`agents:run`, `approvals:read`, …) */
-    access?: Access
-    /** Admin API routes: their own bearer token, no service auth (they still count for the rate limit) */
-    admin?: boolean
-  }
-}
-
-export type { Access }
 
 const REALM = 'fastify-agents'
 
-/** A CORS preflight: public, and not counted by the rate limit. */
-export function isPreflight (request: FastifyRequest): boolean {
-  return request.method === 'OPTIONS' && request.headers.origin !== undefined &&
-    request.headers['access-control-request-method'] !== undefined
-}
-
-/** The principal that authenticated on this request, or null (auth off, public route, failed). */
-export function authenticatedPrincipal (request: FastifyRequest): string | null {
-  const outcome = requestContextOf(request).auth
-  return outcome?.ok === true ? outcome.principal : null
-}
-
-/**
- * Whether the request's principal has `access` (for `agent`, when about one agent). True when auth is
- * off; for the WebSocket transport, which checks each `run.start` against its agent.
- */
-export function hasAccess (request: FastifyRequest, access: Access, agent?: string): boolean {
-  const auth = request.server.agentService.settings.auth
-  if (auth === null) return true
-  const outcome = requestContextOf(request).auth
-  if (outcome?.ok !== true) return false
-  if (outcome.roles === null) return true
-  const allowed = (auth as JwtAuthOptions).access?.[access] ?? DEFAULT_ACCESS[access]
-  return grants(outcome.roles, allowed, access, agent)
-}
+/** The verdict on the request's credential (none: auth off, a public or Admin API route, a preflight). */
+const outcomes = new RequestSlot<AuthOutcome>('auth')
 
 function isWebSocketUpgrade (request: FastifyRequest): boolean {
   return request.headers.upgrade?.toLowerCase() === 'websocket'
@@ -111,7 +77,8 @@ function challenge (reply: FastifyReply, presented: boolean): void {
 }
 
 const auth: FastifyPluginAsync = async (fastify) => {
-  const options = fastify.agentService.settings.auth
+  const service = fastify.agentService
+  const options = service.settings.auth
 
   // (an access_token in the URL is redacted by the request context hook, before anything records the URL)
   if (options === null) return
@@ -139,6 +106,16 @@ const auth: FastifyPluginAsync = async (fastify) => {
     }
   }
   const acceptApiKeyHeader = options.strategy === 'api-key'
+  const access = (options as JwtAuthOptions).access ?? {}
+  outcomes.declare(fastify)
+
+  // For the routes (the WebSocket transport checks each run.start against its agent).
+  service.useAccessCheck((request, needed, agent) => {
+    const outcome = outcomes.get(request)
+    if (outcome?.ok !== true) return false
+    if (outcome.roles === null) return true
+    return grants(outcome.roles, access[needed] ?? DEFAULT_ACCESS[needed], needed, agent)
+  })
 
   /** Refuses a request whose credential failed, or that lacks the route's access; null lets it through. */
   const verdict = (request: FastifyRequest, reply: FastifyReply, outcome: AuthOutcome): Error | null => {
@@ -146,16 +123,16 @@ const auth: FastifyPluginAsync = async (fastify) => {
       challenge(reply, outcome.presented)
       return new UnauthorizedError(outcome.reason)
     }
-    const access = requestContextOf(request).config.access
-    if (access === undefined) return null
+    const needed = requestContextOf(request).config.access
+    if (needed === undefined) return null
     const name = (request.params as Record<string, unknown> | undefined)?.name
     const agent = typeof name === 'string' ? name : undefined
-    if (hasAccess(request, access, agent)) return null
-    return new ForbiddenError(`The token lacks the role for ${access}${agent === undefined ? '' : ` on agent "${agent}"`}`)
+    if (service.hasAccess(request, needed, agent)) return null
+    return new ForbiddenError(`The token lacks the role for ${needed}${agent === undefined ? '' : ` on agent "${agent}"`}`)
   }
   // With a rate limit, the verdict waits for a later hook: the limiter (an onRequest hook registered after
   // this one) counts rejected requests too, by principal when there is one. Without, one hook does both.
-  const verdictLater = fastify.agentService.settings.rateLimit !== null
+  const verdictLater = service.settings.rateLimit !== null
 
   fastify.addHook('onRequest', (request, reply, done) => {
     const context = requestContextOf(request)
@@ -166,9 +143,12 @@ const auth: FastifyPluginAsync = async (fastify) => {
     if (credential.kind === 'none') outcome = { ok: false, reason: 'Missing credentials', presented: false }
     else if (credential.kind === 'invalid') outcome = { ok: false, reason: credential.reason, presented: true }
     else outcome = authenticate(credential.token)
-    context.auth = outcome
+    outcomes.set(request, outcome)
     // the principal is only ever what the credential proves: nothing the client sends can choose it
-    if (outcome.ok) context.principal = outcome.principal
+    if (outcome.ok) {
+      context.principal = outcome.principal
+      context.authenticated = true
+    }
     if (verdictLater) return done()
     const refused = verdict(request, reply, outcome)
     if (refused === null) done()
@@ -177,8 +157,8 @@ const auth: FastifyPluginAsync = async (fastify) => {
 
   if (verdictLater) {
     fastify.addHook('preParsing', (request, reply, payload, done) => {
-      const outcome = requestContextOf(request).auth
-      if (outcome === undefined) return done(null, payload)
+      const outcome = outcomes.get(request)
+      if (outcome === null) return done(null, payload)
       const refused = verdict(request, reply, outcome)
       if (refused === null) done(null, payload)
       else done(refused)
@@ -191,5 +171,5 @@ const auth: FastifyPluginAsync = async (fastify) => {
  * token) and CORS preflights. Sets the request's principal; 401 with `WWW-Authenticate`, 403 `FORBIDDEN`
  * when the route's `config.access` is not granted.
  */
-export const authPlugin = fp(auth, { fastify: '5.x', name: 'fastify-agents-auth', dependencies: ['fastify-agents-core'] })
+export const authPlugin = fp(auth, { fastify: '5.x', name: 'fastify-agents-auth', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'] })
 export default authPlugin

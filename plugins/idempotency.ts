@@ -4,31 +4,32 @@ import type {
 } from 'fastify'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/core/errors.js'
 import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/core/idempotency.js'
-import type { RunEvent } from '../lib/runs/run.js'
+import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
 import { IdempotencyHeaders } from '../schemas/auth.js'
-import { requestContextOf } from './request-context.js'
-
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** the route honours `Idempotency-Key` (POST /v1/agents/:name/runs, POST /v1/approvals/:id) */
-    idempotency?: boolean
-  }
-}
 
 /** A key this request reserved and must complete or release; `renewal` keeps its lease while the request runs. */
-export interface Reservation {
+interface Reservation {
   store: IdempotencyStore
   key: string
   ttlMs: number
   renewal: NodeJS.Timeout
 }
 
+/** This plugin's state of a request that carries a key: the body's hash as it streams in, then the key it holds. */
+interface KeyState {
+  key: string | undefined
+  fingerprint: BodyFingerprint
+  reservation: Reservation | undefined
+}
+
+const states = new RequestSlot<KeyState>('idempotency')
+
 async function settle (request: FastifyRequest, response: IdempotencyResponse | null): Promise<void> {
-  const context = requestContextOf(request)
-  const reservation = context.reservation
+  const state = states.get(request)
+  const reservation = state?.reservation
   if (reservation === undefined) return
-  context.reservation = undefined
+  state!.reservation = undefined
   clearInterval(reservation.renewal)
   const { store, key, ttlMs } = reservation
   try {
@@ -45,22 +46,21 @@ async function settle (request: FastifyRequest, response: IdempotencyResponse | 
  * lease is not taken over by a retry (which would run the agent a second time). A renewal that fails is
  * logged and the request goes on: the lease may still hold until the next one.
  */
-function renewWhileRunning (request: FastifyRequest, store: IdempotencyStore, key: string, fingerprint: string, leaseMs: number): NodeJS.Timeout {
-  const context = requestContextOf(request)
+function renewWhileRunning (request: FastifyRequest, state: KeyState, store: IdempotencyStore, key: string, fingerprint: string, leaseMs: number): NodeJS.Timeout {
   let renewing = false
   const renew = async (): Promise<void> => {
     let renewed: boolean
     try {
       renewed = await store.renew(key, fingerprint, leaseMs)
     } catch (error) {
-      if (context.reservation !== undefined) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
+      if (state.reservation !== undefined) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
       return
     }
     // false after the request settled is the record completed or released, as it should be
-    if (renewed || context.reservation === undefined) return
+    if (renewed || state.reservation === undefined) return
     // taken over (this run outlived its lease unrenewed) or removed: renewing again cannot make it ours
     clearInterval(timer)
-    request.log.warn({ idempotencyKey: context.idempotencyKey }, 'idempotency reservation lost while the request runs: a retry may be running it too')
+    request.log.warn({ idempotencyKey: state.key }, 'idempotency reservation lost while the request runs: a retry may be running it too')
   }
   const timer = setInterval(() => {
     // one renewal at a time: a slow store does not pile them up
@@ -72,15 +72,6 @@ function renewWhileRunning (request: FastifyRequest, store: IdempotencyStore, ke
   return timer
 }
 
-/**
- * For a run streamed as SSE (a hijacked reply: no onSend): records its final event for replay (or releases
- * the key when the run failed), before the stream ends so that a retry after the end is a replay.
- */
-export async function settleStreamedRun (request: FastifyRequest, final: RunEvent | undefined): Promise<void> {
-  // A failed run is released like the 5xx (or the dropped connection) it stands for: a retry runs again.
-  await settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null)
-}
-
 const hasKey = (request: FastifyRequest): boolean =>
   request.headers['idempotency-key'] !== undefined || request.headers['x-idempotency-key'] !== undefined
 
@@ -90,14 +81,20 @@ function withHook<T> (declared: T | T[] | undefined, hook: T): T[] {
 }
 
 const idempotency: FastifyPluginAsync = async (fastify) => {
-  const settings = fastify.agentService.settings.idempotency
+  const service = fastify.agentService
+  const settings = service.settings.idempotency
   if (settings === null) return
   const { store, ttlMs, lockLeaseMs } = settings
+  states.declare(fastify)
+
+  // For a run streamed as SSE (a hijacked reply: no onSend): its final event is recorded for replay (a failed
+  // run releases the key, like the 5xx it stands for), before the stream ends: a retry after the end replays.
+  service.useStreamSettler((request, final) => settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null))
 
   const preParsing: preParsingHookHandler = (request, _reply, payload, done) => {
     if (!hasKey(request)) return done(null, payload)
     const hashing = new BodyFingerprint()
-    requestContextOf(request).fingerprint = hashing
+    states.set(request, { key: undefined, fingerprint: hashing, reservation: undefined })
     payload.on('error', (error) => hashing.destroy(error))
     done(null, payload.pipe(hashing))
   }
@@ -105,14 +102,15 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   /** Reserves the key, or answers with what it recorded: the stored response to replay, or undefined to run. */
   async function reserveKey (request: FastifyRequest, reply: FastifyReply): Promise<IdempotencyResponse | undefined> {
     const key = readIdempotencyKey(request.headers)!
-    const context = requestContextOf(request)
-    context.idempotencyKey = key
-    const scoped = scopedIdempotencyKey(context.principal, request.method, request.url.split('?', 1)[0]!, key)
-    const bodyHash = context.fingerprint!.digest()
+    const state = states.get(request)!
+    state.key = key
+    service.audit.note(request, { idempotencyKey: key })
+    const scoped = scopedIdempotencyKey(requestContextOf(request).principal, request.method, request.url.split('?', 1)[0]!, key)
+    const bodyHash = state.fingerprint.digest()
     const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
     if (reserved.outcome === 'reserved') {
-      context.reservation = { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, store, scoped, bodyHash, lockLeaseMs) }
-      context.replayed = false
+      state.reservation = { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, state, store, scoped, bodyHash, lockLeaseMs) }
+      service.audit.note(request, { replayed: false })
       // a request that ends without a response (the client left mid-way) gives its key back
       reply.raw.once('close', () => { void settle(request, null) })
       return undefined
@@ -123,7 +121,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
       void reply.header('retry-after', '1')
       throw new IdempotencyInProgressError()
     }
-    context.replayed = true
+    service.audit.note(request, { replayed: true })
     return record.response
   }
 
@@ -141,7 +139,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   }
 
   const onSend: onSendHookHandler = (request, reply, payload, done) => {
-    if (requestContextOf(request).reservation === undefined) return done(null, payload)
+    if (states.get(request)?.reservation === undefined) return done(null, payload)
     // Both routes answer serialized JSON (a result or an error body): always a string here.
     void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) })
       .then(() => done(null, payload))
@@ -164,5 +162,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
  * `Idempotent-Replayed: true`, another body is 422, a repeat while the first runs is 409. Registered
  * after auth: keys are scoped by principal.
  */
-export const idempotencyPlugin = fp(idempotency, { fastify: '5.x', name: 'fastify-agents-idempotency', dependencies: ['fastify-agents-core'] })
+export const idempotencyPlugin = fp(idempotency, {
+  fastify: '5.x', name: 'fastify-agents-idempotency', dependencies: ['fastify-agents-core', 'fastify-agents-request-context', 'fastify-agents-auth']
+})
 export default idempotencyPlugin

@@ -1,17 +1,18 @@
 import fp from 'fastify-plugin'
 import fastifyRateLimit from '@fastify/rate-limit'
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
+import { isPreflight } from '../lib/core/auth.js'
 import { InvalidOptionsError, RateLimitedError } from '../lib/core/errors.js'
-import { authenticatedPrincipal, isPreflight } from './auth.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 
 /** The Redis keys of the shared budget start with this. */
 export const RATE_LIMIT_NAMESPACE = 'fastify-agents:rate-limit:'
 
 /** Whose budget a request spends: its principal once authenticated, else its client IP. */
 export function rateLimitKey (request: FastifyRequest): string {
-  const principal = authenticatedPrincipal(request)
+  const context = requestContextOf(request)
   // `request.ip` follows X-Forwarded-For only under Fastify's `trustProxy` (the `trustProxy` option)
-  return principal === null ? `ip:${request.ip}` : `principal:${principal}`
+  return context.authenticated ? `principal:${context.principal}` : `ip:${request.ip}`
 }
 
 const rateLimit: FastifyPluginAsync = async (fastify) => {
@@ -46,5 +47,7 @@ const rateLimit: FastifyPluginAsync = async (fastify) => {
  * rejected ones too. Over the budget: 429 `RATE_LIMITED` with `retry-after`; every counted response
  * carries `x-ratelimit-limit`, `-remaining` and `-reset`. Registered after the auth plugin.
  */
-export const rateLimitPlugin = fp(rateLimit, { fastify: '5.x', name: 'fastify-agents-rate-limit', dependencies: ['fastify-agents-core'] })
+export const rateLimitPlugin = fp(rateLimit, {
+  fastify: '5.x', name: 'fastify-agents-rate-limit', dependencies: ['fastify-agents-core', 'fastify-agents-request-context', 'fastify-agents-auth']
+})
 export default rateLimitPlugin

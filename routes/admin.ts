@@ -5,23 +5,16 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest, FastifySchema } from 'fastify'
 import { InvalidOptionsError, UnauthorizedError } from '../lib/core/errors.js'
 import { EventLoopDelayMonitor } from '../lib/core/event-loop-delay.js'
-import { packageVersion } from '../lib/core/openapi-options.js'
+import { packageVersion } from '../lib/core/version.js'
 import type { AuditQuery } from '../lib/stores/types.js'
 import {
   AdminAgentList, AdminApprovalList, AdminApprovalsQuery, AdminAuditPage, AdminAuditQuery, AdminCheckpointList,
   AdminHealth, AdminPageQuery, AdminSessionList, AdminStats
 } from '../schemas/admin.js'
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
-import { RouteIndex, buildNotFoundHandler } from '../plugins/error-handler.js'
-import { healthReport } from './health.js'
-import { requestContextOf } from '../plugins/request-context.js'
-
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** Admin API routes: their own bearer token, no service auth, counted apart in the stats */
-    admin?: boolean
-  }
-}
+import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
+import { healthReport } from '../lib/core/health-probe.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 
 export interface AdminApiPluginOptions {
   /**
@@ -70,12 +63,10 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   }
 
   fastify.addHook('onRequest', (request, reply, done) => {
-    const context = requestContextOf(request)
-    context.admin = true
     if (expected === null) return done()
     const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '')
     if (match !== null && timingSafeEqual(sha256(match[1]!), expected)) {
-      context.principal = 'admin'
+      requestContextOf(request).principal = 'admin'
       return done()
     }
     void reply.header('www-authenticate', 'Bearer realm="admin"')
@@ -183,5 +174,5 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
  * Register with `{ prefix: settings.adminApi.prefix }`; the service does so when `adminApi` is enabled.
  * encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check.
  */
-export const adminApiPlugin = fp(adminApi, { fastify: '5.x', name: 'fastify-agents-admin-api', dependencies: ['fastify-agents-core'], encapsulate: true })
+export const adminApiPlugin = fp(adminApi, { fastify: '5.x', name: 'fastify-agents-admin-api', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'], encapsulate: true })
 export default adminApiPlugin

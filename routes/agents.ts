@@ -1,40 +1,22 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { ServerResponse } from 'node:http'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
-import { createRun } from '../lib/runs/start.js'
-import { AgentError, AgentNotFoundError, AgentTimeoutError, ShutdownError } from '../lib/core/errors.js'
-import type { AgentRun, RunEvent, RunListener, RunOutcome, RunResult } from '../lib/runs/run.js'
-import { SseStream } from '../lib/runs/sse.js'
+import { AgentNotFoundError, runFailureError } from '../lib/core/errors.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 import type { Agent } from '../lib/core/types.js'
+import type { AgentRun, RunResult } from '../lib/runs/run.js'
+import { SseRun } from '../lib/runs/sse.js'
+import { prepareRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
 import { RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
-import type { AgentServiceState } from '../plugins/core.js'
-import { auditRequest } from '../plugins/audit.js'
-import { settleStreamedRun } from '../plugins/idempotency.js'
-import { requestContextOf } from '../plugins/request-context.js'
 
 export type AgentsPluginOptions = Record<never, never>
 
 function infoOf (name: string, agent: Agent): AgentInfo {
   return { name, description: agent.description ?? '', metadata: agent.metadata ?? {} }
-}
-
-/** Thrown when the client went away before its JSON run finished; nobody reads the answer. */
-class ClientClosedError extends Error {
-  readonly statusCode = 499
-  readonly code = 'CANCELLED'
-}
-
-function failureOf (outcome: Exclude<RunOutcome, { status: 'completed' }>, run: AgentRun): Error {
-  switch (outcome.code) {
-    case 'AGENT_TIMEOUT': return new AgentTimeoutError(run.agentName, run.options.timeoutMs)
-    case 'SHUTDOWN': return new ShutdownError()
-    case 'CANCELLED': return new ClientClosedError(outcome.message)
-    default: return new AgentError(outcome.message)
-  }
 }
 
 /**
@@ -72,73 +54,9 @@ function wantsStream (request: FastifyRequest, stream: boolean | undefined): boo
   return request.headers.accept?.includes('text/event-stream') === true
 }
 
-const SSE_RUN = Symbol('fastify-agents.sse-run')
-type SseResponse = ServerResponse & { [SSE_RUN]: SseRun }
-
-/** The client closing the stream aborts the run (one listener function for every stream). */
-function onSseClose (this: SseResponse): void {
-  this[SSE_RUN].closed()
-}
-
-/**
- * A run streamed as Server-Sent Events: the run's listener, the stream, and what happens at the end. An
- * object with methods rather than closures, and nothing awaiting the run: an idle stream (a model thinking,
- * an approval waiting) holds only this, its run and its session (the bench's heap per idle stream).
- */
-class SseRun implements RunListener {
-  readonly #state: AgentServiceState
-  readonly #request: FastifyRequest
-  readonly #run: AgentRun
-  readonly #stream: SseStream
-  // only the terminal event matters to idempotency: keeping every latest event would hold run.started
-  // (and its data) for as long as an idle stream stays open
-  #final: RunEvent | undefined
-
-  constructor (state: AgentServiceState, request: FastifyRequest, reply: FastifyReply, run: AgentRun) {
-    this.#state = state
-    this.#request = request
-    this.#run = run
-    reply.hijack()
-    // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
-    this.#stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
-    state.heartbeat.add(this.#stream)
-    const raw = reply.raw as SseResponse
-    raw[SSE_RUN] = this
-    raw.on('close', onSseClose)
-  }
-
-  runEvent (event: RunEvent): void {
-    // The terminal event goes out with the end of the response (#end): one write less per stream, and a
-    // client that has seen run.completed finds its idempotency record written.
-    if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
-    else this.#stream.send(event)
-  }
-
-  runSettled (): void {
-    this.#end().catch(
-      // Nothing in #end is known to throw (the idempotency store's failures are caught and logged inside),
-      // but nothing awaits it either: a rejection must not become an unhandled one.
-      /* c8 ignore next */
-      (err: unknown) => this.#request.log.error({ err }, 'could not end an SSE stream'))
-  }
-
-  closed (): void {
-    this.#stream.closed()
-    this.#run.abort('CANCELLED')
-  }
-
-  async #end (): Promise<void> {
-    // an idempotency key's record is written before the stream ends: a retry after the end is a replay
-    await settleStreamedRun(this.#request, this.#final)
-    this.#state.heartbeat.delete(this.#stream)
-    this.#stream.end(this.#final)
-    auditRequest(this.#state, this.#request, 200)
-  }
-}
-
 const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) => {
-  const state = fastify.agentService
-  const { settings } = state
+  const service = fastify.agentService
+  const { settings } = service
   const list = { agents: [...settings.agents].map(([name, agent]) => infoOf(name, agent)) }
 
   fastify.get('/agents', {
@@ -170,13 +88,13 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       }
     }
   }, async (request, reply): Promise<RunResult | undefined> => {
-    const context = requestContextOf(request)
     const body = request.body
-    const streamed = wantsStream(request, body.stream)
-    const run = await createRun(state, context, request.log, request.params.name, body, streamed, context)
+    const run = await prepareRun({
+      service, agent: request.params.name, request: body, caller: requestContextOf(request), log: request.log, auditedRequest: request
+    })
 
-    if (streamed) {
-      run.listen(new SseRun(state, request, reply, run))
+    if (wantsStream(request, body.stream)) {
+      run.listen(new SseRun(service, request, reply, run))
       run.start()
       return undefined
     }
@@ -189,12 +107,12 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     const outcome = await run.done
     // An answer sent while draining closes its kept-alive connection (a check here, where a run can outlast
     // the start of a drain, rather than an onSend hook on every response).
-    if (state.draining) void reply.header('connection', 'close')
+    if (service.drain.draining) void reply.header('connection', 'close')
     if (outcome.status === 'completed') return outcome.result
-    throw failureOf(outcome, run)
+    throw runFailureError(outcome, run.agentName, run.options.timeoutMs)
   })
 }
 
 // encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
-export const agentsPlugin = fp(agents, { fastify: '5.x', name: 'fastify-agents-agents', dependencies: ['fastify-agents-core'], encapsulate: true })
+export const agentsPlugin = fp(agents, { fastify: '5.x', name: 'fastify-agents-agents', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'], encapsulate: true })
 export default agentsPlugin

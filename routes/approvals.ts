@@ -1,19 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import fp from 'fastify-plugin'
 import { ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError } from '../lib/core/errors.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 import type { ApprovalRecord } from '../lib/stores/types.js'
 import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
 import { errorResponses } from '../schemas/common.js'
-import { requestContextOf } from '../plugins/request-context.js'
-import type { RequestContext } from '../plugins/request-context.js'
 
 export type ApprovalsPluginOptions = Record<never, never>
 
 /** The approval's run, agent and session go into the request's audit entry. */
-function recordIn (context: RequestContext, approval: ApprovalRecord): void {
-  context.agent = approval.agent
-  context.runId = approval.runId
-  context.sessionId = approval.sessionId
+function noted (approval: ApprovalRecord): { agent: string, runId: string, sessionId: string } {
+  return { agent: approval.agent, runId: approval.runId, sessionId: approval.sessionId }
 }
 
 /**
@@ -21,7 +18,8 @@ function recordIn (context: RequestContext, approval: ApprovalRecord): void {
  * whoever may read them sees all of them, whichever principal started the run.
  */
 const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fastify) => {
-  const { settings } = fastify.agentService
+  const service = fastify.agentService
+  const { settings } = service
   const store = settings.approvalStore
 
   fastify.get('/approvals', {
@@ -48,7 +46,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
   }, async (request) => {
     const approval = await store.get(request.params.id)
     if (approval === null) throw new ApprovalNotFoundError(request.params.id)
-    recordIn(requestContextOf(request), approval)
+    service.audit.note(request, noted(approval))
     return approval
   })
 
@@ -77,7 +75,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
       decidedAt: new Date().toISOString()
     })
     if (result.outcome === 'not_found') throw new ApprovalNotFoundError(id)
-    recordIn(context, result.approval)
+    service.audit.note(request, noted(result.approval))
     if (result.outcome === 'expired') throw new ApprovalExpiredError(id)
     if (result.outcome === 'already_decided') throw new ApprovalAlreadyDecidedError(id)
     request.log.info({ approvalId: id, status: result.approval.status, principal: context.principal }, 'approval decided')
@@ -86,5 +84,5 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
 }
 
 // encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
-export const approvalsPlugin = fp(approvals, { fastify: '5.x', name: 'fastify-agents-approvals', dependencies: ['fastify-agents-core'], encapsulate: true })
+export const approvalsPlugin = fp(approvals, { fastify: '5.x', name: 'fastify-agents-approvals', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'], encapsulate: true })
 export default approvalsPlugin

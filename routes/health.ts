@@ -1,27 +1,10 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { runHealthProbe } from '../lib/core/health-probe.js'
-import type { DbCheck } from '../lib/core/health-probe.js'
+import { healthReport } from '../lib/core/health-probe.js'
 import { errorResponses } from '../schemas/common.js'
 import { HealthResponse } from '../schemas/health.js'
 
 export type HealthPluginOptions = Record<never, never>
-
-export interface HealthReport {
-  status: 'ok' | 'degraded'
-  uptimeSeconds: number
-  checks: { db?: DbCheck }
-}
-
-/** Liveness plus a live probe of the `db` option, each call (no cached answer hides an outage). */
-export async function healthReport (probe: Parameters<typeof runHealthProbe>[0] | null, timeoutMs: number): Promise<HealthReport> {
-  const report: HealthReport = { status: 'ok', uptimeSeconds: Math.floor(process.uptime()), checks: {} }
-  if (probe !== null) {
-    report.checks.db = await runHealthProbe(probe, timeoutMs)
-    if (report.checks.db.status !== 'ok') report.status = 'degraded'
-  }
-  return report
-}
 
 // Registered twice by the service: at `/health` (prefix) and at `/v1/health`.
 const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) => {

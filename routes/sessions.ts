@@ -1,25 +1,26 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { AgentNotFoundError, SessionNotFoundError } from '../lib/core/errors.js'
+import { randomId } from '../lib/core/ids.js'
+import { requestContextOf } from '../lib/core/request-context.js'
+import { ownedSession } from '../lib/runs/sessions.js'
+import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
-import { requestContextOf } from '../plugins/request-context.js'
-import { randomId } from '../lib/core/ids.js'
 
 export type SessionsPluginOptions = Record<never, never>
 
 const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastify) => {
-  const { settings } = fastify.agentService
+  const service = fastify.agentService
+  const { settings } = service
   const store = settings.sessionStore
 
-  /** The caller's own session: another principal's is as missing as an absent one (no probing, no takeover). */
-  async function ownedSession (request: FastifyRequest, id: string): Promise<SessionRecord> {
-    const context = requestContextOf(request)
-    const session = await store.get(id)
-    if (session === null || session.principal !== context.principal) throw new SessionNotFoundError(id)
-    context.sessionId = session.id
+  /** The caller's own session, else 404. */
+  async function callersSession (request: FastifyRequest, id: string): Promise<SessionRecord> {
+    const session = await ownedSession(store, id, requestContextOf(request).principal)
+    if (session === null) throw new SessionNotFoundError(id)
+    service.audit.note(request, { sessionId: session.id })
     return session
   }
 
@@ -39,7 +40,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     const body = request.body
     if (body.agent !== undefined && !settings.agents.has(body.agent)) throw new AgentNotFoundError(body.agent)
     const session = await store.create({ id: randomId(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
-    context.sessionId = session.id
+    service.audit.note(request, { sessionId: session.id })
     return reply.code(201).send(session)
   })
 
@@ -51,7 +52,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       params: SessionParams,
       response: { 200: SessionWithMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
-  }, async (request) => ownedSession(request, request.params.id))
+  }, async (request) => callersSession(request, request.params.id))
 
   fastify.delete('/sessions/:id', {
     config: { access: 'run' },
@@ -62,12 +63,12 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
   }, async (request, reply) => {
-    const session = await ownedSession(request, request.params.id)
+    const session = await callersSession(request, request.params.id)
     await store.delete(session.id)
     return reply.code(204).send()
   })
 }
 
 // encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
-export const sessionsPlugin = fp(sessions, { fastify: '5.x', name: 'fastify-agents-sessions', dependencies: ['fastify-agents-core'], encapsulate: true })
+export const sessionsPlugin = fp(sessions, { fastify: '5.x', name: 'fastify-agents-sessions', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'], encapsulate: true })
 export default sessionsPlugin

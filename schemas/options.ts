@@ -1,19 +1,34 @@
 import { Type } from '@sinclair/typebox'
-import type { TSchema } from '@sinclair/typebox'
+import type { Static, TUnsafe } from '@sinclair/typebox'
+import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
+// Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
+import type { Agent } from '../lib/core/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from '../lib/stores/types.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
-// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/settings.ts) names the
+// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
 // methods an object must have, so a store without `append` is reported like any other bad value.
-function withMethods (methods: string[], description: string): TSchema {
-  return Type.Unsafe<object>({ type: 'object', 'x-methods': methods, description })
+function withMethods<T> (methods: readonly string[], description: string): TUnsafe<T> {
+  return Type.Unsafe<T>({ type: 'object', 'x-methods': methods, description })
 }
 
-export const AgentOption = withMethods(['run'], 'an agent: an object with a run(input, ctx) method')
-export const AuditStoreOption = withMethods(['append', 'query', 'count'], 'an AuditStore')
-export const SessionStoreOption = withMethods(['create', 'get', 'appendTurn', 'touch', 'delete', 'list'], 'a SessionStore')
-export const ApprovalStoreOption = withMethods(['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'], 'an ApprovalStore')
-export const CheckpointStoreOption = withMethods(['save', 'load', 'delete', 'list'], 'a CheckpointStore')
-export const IdempotencyStoreOption = withMethods(['reserve', 'renew', 'complete', 'release', 'get'], 'an IdempotencyStore')
+// The methods a store must have, checked at registration; lib/stores/types.ts holds each list against its interface.
+export const storeMethods = {
+  auditStore: ['append', 'query', 'count'],
+  sessionStore: ['create', 'get', 'appendTurn', 'touch', 'delete', 'list'],
+  approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
+  checkpointStore: ['save', 'load', 'delete', 'list'],
+  idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get']
+} as const
+
+// Agents are checked for a `run` method at registration, whatever their input type.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export const AgentOption = withMethods<Agent<any>>(['run'], 'an agent: an object with a run(input, ctx) method')
+export const AuditStoreOption = withMethods<AuditStore>(storeMethods.auditStore, 'an AuditStore')
+export const SessionStoreOption = withMethods<SessionStore>(storeMethods.sessionStore, 'a SessionStore')
+export const ApprovalStoreOption = withMethods<ApprovalStore>(storeMethods.approvalStore, 'an ApprovalStore')
+export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.checkpointStore, 'a CheckpointStore')
+export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
@@ -55,7 +70,7 @@ export const AuthOptions = Type.Union([ApiKeyAuthOptions, JwtAuthOptions])
 export const RateLimitOptions = Type.Object({
   maxRequests: Type.Integer({ minimum: 1 }),
   intervalMs: Type.Integer({ minimum: 1 }),
-  redis: Type.Optional(withMethods(['eval'], 'an ioredis client'))
+  redis: Type.Optional(withMethods<object>(['eval'], 'an ioredis client: the budget is shared by every instance using it'))
 }, { additionalProperties: false })
 
 export const IdempotencyOptions = Type.Object({
@@ -78,12 +93,26 @@ export const AgentServiceOptions = Type.Object({
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),
   exposeErrors: Type.Optional(Type.Boolean()),
-  db: Type.Optional(Type.Unsafe<object>({ type: 'object', description: 'an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client' })),
+  db: Type.Optional(Type.Unsafe<DbHealthCheck | object>({ type: 'object', description: 'an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client' })),
   healthTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   sessionTtlMs: Type.Optional(Type.Integer({ minimum: 1 })),
-  logger: Type.Optional(Type.Union([Type.Boolean(), Type.Object({})])),
-  adminApi: Type.Optional(Type.Union([Type.Literal(true), AdminApiOptions])),
+  logger: Type.Optional(Type.Unsafe<FastifyServerOptions['logger'] | FastifyBaseLogger>(Type.Union([Type.Boolean(), Type.Object({})]))),
+  adminApi: Type.Optional(Type.Union([Type.Literal(true), AdminApiOptions], { description: '`true` is the deprecated form of `{ enabled: true }`' })),
   bodyLimit: Type.Optional(Type.Integer({ minimum: 1 })),
   trustProxy: Type.Optional(Type.Boolean()),
-  docs: Type.Optional(Type.Boolean())
+  docs: Type.Optional(Type.Boolean()),
+  drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' }))
 }, { additionalProperties: false })
+export type AgentServiceOptions = Static<typeof AgentServiceOptions>
+export type AdminApiOptions = Static<typeof AdminApiOptions>
+export type ApiKeyAuthOptions = Static<typeof ApiKeyAuthOptions>
+export type JwtAuthOptions = Static<typeof JwtAuthOptions>
+export type JwtAlgorithm = NonNullable<JwtAuthOptions['algorithms']>[number]
+export type RateLimitOptions = Static<typeof RateLimitOptions>
+export type IdempotencyOptions = Static<typeof IdempotencyOptions>
+
+export type DbHealthResult = boolean | { ok: boolean, latencyMs?: number, error?: string }
+
+export interface DbHealthCheck {
+  health(): Promise<DbHealthResult>
+}

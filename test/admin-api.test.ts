@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import SwaggerParser from '@apidevtools/swagger-parser'
 import t from 'tap'
-import { packageVersion } from '../lib/core/openapi-options.js'
+import { packageVersion } from '../lib/core/version.js'
 import { MemoryAuditStore, MemorySessionStore } from '../lib/stores/memory.js'
 import type { ApprovalRecord, AuditEntry, AuditPage, AuditQuery } from '../lib/stores/types.js'
 import type { Agent } from '../lib/core/types.js'

@@ -6,7 +6,7 @@ import { approver } from '../app/demo-agents.js'
 import { MemoryApprovalStore } from '../lib/stores/memory.js'
 import type { ApprovalDecision, ApprovalRecord } from '../lib/stores/types.js'
 import type { Agent, Decision, RunContext } from '../lib/core/types.js'
-import { requestContextOf } from '../plugins/request-context.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 import { build, listen, parseSse, sleep } from './helper.js'
 import { eventually, openSse } from './helpers/streams.js'
 

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { MemoryCheckpointStore } from '../lib/stores/memory.js'
 import type { CheckpointRecord } from '../lib/stores/types.js'
 import type { Agent, RunContext } from '../lib/core/types.js'
-import { requestContextOf } from '../plugins/request-context.js'
+import { requestContextOf } from '../lib/core/request-context.js'
 import { build, listen, parseSse, sleep } from './helper.js'
 import { eventually, openSse } from './helpers/streams.js'
 

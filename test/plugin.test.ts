@@ -39,10 +39,10 @@ t.test('the host app drains runs on close()', async (t) => {
   const app = Fastify({ logger: false })
   let aborted = false
   await app.register(agentService, {
-    agents: { stuck: { run: (_i, ctx) => new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => { aborted = true; reject(ctx.signal.reason) })) } }
+    agents: { stuck: { run: (_i, ctx) => new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => { aborted = true; reject(ctx.signal.reason) })) } },
+    drainTimeoutMs: 50
   })
   await app.ready()
-  app.agentService.drainTimeoutMs = 50
   const reply = app.inject({ method: 'POST', url: '/v1/agents/stuck/runs', payload: { input: 1 } })
   await new Promise((resolve) => setTimeout(resolve, 20))
   await app.close()

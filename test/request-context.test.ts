@@ -122,7 +122,8 @@ t.test('X-Request-ID on a real socket, including a hijacked stream', async (t) =
 
 t.test('requestContextPlugin on its own: ids, traces and access_token redaction, without the service core', async (t) => {
   const Fastify = (await import('fastify')).default
-  const { requestContextPlugin, requestContextOf } = await import('../plugins/request-context.js')
+  const { requestContextPlugin } = await import('../plugins/request-context.js')
+  const { requestContextOf } = await import('../lib/core/request-context.js')
   const app = Fastify({ logger: false })
   t.teardown(() => app.close())
   await app.register(requestContextPlugin)

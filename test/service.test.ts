@@ -2,7 +2,7 @@ import { Writable } from 'node:stream'
 import t from 'tap'
 import pino from 'pino'
 import { createAgentService } from '../app/service.js'
-import { RouteIndex, errorBody } from '../plugins/error-handler.js'
+import { RouteIndex, errorBody } from '../lib/core/error-reply.js'
 import { echo } from './helper.js'
 
 t.test('a pino instance is used as the logger, with the request id on every line', async (t) => {

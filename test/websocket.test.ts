@@ -9,7 +9,7 @@ import { MemorySessionStore } from '../lib/stores/memory.js'
 import type { NewSession, SessionRecord } from '../lib/stores/types.js'
 import type { Agent } from '../lib/core/types.js'
 import { fastifyAgents } from '../app/plugin.js'
-import { WebSocketHeartbeat } from '../routes/websocket.js'
+import { WebSocketHeartbeat } from '../lib/runs/websocket.js'
 import { build, echo, listen, sleep } from './helper.js'
 import { eventually, openWs } from './helpers/streams.js'
 import type { Frame, WsClient } from './helpers/streams.js'
@@ -338,7 +338,7 @@ t.test('drain: runs end with run.failed SHUTDOWN, sockets close with 1001, late 
   await start(quick, { ref: 'q', agent: 'slow', input: { ms: 200 } })
 
   const closing = service.close(600)
-  await eventually(() => service.app.agentService.draining ? true : undefined)
+  await eventually(() => service.app.agentService.drain.draining ? true : undefined)
   busy.send({ type: 'run.start', ref: 'late', agent: 'echo', input: 1 })
   t.match(await busy.next(errorOf('SHUTDOWN')), { ref: 'late', error: { message: 'The service is shutting down' } })
   t.match(await quick.next(ofRef('q', 'run.completed')), { data: { output: { sleptMs: 200 } } }, 'a run that ends before the deadline completes')

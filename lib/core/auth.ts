@@ -223,3 +223,17 @@ export function withTokenRedaction<T> (logger: T): T | Record<string, unknown> {
   const serializers = (options.serializers ?? {}) as Record<string, unknown>
   return { ...options, serializers: { req: redactingRequestSerializer, ...serializers } }
 }
+
+/** A CORS preflight: public, and not counted by the rate limit. */
+export function isPreflight (request: { method: string, headers: Record<string, unknown> }): boolean {
+  return request.method === 'OPTIONS' && request.headers.origin !== undefined &&
+    request.headers['access-control-request-method'] !== undefined
+}
+
+/**
+ * Whether the request's principal has `access` (on `agent`): true when auth is off. For routes of your own
+ * inside the service's scope (the WebSocket transport checks each run.start this way).
+ */
+export function hasAccess (request: { server: { agentService: { hasAccess(request: never, access: Access, agent?: string): boolean } } }, access: Access, agent?: string): boolean {
+  return request.server.agentService.hasAccess(request as never, access, agent)
+}

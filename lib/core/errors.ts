@@ -24,5 +24,33 @@ export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID',
 export const IdempotencyKeyReusedError = createError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was used with another request body', 422)
 export const IdempotencyInProgressError = createError('IDEMPOTENCY_IN_PROGRESS', 'A request with this idempotency key is still in progress', 409)
 
+// Error frames of the WebSocket transport (the connection stays open); a run that cannot start there answers
+// with the code its HTTP twin would have (AGENT_NOT_FOUND, …).
+export const InvalidJsonMessageError = createError('INVALID_JSON', 'the message is not valid JSON', 400)
+export const InvalidMessageError = createError('INVALID_MESSAGE', '%s', 400)
+export const UnknownMessageTypeError = createError('UNKNOWN_MESSAGE_TYPE', 'unknown message type %s: expected "run.start" or "run.cancel"', 400)
+export const TooManyRunsError = createError('TOO_MANY_RUNS', 'at most %d runs at once on one connection', 429)
+export const RunNotInFlightError = createError('RUN_NOT_FOUND', 'No run "%s" in flight on this connection', 404)
+export const InternalError = createError('INTERNAL_ERROR', '%s', 500)
+
 /** Thrown at registration: one message naming every offending option path. */
 export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'invalid options: %s', 500)
+/** A JSON run whose client went away before its answer: nobody reads it (logged and audited as 499). */
+export const ClientClosedError = createError('CANCELLED', '%s', 499)
+
+/** The HTTP error a failed JSON run answers with. */
+export function runFailureError (failure: { code: string, message: string }, agent: string, timeoutMs: number | null): Error {
+  switch (failure.code) {
+    case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
+    case 'SHUTDOWN': return new ShutdownError()
+    case 'CANCELLED': return new ClientClosedError(failure.message)
+    default: return new AgentError(failure.message)
+  }
+}
+
+// Errors of the stores (lib/stores). A client's mistake carries its status (a bad cursor: 400); a store's own
+// failure carries none (status 0 here), so that a 500 body keeps its code to the log.
+export const StoreClosedError = createError('FA_STORE_CLOSED', 'the store is closed', 0)
+export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid cursor', 400, TypeError)
+export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
+export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)

@@ -1,10 +1,7 @@
+import type { DbCheck, HealthResponse } from '../../schemas/health.js'
 import type { DbHealthResult } from './types.js'
 
-export interface DbCheck {
-  status: 'ok' | 'error'
-  latencyMs: number
-  error?: string
-}
+export type { DbCheck }
 
 export type HealthProbe = () => Promise<DbHealthResult>
 
@@ -46,4 +43,16 @@ export async function runHealthProbe (probe: HealthProbe, timeoutMs: number): Pr
     clearTimeout(timer)
     return { status: 'error', latencyMs: Math.round(performance.now() - started), error: (err as Error)?.message ?? String(err) }
   }
+}
+
+export type HealthReport = HealthResponse
+
+/** Liveness plus a live probe of the `db` option, each call (no cached answer hides an outage). */
+export async function healthReport (probe: HealthProbe | null, timeoutMs: number): Promise<HealthReport> {
+  const report: HealthReport = { status: 'ok', uptimeSeconds: Math.floor(process.uptime()), checks: {} }
+  if (probe !== null) {
+    report.checks.db = await runHealthProbe(probe, timeoutMs)
+    if (report.checks.db.status !== 'ok') report.status = 'degraded'
+  }
+  return report
 }

@@ -3,6 +3,7 @@ import type { ErrorObject } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../../schemas/options.js'
 import { jwtAlgorithms } from './auth.js'
+import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import type { HealthProbe } from './health-probe.js'
@@ -48,6 +49,7 @@ export interface Settings {
   readonly bodyLimit: number
   readonly trustProxy: boolean
   readonly docs: boolean
+  readonly drainTimeoutMs: number
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false })
@@ -202,6 +204,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
       : null,
     bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
     trustProxy: options.trustProxy ?? false,
-    docs: options.docs ?? false
+    docs: options.docs ?? false,
+    drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS
   })
 }

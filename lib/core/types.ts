@@ -1,7 +1,5 @@
-import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
-import type {
-  ApprovalStatus, ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, Message, SessionStore
-} from '../stores/types.js'
+import type { FastifyBaseLogger } from 'fastify'
+import type { ApprovalStatus, Message } from '../stores/types.js'
 
 export interface AgentEvent {
   type: string
@@ -70,77 +68,7 @@ export interface Agent<Input = unknown> {
   run(input: Input, ctx: RunContext): AgentRunReturn
 }
 
-export type DbHealthResult = boolean | { ok: boolean, latencyMs?: number, error?: string }
-
-export interface DbHealthCheck {
-  health(): Promise<DbHealthResult>
-}
-
-export interface AdminApiOptions {
-  enabled?: boolean
-  prefix?: string
-  bearerToken?: string
-  auditStore?: AuditStore
-  checkpointStore?: CheckpointStore
-}
-
-export interface ApiKeyAuthOptions {
-  strategy: 'api-key'
-  keys: string[]
-}
-
-export type JwtAlgorithm =
-  | 'HS256' | 'HS384' | 'HS512' | 'RS256' | 'RS384' | 'RS512' | 'PS256' | 'PS384' | 'PS512'
-  | 'ES256' | 'ES384' | 'ES512' | 'EdDSA'
-
-export interface JwtAuthOptions {
-  strategy: 'jwt'
-  secret?: string
-  publicKey?: string
-  algorithms?: JwtAlgorithm[]
-  issuer?: string | string[]
-  audience?: string | string[]
-  rolesClaim?: string
-  access?: { run?: string[], readApprovals?: string[], decideApprovals?: string[] }
-}
-
-export interface RateLimitOptions {
-  maxRequests: number
-  intervalMs: number
-  /** an ioredis client: the budget is shared by every instance using it */
-  redis?: object
-}
-
-export interface IdempotencyOptions {
-  store?: IdempotencyStore
-  ttlMs?: number
-  lockLeaseMs?: number
-}
-
-export interface AgentServiceOptions {
-  // Agents are checked for a `run` method at registration, whatever their input type.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  agents: Record<string, Agent<any>>
-  cors?: string
-  auth?: ApiKeyAuthOptions | JwtAuthOptions
-  rateLimit?: RateLimitOptions
-  idempotency?: IdempotencyOptions
-  auditStore?: AuditStore
-  sessionStore?: SessionStore
-  checkpointStore?: CheckpointStore
-  approvalStore?: ApprovalStore
-  websocket?: boolean
-  requestTimeoutMs?: number
-  host?: string
-  exposeErrors?: boolean
-  /** an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client */
-  db?: DbHealthCheck | object
-  healthTimeoutMs?: number
-  sessionTtlMs?: number
-  logger?: FastifyServerOptions['logger'] | FastifyBaseLogger
-  /** `true` is the deprecated form of `{ enabled: true }` */
-  adminApi?: AdminApiOptions | true
-  bodyLimit?: number
-  trustProxy?: boolean
-  docs?: boolean
-}
+export type {
+  AdminApiOptions, AgentServiceOptions, ApiKeyAuthOptions, DbHealthCheck, DbHealthResult, IdempotencyOptions, JwtAlgorithm,
+  JwtAuthOptions, RateLimitOptions
+} from '../../schemas/options.js'

@@ -20,24 +20,19 @@ export class RunRegistry {
     return this.#active.has(runId)
   }
 
-  /**
-   * Creates a run; the caller subscribes with `run.onEvent()` and then calls `run.start()`.
-   * `streamed` says whether a failure reaches the client as an event (counted as an error) or a status.
-   */
-  create (options: RunOptions, streamed: boolean): AgentRun {
-    const run = new AgentRun(options, streamed ? this.#streamedEnded : this.#ended)
+  /** Creates a run; the caller subscribes with `run.listen()` and then calls `run.start()`. */
+  create (options: RunOptions): AgentRun {
+    const run = new AgentRun(options, this.#ended)
     this.#active.set(run.runId, run)
     this.#stats.runStarted(run.agentName)
     return run
   }
 
   // Called by the run as it settles, rather than a reaction to its `done`: no promise and no closure per run.
-  readonly #ended = (run: AgentRun, outcome: RunOutcome): void => { this.#end(run, outcome, false) }
-  readonly #streamedEnded = (run: AgentRun, outcome: RunOutcome): void => { this.#end(run, outcome, true) }
-
-  #end (run: AgentRun, outcome: RunOutcome, streamed: boolean): void {
+  readonly #ended = (run: AgentRun, outcome: RunOutcome): void => {
     this.#active.delete(run.runId)
-    this.#stats.runEnded(run.agentName, outcome, streamed)
+    // a streamed run's failure reaches its client as an event (counted as an error), a JSON run's as a status
+    this.#stats.runEnded(run.agentName, outcome, run.streamed)
     // (checked first: splice(0) makes an array even when nobody waits, and this runs for every run)
     if (this.#active.size === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve()
   }

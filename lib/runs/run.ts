@@ -3,6 +3,7 @@ import type {
   Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
 } from '../core/types.js'
 import type { Message } from '../stores/types.js'
+import type { RunResult } from '../../schemas/runs.js'
 
 export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
@@ -13,17 +14,7 @@ export interface RunEvent {
   data: unknown
 }
 
-export interface RunResult {
-  runId: string
-  agent: string
-  sessionId: string
-  status: 'completed'
-  output: unknown
-  usage: { inputTokens: number, outputTokens: number, totalTokens: number }
-  finishReason: string
-  requestId: string
-  traceId: string
-}
+export type { RunResult }
 
 /** The one consumer of a run's events: an SSE stream, a WebSocket connection (a JSON run has none). */
 export interface RunListener {
@@ -37,7 +28,7 @@ export type RunOutcome =
   | { status: 'completed', result: RunResult, durationMs: number }
   | { status: 'failed', code: RunFailureCode, message: string, error: unknown, durationMs: number }
 
-/** What a run can do beyond the agent itself; lib/run-capabilities.ts gives the store-backed ones. */
+/** What a run can do beyond the agent itself; capabilities.ts gives the store-backed ones. */
 export interface RunCapabilities {
   requestApproval(run: AgentRun, request: ApprovalRequest): Promise<Decision>
   checkpoint(run: AgentRun, state: unknown): Promise<void>
@@ -190,6 +181,11 @@ export class AgentRun {
       if (this.#abortReason !== null) this.#controller.abort(this.#abortReason)
     }
     return this.#controller.signal
+  }
+
+  /** Whether the run has a consumer of its events (a JSON run has none). */
+  get streamed (): boolean {
+    return this.#listener !== null
   }
 
   /**

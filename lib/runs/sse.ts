@@ -1,5 +1,7 @@
 import type { ServerResponse } from 'node:http'
-import type { RunEvent } from './run.js'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { AgentServiceCore } from '../core/service.js'
+import type { AgentRun, RunEvent, RunListener } from './run.js'
 
 export const SSE_HEARTBEAT_MS = 15_000
 
@@ -86,5 +88,69 @@ export class SseHeartbeat {
 
   get size (): number {
     return this.#streams.size
+  }
+}
+
+const SSE_RUN = Symbol('fastify-agents.sse-run')
+type SseResponse = ServerResponse & { [SSE_RUN]: SseRun }
+
+/** The client closing the stream aborts the run (one listener function for every stream). */
+function onSseClose (this: SseResponse): void {
+  this[SSE_RUN].closed()
+}
+
+/**
+ * A run streamed as Server-Sent Events: the run's listener, the stream, and what happens at the end. An
+ * object with methods rather than closures, and nothing awaiting the run: an idle stream (a model thinking,
+ * an approval waiting) holds only this, its run and its session.
+ */
+export class SseRun implements RunListener {
+  readonly #service: AgentServiceCore
+  readonly #request: FastifyRequest
+  readonly #run: AgentRun
+  readonly #stream: SseStream
+  // only the terminal event matters to idempotency: keeping every latest event would hold run.started
+  // (and its data) for as long as an idle stream stays open
+  #final: RunEvent | undefined
+
+  constructor (service: AgentServiceCore, request: FastifyRequest, reply: FastifyReply, run: AgentRun) {
+    this.#service = service
+    this.#request = request
+    this.#run = run
+    reply.hijack()
+    // A hijacked reply skips Fastify's header handling: copy what the hooks set (X-Request-ID, CORS).
+    this.#stream = new SseStream(reply.raw, reply.getHeaders() as Record<string, string>)
+    service.heartbeat.add(this.#stream)
+    const raw = reply.raw as SseResponse
+    raw[SSE_RUN] = this
+    raw.on('close', onSseClose)
+  }
+
+  runEvent (event: RunEvent): void {
+    // The terminal event goes out with the end of the response (#end): one write less per stream, and a
+    // client that has seen run.completed finds its idempotency record written.
+    if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
+    else this.#stream.send(event)
+  }
+
+  runSettled (): void {
+    this.#end().catch(
+      // Nothing in #end is known to throw (the idempotency store's failures are caught and logged inside),
+      // but nothing awaits it either: a rejection must not become an unhandled one.
+      /* c8 ignore next */
+      (err: unknown) => this.#request.log.error({ err }, 'could not end an SSE stream'))
+  }
+
+  closed (): void {
+    this.#stream.closed()
+    this.#run.abort('CANCELLED')
+  }
+
+  async #end (): Promise<void> {
+    // an idempotency key's record is written before the stream ends: a retry after the end is a replay
+    await this.#service.settleStream(this.#request, this.#final)
+    this.#service.heartbeat.delete(this.#stream)
+    this.#stream.end(this.#final)
+    this.#service.audit.record(this.#request, 200)
   }
 }

@@ -1,12 +1,13 @@
-import type { FastifyBaseLogger } from 'fastify'
-import type { AgentServiceState } from '../../plugins/core.js'
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import {
   AgentNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError, SessionNotFoundError
 } from '../core/errors.js'
-import type { AgentRun } from './run.js'
-import type { Message } from '../stores/types.js'
-import type { TraceContext } from '../core/types.js'
 import { randomId } from '../core/ids.js'
+import type { AgentServiceCore } from '../core/service.js'
+import type { TraceContext } from '../core/types.js'
+import type { Message } from '../stores/types.js'
+import type { AgentRun } from './run.js'
+import { ownedSession } from './sessions.js'
 
 /** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
 export interface RunRequestFields {
@@ -23,34 +24,35 @@ export interface RunCaller {
   readonly trace: TraceContext
 }
 
-/** Filled in as the request resolves, for the audit entry (a RequestContext fits). */
-export interface RunAuditFields {
-  agent: string | undefined
-  runId: string | undefined
-  sessionId: string | undefined
+export interface PrepareRunOptions {
+  service: AgentServiceCore
+  agent: string
+  request: RunRequestFields
+  caller: RunCaller
+  log: FastifyBaseLogger
+  /** the HTTP request whose audit entry names the run (a WebSocket run has its own, the upgrade's) */
+  auditedRequest?: FastifyRequest
 }
 
 /**
  * Resolves a run request into a registered run that is not started yet: the caller subscribes with
- * `run.onEvent()` and then calls `run.start()`. Looks the agent up, loads the checkpoint of a resumed
+ * `run.listen()` and then calls `run.start()`. Looks the agent up, loads the checkpoint of a resumed
  * run, finds (or creates) the session. Throws AGENT_NOT_FOUND, RUN_IN_PROGRESS, RUN_NOT_FOUND,
  * RUN_SESSION_MISMATCH and SESSION_NOT_FOUND.
  */
-export async function createRun (
-  state: AgentServiceState, caller: RunCaller, log: FastifyBaseLogger, name: string, request: RunRequestFields, streamed: boolean,
-  audit?: RunAuditFields
-): Promise<AgentRun> {
-  const { settings } = state
+export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
+  const { service, agent: name, request, caller, auditedRequest } = options
+  const { settings } = service
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
-  if (audit !== undefined) audit.agent = name
+  if (auditedRequest !== undefined) service.audit.note(auditedRequest, { agent: name })
 
   let runId: string = randomId()
   let sessionId = request.sessionId
   let resume: { step: number, state: unknown } | undefined
   if (request.resumeRunId !== undefined) {
     const resumeRunId = request.resumeRunId
-    if (state.runs.has(resumeRunId)) throw new RunInProgressError(resumeRunId)
+    if (service.runs.has(resumeRunId)) throw new RunInProgressError(resumeRunId)
     const checkpoint = await settings.checkpointStore.load(resumeRunId)
     if (checkpoint === null || checkpoint.agent !== name) throw new RunNotFoundError(resumeRunId)
     if (sessionId !== undefined && sessionId !== checkpoint.sessionId) throw new RunSessionMismatchError(resumeRunId)
@@ -61,26 +63,20 @@ export async function createRun (
 
   let history: Message[] | undefined
   if (sessionId !== undefined) {
-    const session = await settings.sessionStore.get(sessionId)
-    // Another principal's session is indistinguishable from a missing one: no probing, no takeover.
+    const session = await ownedSession(settings.sessionStore, sessionId, caller.principal)
     // A resumed run belongs to its session: without it (expired, or someone else's), there is nothing to resume.
-    if (session === null || session.principal !== caller.principal) {
-      throw resume === undefined ? new SessionNotFoundError(sessionId) : new RunNotFoundError(runId)
-    }
+    if (session === null) throw resume === undefined ? new SessionNotFoundError(sessionId) : new RunNotFoundError(runId)
     history = session.messages
   } else {
     sessionId = randomId()
     await settings.sessionStore.create({ id: sessionId, agent: name, principal: caller.principal, metadata: {} }, settings.sessionTtlMs)
   }
-  if (audit !== undefined) {
-    audit.runId = runId
-    audit.sessionId = sessionId
-  }
+  if (auditedRequest !== undefined) service.audit.note(auditedRequest, { runId, sessionId })
 
   // Checked again after the awaits above, in the same tick as `create`: two resumes of one run racing
   // on this instance would otherwise both pass the first check and run under one id.
-  if (state.runs.has(runId)) throw new RunInProgressError(runId)
-  return state.runs.create({
+  if (service.runs.has(runId)) throw new RunInProgressError(runId)
+  return service.runs.create({
     runId,
     agentName: name,
     agent,
@@ -94,7 +90,7 @@ export async function createRun (
     resume,
     timeoutMs: settings.requestTimeoutMs,
     exposeErrors: settings.exposeErrors,
-    log,
-    capabilities: state.capabilities
-  }, streamed)
+    log: options.log,
+    capabilities: service.capabilities
+  })
 }

@@ -1,27 +1,22 @@
 // Internal helpers shared by the store backends. Not part of the public API (index.ts does not export it).
+import { InvalidCursorError, StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError } from '../core/errors.js'
 import type { ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
 
-type CodedError = Error & { code: string, statusCode?: number }
-
-function coded<E extends Error> (error: E, code: string, statusCode?: number): E & CodedError {
-  return Object.assign(error, statusCode === undefined ? { code } : { code, statusCode })
-}
-
-export function storeClosedError (): CodedError {
-  return coded(new Error('the store is closed'), 'FA_STORE_CLOSED')
+export function storeClosedError (): Error {
+  return new StoreClosedError()
 }
 
 /** A cursor is client input (a query parameter), hence the 400. */
-export function invalidCursorError (): CodedError {
-  return coded(new TypeError('invalid cursor'), 'FA_INVALID_CURSOR', 400)
+export function invalidCursorError (): Error {
+  return new InvalidCursorError()
 }
 
-export function approvalNotFoundError (id: string): CodedError {
-  return coded(new Error(`approval ${JSON.stringify(id)} not found`), 'FA_APPROVAL_NOT_FOUND', 404)
+export function approvalNotFoundError (id: string): Error {
+  return new StoreApprovalNotFoundError(JSON.stringify(id))
 }
 
-export function approvalExistsError (id: string): CodedError {
-  return coded(new Error(`approval ${JSON.stringify(id)} already exists`), 'FA_APPROVAL_EXISTS')
+export function approvalExistsError (id: string): Error {
+  return new StoreApprovalExistsError(JSON.stringify(id))
 }
 
 export const MAX_AUDIT_LIMIT = 500

@@ -1,27 +1,13 @@
-// The storage interfaces every backend (memory, SQLite, PostgreSQL, Redis) implements.
-// Times are ISO-8601 strings in records and epoch milliseconds in arguments.
-// A store never closes a client or pool it was handed; `close()` releases only what it opened.
+// The storage interfaces every backend (memory, SQLite, PostgreSQL, Redis) implements. The records are the
+// JSON shapes of schemas/ (what the routes answer). Times are ISO-8601 strings in records and epoch milliseconds
+// in arguments. A store never closes a client or pool it was handed; `close()` releases only what it opened.
+import type { Static } from '@sinclair/typebox'
+import type { AdminAuditEntry, AdminCheckpointList } from '../../schemas/admin.js'
+import type { Approval, ApprovalDecision, ApprovalStatus } from '../../schemas/approvals.js'
+import type { storeMethods } from '../../schemas/options.js'
+import type { Session, SessionMessage, SessionWithMessages as SessionWithMessagesSchema } from '../../schemas/sessions.js'
 
-export interface AuditEntry {
-  id: string
-  at: string
-  requestId: string
-  method: string
-  route: string
-  url: string
-  status: number
-  durationMs: number
-  principal: string
-  ip: string
-  agent?: string
-  runId?: string
-  sessionId?: string
-  traceId?: string
-  idempotencyKey?: string
-  replayed?: boolean
-  /** true for Admin API requests: audited like any other, counted apart */
-  admin?: boolean
-}
+export type AuditEntry = Static<typeof AdminAuditEntry>
 
 export interface AuditQuery {
   /** 1..500 */
@@ -50,27 +36,9 @@ export interface AuditStore {
   close?(): Promise<void>
 }
 
-export interface Message {
-  role: 'user' | 'assistant'
-  content: unknown
-  runId: string
-  at: string
-}
-
-export interface SessionRecord {
-  id: string
-  agent: string | null
-  principal: string
-  createdAt: string
-  lastActiveAt: string
-  /** completed runs */
-  turns: number
-  metadata: Record<string, unknown>
-}
-
-export interface SessionWithMessages extends SessionRecord {
-  messages: Message[]
-}
+export type Message = Static<typeof SessionMessage>
+export type SessionRecord = Static<typeof Session>
+export type SessionWithMessages = Static<typeof SessionWithMessagesSchema>
 
 export interface NewSession {
   id: string
@@ -100,29 +68,8 @@ export interface SessionStore {
   close?(): Promise<void>
 }
 
-export type ApprovalStatus = 'pending' | 'approved' | 'rejected' | 'expired' | 'cancelled'
-
-export interface ApprovalDecision {
-  approved: boolean
-  comment: string | null
-  decidedBy: string | null
-  decidedAt: string
-}
-
-export interface ApprovalRecord {
-  id: string
-  runId: string
-  agent: string
-  sessionId: string
-  principal: string
-  action: string
-  payload: unknown
-  reason: string | null
-  status: ApprovalStatus
-  requestedAt: string
-  expiresAt: string
-  decision?: ApprovalDecision
-}
+export type { ApprovalDecision, ApprovalStatus }
+export type ApprovalRecord = Static<typeof Approval>
 
 export type DecideResult =
   | { outcome: 'decided', approval: ApprovalRecord }
@@ -161,16 +108,7 @@ export interface CheckpointRecord {
   updatedAt: string
 }
 
-export interface CheckpointSummary {
-  runId: string
-  agent: string
-  sessionId: string
-  step: number
-  createdAt: string
-  updatedAt: string
-  /** size of the JSON-encoded state */
-  bytes: number
-}
+export type CheckpointSummary = Static<typeof AdminCheckpointList>['checkpoints'][number]
 
 export interface CheckpointStore {
   save(checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord>
@@ -236,3 +174,16 @@ export interface StoreSet {
   checkpointStore?: CheckpointStore
   idempotency?: { store: IdempotencyStore }
 }
+
+// The options check (schemas/options.ts) lists the methods each store must have: these fail to compile when a
+// list and its interface part ways, in either direction.
+type RequiredMethods<T> = { [K in keyof T]-?: undefined extends T[K] ? never : K }[keyof T]
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false
+type Check<T extends true> = T
+export type StoreMethodsMatch = [
+  Check<Same<RequiredMethods<AuditStore>, typeof storeMethods.auditStore[number]>>,
+  Check<Same<RequiredMethods<SessionStore>, typeof storeMethods.sessionStore[number]>>,
+  Check<Same<RequiredMethods<ApprovalStore>, typeof storeMethods.approvalStore[number]>>,
+  Check<Same<RequiredMethods<CheckpointStore>, typeof storeMethods.checkpointStore[number]>>,
+  Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>
+]

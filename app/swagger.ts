@@ -1,11 +1,6 @@
-import { createRequire } from 'node:module'
 import type { SwaggerOptions } from '@fastify/swagger'
-import type { Settings } from './settings.js'
-
-const require = createRequire(import.meta.url)
-// A self-reference: resolves to our package.json from lib/ (tests) and from dist/lib/ (users) alike.
-const { version } = require('fastify-agents/package.json') as { version: string }
-export const packageVersion = version
+import type { Settings } from '../lib/core/settings.js'
+import { packageVersion as version } from '../lib/core/version.js'
 
 /** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas. */
 export function openApiOptions (settings: Settings): SwaggerOptions {

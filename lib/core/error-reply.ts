@@ -1,12 +1,12 @@
 import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { MethodNotAllowedError, RouteNotFoundError } from '../lib/core/errors.js'
-import type { ErrorResponse } from '../schemas/common.js'
-import { requestContextOf } from './request-context.js'
+import { MethodNotAllowedError, RouteNotFoundError } from './errors.js'
+import type { ErrorResponse } from '../../schemas/common.js'
+import { earlyContextOf } from './request-context.js'
 
 /** Builds the contract's error body for any error and status. */
 export function errorBody (request: FastifyRequest, status: number, error: Partial<FastifyError>, exposeErrors: boolean): ErrorResponse {
-  const context = requestContextOf(request)
+  const context = earlyContextOf(request)
   // Only an unhandled failure is hidden; deliberate 5xx (503 SHUTDOWN, 504 AGENT_TIMEOUT) say what happened.
   const hidden = status === 500 && !exposeErrors
   const body: ErrorResponse = {

@@ -1,0 +1,100 @@
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify'
+import { AuditWriter } from './audit-writer.js'
+import { randomId } from './ids.js'
+import { RequestSlot, requestContextOf } from './request-context.js'
+import type { ServiceStats } from './stats.js'
+import { iso } from '../stores/common.js'
+import type { AuditEntry, AuditStore } from '../stores/types.js'
+
+/** What a request's audit entry says beyond the request itself, noted by the routes and plugins that know it. */
+export interface AuditNote {
+  agent?: string
+  runId?: string
+  sessionId?: string
+  idempotencyKey?: string
+  replayed?: boolean
+}
+
+interface AuditState extends AuditNote {
+  /** set once the request's one entry is written */
+  audited: boolean
+}
+
+/**
+ * Every request's one audit entry and its place in the stats. Routes and plugins `note()` what they learn
+ * (the agent, the run, the key); the audit plugin's onResponse hook, or a hijacked reply's own end, `record()`s it.
+ */
+export class AuditLog {
+  readonly writer: AuditWriter
+  readonly #stats: ServiceStats
+  readonly #slot = new RequestSlot<AuditState>('audit')
+
+  constructor (store: AuditStore, stats: ServiceStats, log: FastifyBaseLogger) {
+    this.#stats = stats
+    this.writer = new AuditWriter(store, log, (count) => { stats.auditFailures += count })
+  }
+
+  /** Resolves once every entry written so far is in the store (or counted as lost). */
+  flush (): Promise<void> {
+    return this.writer.flush()
+  }
+
+  declare (fastify: FastifyInstance): void {
+    this.#slot.declare(fastify)
+  }
+
+  #state (request: FastifyRequest): AuditState {
+    let state = this.#slot.get(request)
+    if (state === null) {
+      state = { audited: false }
+      this.#slot.set(request, state)
+    }
+    return state
+  }
+
+  note (request: FastifyRequest, note: AuditNote): void {
+    Object.assign(this.#state(request), note)
+  }
+
+  /**
+   * Writes the request's one entry and counts it: by the onResponse hook, or first by the route of a hijacked
+   * reply (an SSE stream, a WebSocket upgrade), whose onResponse hook runs only when its raw response finishes.
+   */
+  record (request: FastifyRequest, status: number): void {
+    const context = requestContextOf(request)
+    const state = this.#slot.get(request)
+    if (state?.audited === true) return
+    if (state === null) this.#slot.set(request, { audited: true })
+    else state.audited = true
+    const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
+    // the route's config: a hook of an outer scope (rate limit, drain) may answer an admin request too
+    const admin = context.config.admin === true
+    this.#stats.recordRequest(status, durationMs, admin)
+    // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
+    const entry: AuditEntry = {
+      id: randomId(),
+      at: iso(Date.now()),
+      requestId: context.requestId,
+      method: request.method,
+      route: context.route,
+      url: request.url,
+      status,
+      durationMs,
+      principal: context.principal,
+      ip: request.ip
+    }
+    if (state !== null) {
+      if (state.agent !== undefined) entry.agent = state.agent
+      if (state.runId !== undefined) entry.runId = state.runId
+      if (state.sessionId !== undefined) entry.sessionId = state.sessionId
+    }
+    const traceId = context.knownTraceId
+    if (traceId !== undefined) entry.traceId = traceId
+    if (state !== null) {
+      if (state.idempotencyKey !== undefined) entry.idempotencyKey = state.idempotencyKey
+      if (state.replayed !== undefined) entry.replayed = state.replayed
+    }
+    if (admin) entry.admin = true
+    this.writer.write(entry)
+  }
+}

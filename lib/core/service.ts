@@ -1,0 +1,91 @@
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
+import { storeCapabilities } from '../runs/capabilities.js'
+import type { RunCapabilities, RunEvent } from '../runs/run.js'
+import { RunRegistry } from '../runs/registry.js'
+import { SseHeartbeat } from '../runs/sse.js'
+import { AuditLog } from './audit.js'
+import type { Access } from './auth.js'
+import { Drain } from './drain.js'
+import type { Settings } from './settings.js'
+import { ServiceStats } from './stats.js'
+
+// Every augmentation of Fastify's types the service makes, in one place.
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The state every fastify-agents plugin shares (the core plugin's decorator). */
+    agentService: AgentServiceCore
+  }
+  interface FastifyContextConfig {
+    /** public routes (health): no auth, no rate limit, answered while draining */
+    public?: boolean
+    /** what the route needs under JWT auth beyond a valid token (`agents:run`, `approvals:read`, …) */
+    access?: Access
+    /** Admin API routes: their own bearer token, no service auth, counted apart in the stats */
+    admin?: boolean
+    /** the route honours `Idempotency-Key` (POST /v1/agents/:name/runs, POST /v1/approvals/:id) */
+    idempotency?: boolean
+  }
+}
+
+export type AccessCheck = (request: FastifyRequest, access: Access, agent?: string) => boolean
+/** Settles what a streamed run's request holds (an idempotency key) before its stream ends. */
+export type StreamSettler = (request: FastifyRequest, final: RunEvent | undefined) => Promise<void>
+
+const everyone: AccessCheck = () => true
+const nothingToSettle: StreamSettler = async () => {}
+
+/**
+ * The state every plugin shares, as the `agentService` decorator: settings, figures, runs in flight, the audit
+ * log, the drain. Cross-cutting operations hang off it, so that a route never imports another plugin: the auth
+ * plugin installs the access check, the idempotency plugin the settling of streamed runs.
+ */
+export class AgentServiceCore {
+  readonly settings: Settings
+  readonly stats: ServiceStats
+  readonly runs: RunRegistry
+  readonly audit: AuditLog
+  readonly drain: Drain
+  readonly heartbeat = new SseHeartbeat()
+  readonly capabilities: RunCapabilities
+  readonly startedAt = new Date().toISOString()
+  #accessCheck = everyone
+  #streamSettler = nothingToSettle
+  #openApiDocument: (() => Record<string, unknown>) | null = null
+
+  constructor (settings: Settings, log: FastifyBaseLogger) {
+    this.settings = settings
+    this.stats = new ServiceStats(settings.agents.keys())
+    this.runs = new RunRegistry(this.stats)
+    this.audit = new AuditLog(settings.auditStore, this.stats, log)
+    this.drain = new Drain(this.runs)
+    this.capabilities = storeCapabilities(settings)
+  }
+
+  /** Whether the request's principal has `access` (on `agent`): true when auth is off. */
+  hasAccess (request: FastifyRequest, access: Access, agent?: string): boolean {
+    return this.#accessCheck(request, access, agent)
+  }
+
+  useAccessCheck (check: AccessCheck): void {
+    this.#accessCheck = check
+  }
+
+  /** Before a streamed run's response ends: records its final event for replay, or gives its key back. */
+  settleStream (request: FastifyRequest, final: RunEvent | undefined): Promise<void> {
+    return this.#streamSettler(request, final)
+  }
+
+  useStreamSettler (settle: StreamSettler): void {
+    this.#streamSettler = settle
+  }
+
+  /** The OpenAPI document of the mounted routes (after `ready()`). */
+  openApiDocument (): Record<string, unknown> {
+    if (this.#openApiDocument === null) throw new Error('the OpenAPI document is built by the fastify-agents plugin, after ready()')
+    return this.#openApiDocument()
+  }
+
+  useOpenApiDocument (build: () => Record<string, unknown>): void {
+    this.#openApiDocument = build
+  }
+}

@@ -1,0 +1,29 @@
+import fp from 'fastify-plugin'
+import type { FastifyPluginCallback } from 'fastify'
+import { ShutdownError } from '../lib/core/errors.js'
+import { requestContextOf } from '../lib/core/request-context.js'
+
+const drain: FastifyPluginCallback = (fastify, _options, done) => {
+  const service = fastify.agentService
+  fastify.addHook('onRequest', (request, reply, next) => {
+    if (!service.drain.draining || requestContextOf(request).config.public === true) return next()
+    // a kept-alive connection must not outlive the drain
+    void reply.header('connection', 'close')
+    next(new ShutdownError())
+  })
+  // The host's `app.close()` drains with the `drainTimeoutMs` option; the standalone service's `close(ms)`
+  // has begun already, with its own deadline, and this joins it.
+  fastify.addHook('preClose', async () => {
+    await service.drain.begin(service.settings.drainTimeoutMs)
+  })
+  done()
+}
+
+/**
+ * Requests that arrive while the service drains get 503 SHUTDOWN (health still answers); `app.close()`
+ * drains the runs in flight (lib/core/drain.ts). Registered after the request context.
+ */
+export const drainPlugin = fp(drain, {
+  fastify: '5.x', name: 'fastify-agents-drain', dependencies: ['fastify-agents-core', 'fastify-agents-request-context']
+})
+export default drainPlugin
