@@ -133,3 +133,9 @@ t.test('requestContextPlugin on its own: ids, traces and access_token redaction,
   t.equal(res.headers['x-request-id'], 'alone-1')
   t.same(res.json(), { url: '/where?access_token=[REDACTED]&x=1', requestId: 'alone-1' })
 })
+
+t.test('reading the context of a request the plugin never saw throws, naming what to register', async (t) => {
+  const { requestContextOf } = await import('../lib/core/request-context.js')
+  const request = { agentsContext: null, method: 'GET', url: '/mine' } as unknown as Parameters<typeof requestContextOf>[0]
+  t.throws(() => requestContextOf(request), /GET \/mine has no request context: register requestContextPlugin/)
+})
