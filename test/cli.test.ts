@@ -3,10 +3,14 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
+import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { buildServeOptions, closeStores, prettyLogStream, run, usage } from '../app/cli.js'
 import { demoAgents } from '../app/demo-agents.js'
 import { echo, parseSse } from './helper.js'
+
+// the compiled bin beside the compiled tests (npm test runs them from .build/)
+const bin = fileURLToPath(new URL('../bin/fastify-agents.js', import.meta.url))
 import { pgUrl, redisUrl, requirePg, requireRedis } from './helpers/services.js'
 
 function collect (stream: PassThrough): () => string {
@@ -115,7 +119,7 @@ t.test('serve in process: the demo agents, pretty logs, env vars', async (t) => 
 })
 
 t.test('the bin drains on SIGTERM and exits 0', async (t) => {
-  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'serve', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '', HOST: '127.0.0.1', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...process.execArgv, bin, 'serve', '--drain-timeout', '5000'], { env: { ...process.env, API_KEYS: '', HOST: '127.0.0.1', PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => child.kill('SIGKILL'))
   let logs = ''
   const listening = new Promise<string>((resolve) => {
@@ -139,7 +143,7 @@ t.test('the bin drains on SIGTERM and exits 0', async (t) => {
 })
 
 t.test('the bin exits 1 with the reason on stderr', async (t) => {
-  const child = spawn(process.execPath, [...process.execArgv, 'bin/fastify-agents.ts', 'deploy'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [...process.execArgv, bin, 'deploy'], { stdio: ['ignore', 'pipe', 'pipe'] })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve))

@@ -3,11 +3,17 @@
 // below it; a plugin never imports another plugin, a route never another route (shared operations hang off
 // the core decorator, lib/core/service.ts).
 import t from 'tap'
-import { readFileSync, readdirSync, statSync } from 'node:fs'
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join, normalize } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..')
+// the sources, wherever the compiled test runs from: the folder of the nearest package.json
+function projectRoot (): string {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
+  return dir
+}
+const root = projectRoot()
 
 export interface ImportEdge {
   from: string
