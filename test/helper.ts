@@ -1,4 +1,7 @@
+import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
+import { requestContextOf } from '../lib/core/request-context.js'
+import type { AuditEntry } from '../lib/stores/types.js'
 import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
@@ -42,11 +45,37 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/** Polls until `predicate` holds (for state another process or socket changes), failing after `ms`. */
-export async function waitFor (predicate: () => boolean, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms`)
-    await sleep(5)
+/**
+ * Polls `check` every 10 ms until it gives a value other than undefined or false (state another process, a
+ * socket or a timer changes), and returns that value; fails after `timeoutMs`, naming `what`.
+ */
+export async function eventually<T> (check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5_000, what = 'the condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await check()
+    if (value !== undefined && value !== false) return value
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`)
+    await sleep(10)
   }
+}
+
+/** Lets the responses just sent reach their onResponse hooks, then writes the audit entries queued so far. */
+export async function settle (service: AgentService): Promise<void> {
+  await new Promise((resolve) => setImmediate(resolve))
+  await service.app.agentService.audit.flush()
+}
+
+/** Every audit entry written so far, most recent first. */
+export async function auditEntries (app: FastifyInstance): Promise<AuditEntry[]> {
+  await app.agentService.audit.flush()
+  return (await app.agentService.settings.auditStore.query({ limit: 500 })).entries
+}
+
+/** A stand-in for auth in tests about ownership: the `x-test-principal` header names the principal. */
+export function principalFromHeader (app: FastifyInstance): void {
+  app.addHook('onRequest', (request, _reply, done) => {
+    const principal = request.headers['x-test-principal']
+    if (typeof principal === 'string') requestContextOf(request).principal = principal
+    done()
+  })
 }

@@ -144,13 +144,3 @@ export async function openWs (url: string, options: ClientOptions & { path?: str
   }
 }
 
-/** Polls `check` until it returns something other than undefined (stores settle asynchronously). */
-export async function eventually<T> (check: () => Promise<T | undefined> | T | undefined, timeoutMs = 5_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value !== undefined) return value
-    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}

@@ -1,0 +1,22 @@
+// The package's public surface: every name index.ts exports. A name added here is a decision (README,
+// CHANGELOG); an internal (settings, the request context, a hook plugin) must never appear.
+import t from 'tap'
+import * as api from '../../index.js'
+
+t.test('index.ts exports exactly the public names', async (t) => {
+  t.same(Object.keys(api).sort(), [
+    'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
+    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
+    'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
+    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
+    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresSessionStore',
+    'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
+    'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
+    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteSessionStore', 'UnauthorizedError',
+    'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',
+    'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
+    'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'schemas', 'sessionsPlugin',
+    'sqliteStores', 'websocketPlugin'
+  ])
+  t.equal(api.default, api.fastifyAgents)
+})

@@ -1,0 +1,145 @@
+import t from 'tap'
+import { AuditWriter } from '../../../lib/core/audit-writer.js'
+import { Histogram } from '../../../lib/core/histogram.js'
+import { SseHeartbeat, SseStream } from '../../../lib/runs/sse.js'
+import type { AuditEntry, AuditStore } from '../../../lib/stores/types.js'
+import { build, listen, sleep } from '../../helper.js'
+import type { Agent } from '../../../lib/core/types.js'
+
+t.test('histogram percentiles stay within the bucket width', async (t) => {
+  const h = new Histogram()
+  t.same(h.summary(), { p50: 0, p95: 0, p99: 0 }, 'empty')
+  for (let i = 1; i <= 1000; i++) h.record(i)
+  t.equal(h.count, 1000)
+  const { p50, p95, p99 } = h.summary()
+  t.ok(p50 >= 500 && p50 <= 500 * 1.05, `p50 ${p50}`)
+  t.ok(p95 >= 950 && p95 <= 950 * 1.05, `p95 ${p95}`)
+  t.ok(p99 >= 990 && p99 <= 990 * 1.05, `p99 ${p99}`)
+  const edges = new Histogram()
+  edges.record(0)
+  edges.record(1e12)
+  t.equal(edges.percentile(50), 0.05, 'tiny values land in the first bucket')
+  t.ok(edges.percentile(100) >= 3_600_000, 'huge values land in the last bucket')
+})
+
+t.test('the audit writer batches, keeps order, and counts what a failing store loses', async (t) => {
+  const batches: AuditEntry[][] = []
+  let failNext = false
+  const store = {
+    append: async (entries: readonly AuditEntry[]) => {
+      if (failNext) { failNext = false; throw new Error('disk full') }
+      batches.push([...entries])
+    }
+  } as unknown as AuditStore
+  const errors: unknown[] = []
+  const log = { error: (obj: unknown) => errors.push(obj) } as never
+  let lost = 0
+  const writer = new AuditWriter(store, log, (count) => { lost += count })
+  const entry = (id: string): AuditEntry => ({ id } as AuditEntry)
+  writer.write(entry('a'))
+  writer.write(entry('b'))
+  t.same(batches, [], 'nothing is written on the response path')
+  await writer.flush()
+  t.same(batches.map((b) => b.map((e) => e.id)), [['a', 'b']], 'one batch, in order')
+  failNext = true
+  writer.write(entry('c'))
+  await writer.flush()
+  t.equal(lost, 1)
+  t.match(errors[0], { entries: 1, err: { message: 'disk full' } })
+  writer.write(entry('d'))
+  await sleep(5)
+  await writer.flush()
+  t.same(batches.at(-1)!.map((e) => e.id), ['d'], 'the writer goes on after a failure')
+  await writer.flush()
+})
+
+t.test('a failing audit store never fails a response', async (t) => {
+  const auditStore = { append: async () => { throw new Error('down') }, query: async () => ({ entries: [], nextCursor: null }), count: async () => 0 }
+  const service = build(t, { auditStore })
+  const res = await service.app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } })
+  t.equal(res.statusCode, 200)
+  await service.app.agentService.audit.flush()
+  t.equal(service.app.agentService.stats.auditFailures, 1)
+})
+
+t.test('one audit entry per request, SSE included, with the service\'s own id', async (t) => {
+  const entries: AuditEntry[] = []
+  const auditStore = { append: async (batch: readonly AuditEntry[]) => { entries.push(...batch) }, query: async () => ({ entries: [], nextCursor: null }), count: async () => entries.length }
+  const service = build(t, { auditStore })
+  const app = service.app
+  await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 }, headers: { 'x-request-id': 'same' } })
+  await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true }, headers: { 'x-request-id': 'same', traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' } })
+  await app.inject({ method: 'GET', url: '/nowhere', headers: { 'x-request-id': 'same' } })
+  await app.agentService.audit.flush()
+  t.equal(entries.length, 3, 'exactly one entry per request')
+  t.equal(new Set(entries.map((e) => e.id)).size, 3, 'a repeated client id neither overwrites nor hides an entry')
+  t.ok(entries.every((e) => e.requestId === 'same'))
+  t.match(entries[0], { method: 'POST', route: '/v1/agents/:name/runs', url: '/v1/agents/echo/runs', status: 200, principal: 'anonymous', ip: String, agent: 'echo', runId: String, sessionId: String, durationMs: Number, at: String })
+  t.match(entries[1], { status: 200, agent: 'echo', traceId: '4bf92f3577b34da6a3ce929d0e0e4736' })
+  t.match(entries[2], { status: 404, route: '' })
+  t.equal(entries[2]!.agent, undefined)
+})
+
+t.test('stats count runs, tokens and outcomes', async (t) => {
+  const agents: Record<string, Agent> = {
+    echo: { async run () { return { output: 1, usage: { inputTokens: 10, outputTokens: 5 } } } },
+    boom: { async run () { throw new Error('x') } },
+    streamfail: { async * run () { yield 'a'; throw new Error('x') } },
+    stuck: { run: () => new Promise(() => {}) }
+  }
+  const service = build(t, { agents, requestTimeoutMs: 50 })
+  const app = service.app
+  await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } })
+  await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } })
+  await app.inject({ method: 'POST', url: '/v1/agents/boom/runs', payload: { input: 1 } })
+  await app.inject({ method: 'POST', url: '/v1/agents/streamfail/runs', payload: { input: 1, stream: true } })
+  await app.inject({ method: 'POST', url: '/v1/agents/stuck/runs', payload: { input: 1 } })
+  await app.inject({ method: 'GET', url: '/v1/agents/none' })
+  const stats = app.agentService.stats.snapshot()
+  t.match(stats, {
+    requests: { total: 6, byStatus: { '2xx': 3, '3xx': 0, '4xx': 1, '5xx': 2 } },
+    errors: 3,
+    runs: { started: 5, completed: 2, failed: 3, timedOut: 1, inFlight: 0 },
+    tokens: { input: 20, output: 10, total: 30 }
+  })
+  t.match(stats.agents.echo, { runs: 2, completed: 2, failed: 0, tokens: { input: 20, output: 10, total: 30 } })
+  t.match(stats.agents.stuck, { runs: 1, failed: 1 })
+  t.ok(stats.latencyMs.p99 >= stats.latencyMs.p50)
+})
+
+t.test('SSE heartbeat: one timer for every stream, a ": ping" comment each interval', async (t) => {
+  const beat = new SseHeartbeat(30)
+  const { url } = await listen(t, {
+    agents: {
+      quiet: {
+        async * run (_input, ctx) {
+          await new Promise((resolve) => setTimeout(resolve, 100))
+          yield ctx.runId
+        }
+      }
+    }
+  })
+  t.equal(beat.size, 0)
+  const res = await fetch(`${url}/v1/agents/quiet/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: 1, stream: true }) })
+  t.equal(res.status, 200)
+  await res.text()
+  // the service's own heartbeat runs every 15 s; a stream and a short interval are checked directly
+  const writes: string[] = []
+  const raw = { writeHead: () => {}, on: () => {}, write: (s: string) => { writes.push(s); return true }, end: () => { raw.writableEnded = true }, writableEnded: false }
+  const stream = new SseStream(raw as never, {})
+  beat.add(stream)
+  beat.add(stream)
+  t.equal(beat.size, 1)
+  await sleep(80)
+  t.ok(writes.filter((w) => w === ': ping\n\n').length >= 2, `pinged (${writes.length})`)
+  beat.delete(stream)
+  t.equal(beat.size, 0)
+  const before = writes.length
+  await sleep(60)
+  t.equal(writes.length, before, 'no stream, no timer')
+  stream.end()
+  stream.send({ seq: 1, type: 'x', data: null })
+  stream.comment('late')
+  stream.end()
+  t.equal(writes.length, before, 'nothing is written after the end')
+})

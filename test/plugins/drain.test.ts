@@ -1,0 +1,117 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { eventually, listen, parseSse, sleep } from '../helper.js'
+import type { Agent } from '../../lib/core/types.js'
+
+function delay (ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms)
+    signal.addEventListener('abort', () => { clearTimeout(timer); reject(signal.reason) }, { once: true })
+  })
+}
+
+const agents: Record<string, Agent> = {
+  slow: { async run (input, ctx) { await delay((input as { ms: number }).ms, ctx.signal); return { output: 'done' } } },
+  ticker: {
+    async * run (_input, ctx) {
+      for (let i = 0; i < 100; i++) { await delay(50, ctx.signal); yield `tick ${i} ` }
+    }
+  }
+}
+
+const post = (url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> =>
+  fetch(`${url}/v1/agents/${(body as { agent: string }).agent}/runs`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ input: (body as { input: unknown }).input })
+  })
+
+t.test('drain lets a 1 s request finish, refusing new connections at once', async (t) => {
+  const { service, url } = await listen(t, { agents })
+  const inFlight = post(url, { agent: 'slow', input: { ms: 1000 } })
+  await eventually(() => service.app.agentService.runs.size === 1)
+  const closing = service.close(5_000)
+  await sleep(50)
+  await t.rejects(fetch(`${url}/health`), 'a new connection is refused while draining')
+  const res = await inFlight
+  t.equal(res.status, 200)
+  t.equal(((await res.json()) as { output: string }).output, 'done')
+  await closing
+  t.equal(service.app.server.listening, false)
+})
+
+t.test('drain cuts a 5 s stream at a 300 ms deadline with run.failed SHUTDOWN', async (t) => {
+  const { service, url } = await listen(t, { agents })
+  const res = await post(url, { agent: 'ticker', input: null }, { accept: 'text/event-stream' })
+  const body = res.text()
+  await eventually(() => service.app.agentService.runs.size === 1)
+  await sleep(150)
+  const started = Date.now()
+  await service.close(300)
+  const elapsed = Date.now() - started
+  const events = parseSse(await body)
+  t.equal(events[0]!.event, 'run.started')
+  t.ok(events.some((e) => e.event === 'message.delta'), 'the stream ran until the deadline')
+  const last = events.at(-1)!
+  t.equal(last.event, 'run.failed')
+  t.same(last.data.error, { code: 'SHUTDOWN', message: 'The service is shutting down' })
+  t.same(events.map((e) => e.id), events.map((_e, i) => i + 1), 'ids stay in sequence to the end')
+  t.ok(elapsed < 5_000, `close resolved after the deadline, not after the stream (${elapsed} ms)`)
+})
+
+t.test('a JSON run still in flight at the deadline is answered 503 SHUTDOWN', async (t) => {
+  const { service, url } = await listen(t, { agents })
+  const inFlight = post(url, { agent: 'slow', input: { ms: 5_000 } })
+  await eventually(() => service.app.agentService.runs.size === 1)
+  await service.close(200)
+  const res = await inFlight
+  t.equal(res.status, 503)
+  t.match(await res.json(), { statusCode: 503, code: 'SHUTDOWN', message: 'The service is shutting down', requestId: String })
+  t.ok(res.headers.get('x-request-id'))
+})
+
+t.test('a request arriving on an open connection while closing gets 503 SHUTDOWN', async (t) => {
+  const { service, port, url } = await listen(t, { agents })
+  const inFlight = post(url, { agent: 'slow', input: { ms: 400 } })
+  const socket = connect(port, '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  let received = ''
+  socket.on('data', (chunk) => { received += chunk.toString() })
+  await new Promise((resolve) => socket.once('connect', resolve))
+  // a request begun before the drain and finished during it: the connection was open, not idle
+  socket.write('GET /v1/agents HTTP/1.1\r\nhost: x\r\n')
+  await eventually(() => service.app.agentService.runs.size === 1)
+  await sleep(50)
+  const closing = service.close(2_000)
+  await sleep(50)
+  socket.write('x-request-id: late-1\r\n\r\n')
+  for (let i = 0; i < 100 && !received.includes('SHUTDOWN'); i++) await sleep(10)
+  t.match(received, /^HTTP\/1\.1 503 /)
+  t.match(received, /x-request-id: late-1/i)
+  t.match(received, /connection: close/i)
+  t.match(received, /"code":"SHUTDOWN"/)
+  const finished = await inFlight
+  t.equal(finished.status, 200)
+  t.equal(finished.headers.get('connection'), 'close', 'an answer sent while draining closes its kept-alive connection')
+  await closing
+})
+
+t.test('health stays answerable during a drain; close() is idempotent', async (t) => {
+  const { service, url } = await listen(t, { agents })
+  const inFlight = post(url, { agent: 'slow', input: { ms: 300 } })
+  await eventually(() => service.app.agentService.runs.size === 1)
+  const first = service.close(1_000)
+  const second = service.close(1_000)
+  t.equal(first, second, 'the same drain')
+  t.equal((await service.app.inject({ method: 'GET', url: '/health' })).statusCode, 200)
+  t.equal((await inFlight).status, 200)
+  await first
+})
+
+t.test('close() on a service that never listened', async (t) => {
+  const { createAgentService } = await import('../../app/service.js')
+  const service = createAgentService({ agents, logger: false })
+  await service.app.ready()
+  await service.close()
+  t.pass('closed')
+})
