@@ -1,9 +1,8 @@
 import { randomFillSync } from 'node:crypto'
 
 // Every JSON run takes four fresh ids (request, run, session, audit entry). crypto.randomUUID() builds each
-// one by concatenating 20 short strings: about 800 bytes of garbage per id, a tenth of what a run
-// allocated in the bench. Here a batch of ids is written as ASCII into one buffer when the random bytes
-// are drawn, and each id is then a single 36-character string cut from it.
+// by concatenating 20 short strings; here a batch of ids is written as ASCII into one buffer when the random
+// bytes are drawn, and each id is a single 36-character string cut from it.
 const BATCH = 256
 const UUID_LENGTH = 36
 const random = Buffer.alloc(16 * BATCH)

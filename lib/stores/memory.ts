@@ -114,8 +114,7 @@ export class MemorySessionStore implements SessionStore {
   readonly maxSessions: number
   readonly #sessions = new Map<string, StoredSession>()
   // A list ordered by last write, least recent first: touching a session moves it to the newest end, the
-  // purge and the bound take from the oldest end. (Re-inserting into the Map to keep it ordered left a hole
-  // per write that every purge walked over again: a create cost several µs under load.)
+  // purge and the bound take from the oldest end (re-inserting into the Map left holes every purge walked).
   #oldest: StoredSession | null = null
   #newest: StoredSession | null = null
   #evicted = 0
@@ -156,8 +155,8 @@ export class MemorySessionStore implements SessionStore {
     const now = Date.now()
     const stored = this.#live(id, now)
     if (stored === undefined) return false
-    // A first turn gets an array of its own length: pushing onto an empty one reserves room for 17, and most
-    // sessions (one per run without a sessionId) keep one turn for their whole life (~120 bytes each).
+    // A first turn gets an array of its own length (pushing onto an empty one reserves room for 17): most
+    // sessions (one per run without a sessionId) keep one turn for their whole life.
     if (stored.messages === null) stored.messages = messages.slice()
     else for (const message of messages) stored.messages.push(message)
     stored.turns++
@@ -262,8 +261,7 @@ function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): 
 }
 
 // Field by field: a spread followed by one more property (`{ ...record, lastActiveAt }`) takes a slow path
-// in V8 (~2 µs against ~0.1 µs), and this runs for every session a run creates: it was the largest single
-// cost of a JSON run in the bench profile.
+// in V8, and this runs for every session a run creates.
 function toSessionRecord (stored: StoredSession): SessionRecord {
   return {
     id: stored.id,

@@ -102,8 +102,8 @@ function auditStatements (db: Db, table: string) {
     CREATE TABLE IF NOT EXISTS "${table}" (seq INTEGER PRIMARY KEY, agent TEXT, status INTEGER NOT NULL, entry TEXT NOT NULL);
     CREATE INDEX IF NOT EXISTS "${table}_agent" ON "${table}" (agent, seq);
   `)
-  // Multi-row INSERTs of 32, 16, ... 1 rows: a batch of n entries is about log2(n) + n/32 statements rather
-  // than n, each one trip into the native binding (bench/audit-durable.js: ~15% of the store's cost per entry).
+  // Multi-row INSERTs of 32, 16, ... 1 rows: a batch of n entries is about log2(n) + n/32 trips into the
+  // native binding rather than n (bench/README.md, "Why the code looks like this").
   const inserts = new Map<number, Database.Statement<unknown[]>>()
   for (let rows = AUDIT_INSERT_ROWS; rows >= 1; rows /= 2) {
     inserts.set(rows, db.prepare(`INSERT INTO "${table}" (agent, status, entry) VALUES ${Array(rows).fill('(?, ?, ?)').join(', ')}`))
