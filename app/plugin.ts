@@ -19,6 +19,7 @@ import { adminApiPlugin } from '../routes/admin.js'
 import { agentsPlugin } from '../routes/agents.js'
 import { approvalsPlugin } from '../routes/approvals.js'
 import { healthPlugin } from '../routes/health.js'
+import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
 import { openApiOptions } from './swagger.js'
@@ -68,6 +69,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(agentsPlugin)
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
+    await v1.register(runsPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

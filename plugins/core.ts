@@ -12,7 +12,9 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   const service = new AgentServiceCore(settings, fastify.log)
   fastify.decorate('agentService', service)
   service.audit.declare(fastify)
+  service.startPurging(fastify.log)
   fastify.addHook('onClose', async () => {
+    service.stopPurging()
     await service.audit.writer.flush()
   })
 }

@@ -12,6 +12,7 @@ import {
   AdminHealth, AdminPageQuery, AdminSessionList, AdminStats
 } from '../schemas/admin.js'
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
+import { AdminRunPage, AdminRunsQuery } from '../schemas/runs.js'
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
@@ -164,6 +165,15 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   fastify.get('/checkpoints', route('Resumable runs\' checkpoints, without their state', {
     response: { 200: AdminCheckpointList, ...errors() }
   }), async () => ({ checkpoints: await admin.checkpointStore.list() }))
+
+  fastify.get('/runs', route('Runs of every principal, most recent first, without their results', {
+    querystring: AdminRunsQuery,
+    response: { 200: AdminRunPage, ...errors(400) }
+  }), async (request) => {
+    const { limit = DEFAULT_AUDIT_LIMIT, cursor, status, agent, sessionId } = request.query
+    const page = await settings.runStore.list({ limit, cursor, status, agent, sessionId })
+    return { runs: page.runs.map(({ result: _result, ...record }) => record), nextCursor: page.nextCursor }
+  })
 
   fastify.get('/stats', route('Service figures since start', {
     response: { 200: AdminStats, ...errors() }

@@ -1,12 +1,12 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { ServerResponse } from 'node:http'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
-import { AgentNotFoundError, runFailureError } from '../lib/core/errors.js'
+import { AgentNotFoundError, ClientClosedError, runFailureError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import type { Agent } from '../lib/core/types.js'
-import type { AgentRun, RunResult } from '../lib/runs/run.js'
+import type { AgentRun } from '../lib/runs/run.js'
 import { SseRun } from '../lib/runs/sse.js'
 import { prepareRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
@@ -46,7 +46,15 @@ type RunResponse = ServerResponse & { [RESPONSE_RUN]: AgentRun }
 
 /** A client that closes before its JSON run answered aborts the run (one listener for all: no closure per run). */
 function abortRunOnClose (this: RunResponse): void {
-  if (!this.writableFinished) this[RESPONSE_RUN].abort('CANCELLED')
+  const run = this[RESPONSE_RUN]
+  if (!this.writableFinished && run.options.onDisconnect === 'cancel') run.abort('CANCELLED')
+}
+
+/** Aborted when the response closes before it is sent (the client left). */
+function closeSignal (raw: ServerResponse): AbortSignal {
+  const controller = new AbortController()
+  raw.once('close', () => { if (!raw.writableFinished) controller.abort(new ClientClosedError('The client went away')) })
+  return controller.signal
 }
 
 function wantsStream (request: FastifyRequest, stream: boolean | undefined): boolean {
@@ -87,16 +95,23 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
         ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
       }
     }
-  }, async (request, reply): Promise<RunResult | undefined> => {
+  }, async (request, reply) => {
     const body = request.body
     const run = await prepareRun({
-      service, agent: request.params.name, request: body, caller: requestContextOf(request), log: request.log, auditedRequest: request
+      service,
+      agent: request.params.name,
+      request: body,
+      caller: requestContextOf(request),
+      log: request.log,
+      auditedRequest: request,
+      // a run that may wait for its session stops waiting when its client leaves
+      signal: body.multitask === 'enqueue' || body.multitask === 'interrupt' ? closeSignal(reply.raw) : undefined
     })
 
     if (wantsStream(request, body.stream)) {
       run.listen(new SseRun(service, request, reply, run))
       run.start()
-      return undefined
+      return reply
     }
 
     // Stays after the run: abort() of a settled run does nothing, and once() + off() per request cost more
@@ -108,7 +123,8 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     // An answer sent while draining closes its kept-alive connection (a check here, where a run can outlast
     // the start of a drain, rather than an onSend hook on every response).
     if (service.drain.draining) void reply.header('connection', 'close')
-    if (outcome.status === 'completed') return outcome.result
+    // the result as the run's log holds it, serialized once (a string payload skips the schema's serializer)
+    if (outcome.status === 'completed') return (reply as FastifyReply).type('application/json; charset=utf-8').send(run.terminal!.json)
     throw runFailureError(outcome, run.agentName, run.options.timeoutMs)
   })
 }

@@ -7,7 +7,10 @@ import { requestContextOf } from '../lib/core/request-context.js'
 import { ownedSession } from '../lib/runs/sessions.js'
 import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
+import { RunPage, SessionRunsQuery } from '../schemas/runs.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+
+const DEFAULT_SESSION_RUNS_LIMIT = 20
 
 export type SessionsPluginOptions = Record<never, never>
 
@@ -53,6 +56,21 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       response: { 200: SessionWithMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
   }, async (request) => callersSession(request, request.params.id))
+
+  fastify.get('/sessions/:id/runs', {
+    config: { access: 'run' },
+    schema: {
+      summary: 'A session\'s runs, most recent first',
+      tags: ['sessions', 'runs'],
+      params: SessionParams,
+      querystring: SessionRunsQuery,
+      response: { 200: RunPage, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const session = await callersSession(request, request.params.id)
+    const { limit = DEFAULT_SESSION_RUNS_LIMIT, cursor } = request.query
+    return settings.runStore.listBySession(session.id, cursor === undefined ? { limit } : { limit, cursor })
+  })
 
   fastify.delete('/sessions/:id', {
     config: { access: 'run' },

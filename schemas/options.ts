@@ -3,7 +3,7 @@ import type { Static, TUnsafe } from '@sinclair/typebox'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from '../lib/stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../lib/stores/types.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
 // plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
@@ -18,7 +18,8 @@ export const storeMethods = {
   sessionStore: ['create', 'get', 'appendTurn', 'touch', 'delete', 'list'],
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
-  idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get']
+  idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
+  runStore: ['create', 'start', 'append', 'finish', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'listBySession', 'list', 'purge']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -29,6 +30,7 @@ export const SessionStoreOption = withMethods<SessionStore>(storeMethods.session
 export const ApprovalStoreOption = withMethods<ApprovalStore>(storeMethods.approvalStore, 'an ApprovalStore')
 export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.checkpointStore, 'a CheckpointStore')
 export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
+export const RunStoreOption = withMethods<RunStore>(storeMethods.runStore, 'a RunStore')
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
@@ -89,6 +91,9 @@ export const AgentServiceOptions = Type.Object({
   sessionStore: Type.Optional(SessionStoreOption),
   checkpointStore: Type.Optional(CheckpointStoreOption),
   approvalStore: Type.Optional(ApprovalStoreOption),
+  runStore: Type.Optional(RunStoreOption),
+  runRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a run\'s record and events are kept after it ends (default 1 h)' })),
+  maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),

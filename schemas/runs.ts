@@ -2,19 +2,39 @@ import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
 import { Id, Metadata, Usage } from './common.js'
 
-export const RunRequest = Type.Object({
-  input: Type.Unknown({ description: 'anything JSON; passed to the agent as is' }),
+export const OnDisconnect = Type.Union([Type.Literal('cancel'), Type.Literal('continue')], {
+  description: 'what a client going away does to the run: cancel it (default), or let it go on (rejoin through /v1/runs/:runId/events)'
+})
+export type OnDisconnect = Static<typeof OnDisconnect>
+
+export const Multitask = Type.Union([Type.Literal('reject'), Type.Literal('interrupt'), Type.Literal('enqueue')], {
+  description: 'when the session already has a run in progress: 409 SESSION_BUSY (default), cancel it and start, or wait for it'
+})
+export type Multitask = Static<typeof Multitask>
+
+/** What a run request asks for beyond the agent, over HTTP and WebSocket alike. */
+export const RunOptionsFields = {
   sessionId: Type.Optional(Id),
   resumeRunId: Type.Optional(Id),
   metadata: Type.Optional(Metadata),
+  onDisconnect: Type.Optional(OnDisconnect),
+  multitask: Type.Optional(Multitask),
+  store: Type.Optional(Type.Boolean({ description: 'false: an ephemeral run (no session; its record and events are dropped when it ends)' }))
+}
+
+export const RunRequest = Type.Object({
+  input: Type.Unknown({ description: 'anything JSON; passed to the agent as is' }),
+  ...RunOptionsFields,
   stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
 }, { additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
+const SessionIdOrNull = Type.Union([Type.String(), Type.Null()], { description: 'null for an ephemeral run (store: false)' })
+
 export const RunResult = Type.Object({
   runId: Type.String(),
   agent: Type.String(),
-  sessionId: Type.String(),
+  sessionId: SessionIdOrNull,
   status: Type.Literal('completed'),
   output: Type.Unknown(),
   usage: Usage,
@@ -32,3 +52,67 @@ export const RunFailedEvent = Type.Object({
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started, message.delta, approval.requested, approval.decided, checkpoint.saved, custom ones, ' +
   'then exactly one of run.completed (the JSON result) or run.failed ({ error: { code, message }, traceId }).'
+
+export const RunStatus = Type.Union([
+  Type.Literal('queued'), Type.Literal('running'), Type.Literal('completed'), Type.Literal('failed'), Type.Literal('cancelled')
+])
+export type RunStatus = Static<typeof RunStatus>
+
+export const RunError = Type.Object({ code: Type.String(), message: Type.String() })
+export type RunError = Static<typeof RunError>
+
+const DateTime = Type.String({ format: 'date-time' })
+
+/** A run as a resource (contract §15): kept with its event log until `runRetentionMs` after it ends. */
+export const RunRecord = Type.Object({
+  runId: Type.String(),
+  agent: Type.String(),
+  sessionId: SessionIdOrNull,
+  principal: Type.String(),
+  status: RunStatus,
+  background: Type.Boolean(),
+  attempt: Type.Integer({ minimum: 1 }),
+  lastSeq: Type.Integer({ minimum: 0, description: 'the seq of the run\'s last stored event; seqs run from 1 without gaps' }),
+  createdAt: DateTime,
+  startedAt: Type.Optional(DateTime),
+  endedAt: Type.Optional(DateTime),
+  result: Type.Optional(RunResult),
+  error: Type.Optional(RunError),
+  requestId: Type.String(),
+  traceId: Type.String()
+})
+export type RunRecord = Static<typeof RunRecord>
+
+export const RunParams = Type.Object({ runId: Id }, { additionalProperties: false })
+
+export const RunEventsQuery = Type.Object({
+  // checked by the route after ownership (a bad cursor on another principal's run is a 404, not a 400)
+  after: Type.Optional(Type.String({ description: 'resume after this seq (a non-negative integer); Last-Event-ID wins' }))
+}, { additionalProperties: false })
+
+const Limit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
+const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
+const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
+
+export const SessionRunsQuery = Type.Object({
+  limit: Type.Optional(Limit(100, 20)),
+  cursor: Type.Optional(Cursor)
+}, { additionalProperties: false })
+
+export const RunPage = Type.Object({
+  runs: Type.Array(RunRecord, { description: 'most recent first' }),
+  nextCursor: NextCursor
+})
+
+export const AdminRunsQuery = Type.Object({
+  limit: Type.Optional(Limit(500, 50)),
+  cursor: Type.Optional(Cursor),
+  status: Type.Optional(RunStatus),
+  agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  sessionId: Type.Optional(Id)
+}, { additionalProperties: false })
+
+export const AdminRunPage = Type.Object({
+  runs: Type.Array(Type.Omit(RunRecord, ['result']), { description: 'every principal\'s, most recent first, without results' }),
+  nextCursor: NextCursor
+})

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id, Metadata } from './common.js'
+import { Id } from './common.js'
+import { RunOptionsFields } from './runs.js'
 
 // The WebSocket protocol at /v1/ws (contract §8). Messages are JSON text frames.
 
@@ -15,9 +16,7 @@ export const WsRunStart = Type.Object({
   ref: Type.Optional(WsRef),
   agent: Type.String({ minLength: 1, maxLength: 128 }),
   input: Type.Unknown(),
-  sessionId: Type.Optional(Id),
-  resumeRunId: Type.Optional(Id),
-  metadata: Type.Optional(Metadata)
+  ...RunOptionsFields
 }, { additionalProperties: false, required: ['type', 'agent', 'input'] })
 export type WsRunStart = Static<typeof WsRunStart>
 
@@ -45,7 +44,8 @@ export const WsErrorCode = Type.Union([
   Type.Literal('INVALID_JSON'), Type.Literal('INVALID_MESSAGE'), Type.Literal('UNKNOWN_MESSAGE_TYPE'),
   Type.Literal('TOO_MANY_RUNS'), Type.Literal('AGENT_NOT_FOUND'), Type.Literal('SESSION_NOT_FOUND'),
   Type.Literal('RUN_NOT_FOUND'), Type.Literal('RUN_IN_PROGRESS'), Type.Literal('RUN_SESSION_MISMATCH'),
-  Type.Literal('FORBIDDEN'), Type.Literal('SHUTDOWN'), Type.Literal('INTERNAL_ERROR')
+  Type.Literal('FORBIDDEN'), Type.Literal('SHUTDOWN'), Type.Literal('INTERNAL_ERROR'), Type.Literal('SESSION_BUSY'),
+  Type.Literal('RUN_CANCELLED'), Type.Literal('FST_ERR_VALIDATION')
 ])
 
 /** A message that could not be acted on; the connection stays open. */

@@ -31,6 +31,9 @@ export type AccessCheck = (request: FastifyRequest, access: Access, agent?: stri
 /** Settles what a streamed run's request holds (an idempotency key) before its stream ends. */
 export type StreamSettler = (request: FastifyRequest, final: RunEvent | undefined) => Promise<void>
 
+const PURGE_INTERVAL_MS = 5_000
+const PURGE_BATCH = 1_000
+
 const everyone: AccessCheck = () => true
 const nothingToSettle: StreamSettler = async () => {}
 
@@ -55,10 +58,30 @@ export class AgentServiceCore {
   constructor (settings: Settings, log: FastifyBaseLogger) {
     this.settings = settings
     this.stats = new ServiceStats(settings.agents.keys())
-    this.runs = new RunRegistry(this.stats)
+    this.runs = new RunRegistry(this.stats, settings.runStore)
     this.audit = new AuditLog(settings.auditStore, this.stats, log)
     this.drain = new Drain(this.runs)
     this.capabilities = storeCapabilities(settings)
+  }
+
+  #purger: NodeJS.Timeout | null = null
+
+  /** Starts purging runs past their retention, in bounded batches (and a failure logged, never thrown). */
+  startPurging (log: FastifyBaseLogger, intervalMs = PURGE_INTERVAL_MS): void {
+    let purging = false
+    this.#purger = setInterval(() => {
+      if (purging) return
+      purging = true
+      this.settings.runStore.purge(Date.now(), PURGE_BATCH)
+        .catch((err: unknown) => log.warn({ err }, 'could not purge expired runs'))
+        .finally(() => { purging = false })
+    }, intervalMs)
+    this.#purger.unref()
+  }
+
+  stopPurging (): void {
+    if (this.#purger !== null) clearInterval(this.#purger)
+    this.#purger = null
   }
 
   /** Whether the request's principal has `access` (on `agent`): true when auth is off. */

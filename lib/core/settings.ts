@@ -8,7 +8,7 @@ import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import type { HealthProbe } from './health-probe.js'
 import { memoryStores } from '../stores/memory.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, SessionStore } from '../stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../stores/types.js'
 import type {
   AdminApiOptions, Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
 } from './types.js'
@@ -19,6 +19,8 @@ export const DEFAULT_BODY_LIMIT = 1024 * 1024
 export const DEFAULT_IDEMPOTENCY_TTL_MS = 24 * 60 * 60_000
 export const DEFAULT_IDEMPOTENCY_LEASE_MS = 60_000
 export const DEFAULT_ADMIN_PREFIX = '/admin'
+export const DEFAULT_RUN_RETENTION_MS = 60 * 60_000
+export const DEFAULT_MAX_STREAM_BUFFER_BYTES = 8 * 1024 * 1024
 
 export interface AdminApiSettings {
   readonly prefix: string
@@ -34,6 +36,9 @@ export interface Settings {
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore
   readonly checkpointStore: CheckpointStore
+  readonly runStore: RunStore
+  readonly runRetentionMs: number
+  readonly maxStreamBufferBytes: number
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
   readonly rateLimit: RateLimitOptions | null
@@ -176,6 +181,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     sessionStore: options.sessionStore ?? defaults.sessionStore,
     approvalStore: options.approvalStore ?? defaults.approvalStore,
     checkpointStore,
+    runStore: options.runStore ?? defaults.runStore,
+    runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
+    maxStreamBufferBytes: options.maxStreamBufferBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES,
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({

@@ -30,6 +30,12 @@ export class ServiceStats {
   #latency = new Histogram()
   #agents = new Map<string, AgentFigures>()
   auditFailures = 0
+  /** run-store writes that failed (the event log lags or has lost events) */
+  runLogFailures = 0
+  /** streams following a run's log (`/v1/runs/:runId/events`) open now */
+  followers = 0
+  /** connections cut for staying too far behind (maxStreamBufferBytes) */
+  slowConsumers = 0
 
   constructor (agentNames: Iterable<string>) {
     for (const name of agentNames) this.#agents.set(name, new AgentFigures())

@@ -26,6 +26,12 @@ function toDecision (approval: ApprovalRecord): Decision {
   }
 }
 
+/** The run's session, for what is kept with it; an ephemeral run (store: false) keeps nothing, so has none. */
+function keeping (run: AgentRun, what: string): string {
+  if (run.sessionId === null) throw new TypeError(`${what}: an ephemeral run (store: false) keeps no approvals or checkpoints`)
+  return run.sessionId
+}
+
 /** The store-backed `ctx.requestApproval`, `ctx.checkpoint` and the completion bookkeeping. */
 export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
   const { sessionStore, approvalStore, checkpointStore, sessionTtlMs } = stores
@@ -33,6 +39,7 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
   async function requestApproval (run: AgentRun, request: ApprovalRequest): Promise<Decision> {
     // An agent that goes on after its run was aborted gets no new approval that nobody would see.
     if (run.signal.aborted) throw run.signal.reason
+    const sessionId = keeping(run, 'requestApproval')
     if (typeof request.action !== 'string' || request.action === '') throw new TypeError('requestApproval: action must be a non-empty string')
     const timeoutMs = request.timeoutMs ?? DEFAULT_APPROVAL_TIMEOUT_MS
     if (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_APPROVAL_TIMEOUT_MS) {
@@ -45,7 +52,7 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
       id: randomId(),
       runId: run.runId,
       agent: run.agentName,
-      sessionId: run.sessionId,
+      sessionId,
       principal: run.options.principal,
       action: request.action,
       payload: request.payload ?? null,
@@ -83,12 +90,14 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
   }
 
   async function checkpoint (run: AgentRun, state: unknown): Promise<void> {
-    const saved = await checkpointStore.save({ runId: run.runId, agent: run.agentName, sessionId: run.sessionId, state })
+    const saved = await checkpointStore.save({ runId: run.runId, agent: run.agentName, sessionId: keeping(run, 'checkpoint'), state })
     run.checkpointed = true
     run.emit('checkpoint.saved', { step: saved.step })
   }
 
   async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<void> {
+    // an ephemeral run keeps nothing
+    if (run.sessionId === null) return
     const at = iso(Date.now())
     const recorded = await sessionStore.appendTurn(run.sessionId, [
       { role: 'user', content: run.options.input, runId: run.runId, at },

@@ -1,15 +1,20 @@
 import { AgentRun } from './run.js'
 import type { RunAbortCode, RunOptions, RunOutcome } from './run.js'
 import type { ServiceStats } from '../core/stats.js'
+import type { RunStore } from '../stores/types.js'
 
 /** Every run in flight on this instance: counted, findable by id, abortable together on drain. */
 export class RunRegistry {
   #active = new Map<string, AgentRun>()
+  // what stops watching each run's record for a cancel made through another instance
+  #unwatch = new Map<string, () => void>()
   #stats: ServiceStats
+  #store: RunStore
   #idle: Array<() => void> = []
 
-  constructor (stats: ServiceStats) {
+  constructor (stats: ServiceStats, store: RunStore) {
     this.#stats = stats
+    this.#store = store
   }
 
   get size (): number {
@@ -20,10 +25,15 @@ export class RunRegistry {
     return this.#active.has(runId)
   }
 
+  get (runId: string): AgentRun | undefined {
+    return this.#active.get(runId)
+  }
+
   /** Creates a run; the caller subscribes with `run.listen()` and then calls `run.start()`. */
   create (options: RunOptions): AgentRun {
     const run = new AgentRun(options, this.#ended)
     this.#active.set(run.runId, run)
+    this.#unwatch.set(run.runId, this.#store.watch(run.runId, (change) => { if (change.kind === 'cancel') run.abort('CANCELLED') }))
     this.#stats.runStarted(run.agentName)
     return run
   }
@@ -31,6 +41,8 @@ export class RunRegistry {
   // Called by the run as it settles, rather than a reaction to its `done`: no promise and no closure per run.
   readonly #ended = (run: AgentRun, outcome: RunOutcome): void => {
     this.#active.delete(run.runId)
+    this.#unwatch.get(run.runId)!()
+    this.#unwatch.delete(run.runId)
     // a streamed run's failure reaches its client as an event (counted as an error), a JSON run's as a status
     this.#stats.runEnded(run.agentName, outcome, run.streamed)
     // (checked first: splice(0) makes an array even when nobody waits, and this runs for every run)

@@ -8,10 +8,19 @@ import type { RunResult } from '../../schemas/runs.js'
 export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
 
+/** One event of a run: `json` is `data` serialized once, for every transport and the log alike. */
 export interface RunEvent {
   seq: number
   type: string
   data: unknown
+  json: string
+}
+
+/** Where a run's events are kept (the run store's log): the terminal event is kept before anyone is sent it. */
+export interface RunSink {
+  event(event: RunEvent): void
+  /** Resolves once the terminal event and the end are stored, or the failure to store them logged (never rejects). */
+  finish(event: RunEvent, outcome: RunOutcome): Promise<void>
 }
 
 export type { RunResult }
@@ -22,6 +31,8 @@ export interface RunListener {
   runEvent(event: RunEvent): void
   /** Once the run has settled, after its terminal event (before `done` resolves). */
   runSettled?(outcome: RunOutcome): void
+  /** Before an iterable agent is asked for more: a promise to wait on while the consumer does not keep up. */
+  backpressure?(): Promise<void> | null
 }
 
 export type RunOutcome =
@@ -41,7 +52,8 @@ export interface RunOptions {
   agentName: string
   agent: Agent
   input: unknown
-  sessionId: string
+  /** null for an ephemeral run (store: false) */
+  sessionId: string | null
   principal: string
   requestId: string
   trace: TraceContext
@@ -54,6 +66,10 @@ export interface RunOptions {
   exposeErrors: boolean
   log: FastifyBaseLogger
   capabilities: RunCapabilities
+  /** the run's log in the run store */
+  sink: RunSink | null
+  /** 'continue': the run goes on when its client goes away */
+  onDisconnect: 'cancel' | 'continue'
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -147,6 +163,7 @@ export class AgentRun {
   #done: Promise<RunOutcome> | null = null
   #resolve: ((outcome: RunOutcome) => void) | null = null
   #outcome: RunOutcome | null = null
+  #terminal: RunEvent | null = null
   #timer: NodeJS.Timeout | undefined
   #started = 0
   #text = ''
@@ -162,7 +179,7 @@ export class AgentRun {
 
   get runId (): string { return this.options.runId }
   get agentName (): string { return this.options.agentName }
-  get sessionId (): string { return this.options.sessionId }
+  get sessionId (): string | null { return this.options.sessionId }
 
   /** Settles with the outcome (never rejects). */
   get done (): Promise<RunOutcome> {
@@ -201,7 +218,21 @@ export class AgentRun {
       const text = (data as { text?: unknown } | undefined)?.text
       if (typeof text === 'string') this.#text += text
     }
-    if (this.#listener !== null) this.#listener.runEvent({ seq: ++this.#seq, type, data: data ?? null })
+    const event = this.#event(type, data)
+    this.options.sink?.event(event)
+    this.#listener?.runEvent(event)
+  }
+
+  #event (type: string, data: unknown): RunEvent {
+    const value = data === undefined ? null : data
+    // serialized first, so that data that cannot be (a cycle, a BigInt) throws before a seq is used
+    const json = JSON.stringify(value)
+    return { seq: ++this.#seq, type, data: value, json }
+  }
+
+  /** The terminal event once the run has settled (its JSON is the body of a JSON run's answer). */
+  get terminal (): RunEvent | null {
+    return this.#terminal
   }
 
   start (): this {
@@ -212,9 +243,7 @@ export class AgentRun {
       // and drain clears it by aborting the run.
       this.#timer = setTimeout(() => this.abort('AGENT_TIMEOUT'), options.timeoutMs)
     }
-    if (this.#listener !== null) {
-      this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
-    }
+    this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
     // one reaction with two handlers (not then + catch): what a waiting run holds is one promise less
     this.#execute().then((result) => this.#finish(result), (err: unknown) => this.#fail('AGENT_ERROR', err))
     return this
@@ -292,6 +321,11 @@ export class AgentRun {
     // this itself: a listener on the run's signal would create an AbortController for every streamed run.
     this.#stopIterator = () => { iterator.return?.()?.catch(() => {}) }
     for (;;) {
+      const wait = this.#listener?.backpressure?.()
+      if (wait !== null && wait !== undefined) {
+        await wait
+        if (this.#settled) return { output: null }
+      }
       const step = await iterator.next()
       if (this.#settled) return { output: null }
       if (step.done === true) {
@@ -323,8 +357,7 @@ export class AgentRun {
 
   #complete (runResult: RunResult): void {
     if (this.#settled) return
-    this.emit('run.completed', runResult)
-    this.#settle({ status: 'completed', result: runResult, durationMs: performance.now() - this.#started })
+    this.#end('run.completed', runResult, { status: 'completed', result: runResult, durationMs: performance.now() - this.#started })
   }
 
   #fail (code: RunFailureCode, error: unknown): void {
@@ -335,13 +368,31 @@ export class AgentRun {
       this.options.log.error({ err: error, runId: this.runId, agent: this.agentName }, 'agent failed')
       message = this.options.exposeErrors ? String((error as Error)?.message ?? error) : 'Internal Server Error'
     }
-    this.emit('run.failed', { error: { code, message }, traceId: this.options.trace.traceId })
-    this.#settle({ status: 'failed', code, message, error, durationMs: performance.now() - this.#started })
+    this.#end('run.failed', { error: { code, message }, traceId: this.options.trace.traceId }, { status: 'failed', code, message, error, durationMs: performance.now() - this.#started })
   }
 
-  #settle (outcome: RunOutcome): void {
+  /** No event after the terminal one; it is stored (the sink) before it is delivered and the run settles. */
+  #end (type: string, data: unknown, outcome: RunOutcome): void {
     this.#settled = true
     clearTimeout(this.#timer)
+    let event: RunEvent
+    try {
+      event = this.#event(type, data)
+    } catch (err) {
+      // a result whose output cannot be serialized: the run fails instead, with an event that can
+      this.options.log.error({ err, runId: this.runId, agent: this.agentName }, 'the run result cannot be serialized')
+      const message = this.options.exposeErrors ? String((err as Error).message) : 'Internal Server Error'
+      outcome = { status: 'failed', code: 'AGENT_ERROR', message, error: err, durationMs: outcome.durationMs }
+      event = this.#event('run.failed', { error: { code: 'AGENT_ERROR', message }, traceId: this.options.trace.traceId })
+    }
+    this.#terminal = event
+    const sink = this.options.sink
+    if (sink === null) this.#settle(event, outcome)
+    else void sink.finish(event, outcome).then(() => this.#settle(event, outcome))
+  }
+
+  #settle (event: RunEvent, outcome: RunOutcome): void {
+    this.#listener?.runEvent(event)
     this.#onSettled?.(this, outcome)
     this.#listener?.runSettled?.(outcome)
     this.#outcome = outcome

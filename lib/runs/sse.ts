@@ -11,9 +11,9 @@ const SSE_HEADERS = {
   'x-accel-buffering': 'no'
 }
 
-/** One event on the wire: `id: <seq>`, `event: <type>`, `data: <json>`, blank line. */
-export function formatSseEvent (event: RunEvent): string {
-  return `id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event.data)}\n\n`
+/** One event on the wire: `id: <seq>`, `event: <type>`, `data: <json>`, blank line. A stored event is the same bytes. */
+export function formatSseEvent (event: { seq: number, type: string, json: string }): string {
+  return `id: ${event.seq}\nevent: ${event.type}\ndata: ${event.json}\n\n`
 }
 
 /** One Server-Sent Events response: `id: <seq>`, `event: <type>`, `data: <json>` per event. */
@@ -41,8 +41,25 @@ export class SseStream {
     return this.#open && !this.raw.writableEnded
   }
 
-  send (event: RunEvent): void {
-    if (this.open) this.raw.write(formatSseEvent(event))
+  /** Writes the event; false when the socket holds more than it can take (the caller may wait for 'drain'). */
+  send (event: { seq: number, type: string, json: string }): boolean {
+    return this.open ? this.raw.write(formatSseEvent(event)) : true
+  }
+
+  /** Writes raw text (already formatted events): the same as send, for a batch. */
+  write (text: string): boolean {
+    return this.open ? this.raw.write(text) : true
+  }
+
+  /** What the socket holds unsent. */
+  get buffered (): number {
+    return this.raw.writableLength
+  }
+
+  /** Cuts the connection (a reader too far behind): the client sees it close, and may rejoin from its last id. */
+  cut (): void {
+    this.#open = false
+    this.raw.destroy()
   }
 
   comment (text: string): void {
@@ -50,7 +67,7 @@ export class SseStream {
   }
 
   /** Ends the response, with a last event when one is given. */
-  end (last?: RunEvent): void {
+  end (last?: { seq: number, type: string, json: string }): void {
     if (this.open) this.raw.end(last === undefined ? undefined : formatSseEvent(last))
     this.#open = false
   }
@@ -129,7 +146,32 @@ export class SseRun implements RunListener {
     // The terminal event goes out with the end of the response (#end): one write less per stream, and a
     // client that has seen run.completed finds its idempotency record written.
     if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
-    else this.#stream.send(event)
+    else {
+      this.#stream.send(event)
+      // a reader this far behind is cut (a connection-bound run is cancelled by it, as by any disconnect)
+      if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
+        this.#service.stats.slowConsumers++
+        this.#stream.cut()
+      }
+    }
+  }
+
+  /**
+   * Before the agent is asked for more: a connection-bound run waits while its client does not keep up; a
+   * `continue` run never waits for anyone.
+   */
+  backpressure (): Promise<void> | null {
+    if (this.#run.options.onDisconnect === 'continue' || !this.#stream.open || !this.#stream.raw.writableNeedDrain) return null
+    return new Promise((resolve) => {
+      const raw = this.#stream.raw
+      const done = (): void => {
+        raw.off('drain', done)
+        raw.off('close', done)
+        resolve()
+      }
+      raw.on('drain', done)
+      raw.on('close', done)
+    })
   }
 
   runSettled (): void {
@@ -142,7 +184,7 @@ export class SseRun implements RunListener {
 
   closed (): void {
     this.#stream.closed()
-    this.#run.abort('CANCELLED')
+    if (this.#run.options.onDisconnect === 'cancel') this.#run.abort('CANCELLED')
   }
 
   async #end (): Promise<void> {

@@ -1,11 +1,15 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import {
-  AgentNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError, SessionNotFoundError
+  AgentNotFoundError, EphemeralSessionError, RunCancelledWhileQueuedError, RunInProgressError, RunNotFoundError,
+  RunSessionMismatchError, SessionBusyError, SessionNotFoundError
 } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
 import type { AgentServiceCore } from '../core/service.js'
 import type { TraceContext } from '../core/types.js'
-import type { Message } from '../stores/types.js'
+import { iso } from '../stores/common.js'
+import type { Message, NewRun, RunRecord } from '../stores/types.js'
+import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
+import { RunLog } from './log.js'
 import type { AgentRun } from './run.js'
 import { ownedSession } from './sessions.js'
 
@@ -15,6 +19,9 @@ export interface RunRequestFields {
   sessionId?: string | undefined
   resumeRunId?: string | undefined
   metadata?: Record<string, unknown> | undefined
+  onDisconnect?: OnDisconnect | undefined
+  multitask?: Multitask | undefined
+  store?: boolean | undefined
 }
 
 /** Who asks, and where the run's ids come from (a RequestContext fits). */
@@ -32,13 +39,15 @@ export interface PrepareRunOptions {
   log: FastifyBaseLogger
   /** the HTTP request whose audit entry names the run (a WebSocket run has its own, the upgrade's) */
   auditedRequest?: FastifyRequest
+  /** aborted when the client goes away while the run waits for its session (multitask: 'enqueue') */
+  signal?: AbortSignal
 }
 
 /**
  * Resolves a run request into a registered run that is not started yet: the caller subscribes with
  * `run.listen()` and then calls `run.start()`. Looks the agent up, loads the checkpoint of a resumed
- * run, finds (or creates) the session. Throws AGENT_NOT_FOUND, RUN_IN_PROGRESS, RUN_NOT_FOUND,
- * RUN_SESSION_MISMATCH and SESSION_NOT_FOUND.
+ * run, finds (or creates) the session, takes it as `multitask` says and stores the run's record. Throws
+ * AGENT_NOT_FOUND, RUN_IN_PROGRESS, RUN_NOT_FOUND, RUN_SESSION_MISMATCH, SESSION_NOT_FOUND, SESSION_BUSY.
  */
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
@@ -46,36 +55,61 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { agent: name })
+  const ephemeral = request.store === false
+  if (ephemeral && (request.sessionId !== undefined || request.resumeRunId !== undefined)) throw new EphemeralSessionError()
 
   let runId: string = randomId()
-  let sessionId = request.sessionId
+  let sessionId: string | null = request.sessionId ?? null
   let resume: { step: number, state: unknown } | undefined
   if (request.resumeRunId !== undefined) {
     const resumeRunId = request.resumeRunId
     if (service.runs.has(resumeRunId)) throw new RunInProgressError(resumeRunId)
     const checkpoint = await settings.checkpointStore.load(resumeRunId)
     if (checkpoint === null || checkpoint.agent !== name) throw new RunNotFoundError(resumeRunId)
-    if (sessionId !== undefined && sessionId !== checkpoint.sessionId) throw new RunSessionMismatchError(resumeRunId)
+    if (sessionId !== null && sessionId !== checkpoint.sessionId) throw new RunSessionMismatchError(resumeRunId)
     runId = checkpoint.runId
     sessionId = checkpoint.sessionId
     resume = { step: checkpoint.step, state: checkpoint.state }
   }
 
   let history: Message[] | undefined
-  if (sessionId !== undefined) {
+  // a session made for this run is this run's alone: nothing to wait for
+  let fresh = false
+  if (sessionId !== null) {
     const session = await ownedSession(settings.sessionStore, sessionId, caller.principal)
     // A resumed run belongs to its session: without it (expired, or someone else's), there is nothing to resume.
     if (session === null) throw resume === undefined ? new SessionNotFoundError(sessionId) : new RunNotFoundError(runId)
     history = session.messages
-  } else {
+  } else if (!ephemeral) {
     sessionId = randomId()
+    fresh = true
     await settings.sessionStore.create({ id: sessionId, agent: name, principal: caller.principal, metadata: {} }, settings.sessionTtlMs)
   }
-  if (auditedRequest !== undefined) service.audit.note(auditedRequest, { runId, sessionId })
+  if (auditedRequest !== undefined) service.audit.note(auditedRequest, { runId, sessionId: sessionId ?? undefined })
 
-  // Checked again after the awaits above, in the same tick as `create`: two resumes of one run racing
-  // on this instance would otherwise both pass the first check and run under one id.
+  // Checked again after the awaits above: two resumes of one run racing on this instance would otherwise both
+  // pass the first check and run under one id.
   if (service.runs.has(runId)) throw new RunInProgressError(runId)
+  const now = iso(Date.now())
+  const record: RunRecord = {
+    runId,
+    agent: name,
+    sessionId,
+    principal: caller.principal,
+    status: 'running',
+    background: false,
+    attempt: 1,
+    lastSeq: 0,
+    createdAt: now,
+    startedAt: now,
+    requestId: caller.requestId,
+    traceId: caller.trace.traceId
+  }
+  const newRun: NewRun = { record, spec: request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }, ephemeral }
+  if (sessionId === null || fresh) await settings.runStore.create(newRun, { exclusive: !ephemeral })
+  else await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
+  if (service.runs.has(runId)) throw new RunInProgressError(runId)
+
   return service.runs.create({
     runId,
     agentName: name,
@@ -91,6 +125,73 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     timeoutMs: settings.requestTimeoutMs,
     exposeErrors: settings.exposeErrors,
     log: options.log,
-    capabilities: service.capabilities
+    capabilities: service.capabilities,
+    sink: new RunLog({
+      store: settings.runStore,
+      runId,
+      retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
+      log: options.log,
+      onFailure: () => { service.stats.runLogFailures++ }
+    }),
+    onDisconnect: request.onDisconnect ?? 'cancel'
   })
+}
+
+/** An ephemeral run's record and events go this soon after it ends (a follower catching the end gets it). */
+export const EPHEMERAL_RETENTION_MS = 1_000
+
+/** Resolves once `sessionId` may be free again (its run ended, here or on another instance), or the signal aborts. */
+function sessionFreed (service: AgentServiceCore, sessionId: string, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      stop()
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const stop = service.settings.runStore.watchSession(sessionId, done)
+    signal?.addEventListener('abort', done, { once: true })
+  })
+}
+
+/** Stores the run with its session taken, as `multitask` says when another run holds the session. */
+async function takeSession (service: AgentServiceCore, run: NewRun, multitask: Multitask, signal: AbortSignal | undefined): Promise<void> {
+  const store = service.settings.runStore
+  const sessionId = run.record.sessionId!
+  if (multitask === 'enqueue') {
+    run.record.status = 'queued'
+    delete run.record.startedAt
+    await store.create(run, { exclusive: false })
+    for (;;) {
+      // watched before trying, so that a session given back in between is not missed
+      const freed = sessionFreed(service, sessionId, signal)
+      const started = await store.start(run.record.runId, iso(Date.now()))
+      if (started.outcome === 'started') {
+        run.record.status = 'running'
+        run.record.startedAt = started.record.startedAt
+        return
+      }
+      if (started.outcome === 'gone') throw new RunCancelledWhileQueuedError(run.record.runId)
+      await freed
+      if (signal?.aborted === true) {
+        await store.cancel(run.record.runId, cancelledEnd(), service.settings.runRetentionMs)
+        throw signal.reason
+      }
+    }
+  }
+  for (;;) {
+    const freed = sessionFreed(service, sessionId, signal)
+    const created = await store.create(run, { exclusive: true })
+    if (created.outcome === 'created') return
+    if (multitask === 'reject') throw new SessionBusyError(sessionId, created.holder)
+    // interrupt: the run in the way ends with run.failed CANCELLED (on whichever instance runs it), then this one goes
+    await store.cancel(created.holder, cancelledEnd(), service.settings.runRetentionMs)
+    service.runs.get(created.holder)?.abort('CANCELLED')
+    await freed
+    if (signal?.aborted === true) throw signal.reason
+  }
+}
+
+/** How a run cancelled before it started ends. */
+export function cancelledEnd (): { status: 'cancelled', endedAt: string, error: { code: string, message: string } } {
+  return { status: 'cancelled', endedAt: iso(Date.now()), error: { code: 'CANCELLED', message: 'The run was cancelled' } }
 }

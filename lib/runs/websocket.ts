@@ -134,9 +134,9 @@ export class Connection {
     else this.#cancel(message as WsRunCancel)
   }
 
-  /** The socket closed: whatever still runs has nobody to report to. */
+  /** The socket closed: whatever still runs has nobody to report to (a `continue` run goes on, for followers). */
   closed (): void {
-    for (const run of this.#runs.values()) run.abort('CANCELLED')
+    for (const run of this.#runs.values()) if (run.options.onDisconnect === 'cancel') run.abort('CANCELLED')
   }
 
   /** Drain: the runs have ended (core's preClose), the socket closes with 1001; resolves once it has. */
@@ -168,17 +168,16 @@ export class Connection {
       this.#starting--
     }
     this.#runs.set(run.runId, run)
+    // every frame of this run starts the same way; the event's data is the JSON it was serialized to once
+    const head = `{"type":`
+    const tail = `,"runId":${JSON.stringify(run.runId)}${ref === undefined ? '' : `,"ref":${JSON.stringify(ref)}`},"seq":`
     run.listen({
-      runEvent: (event) => {
-        this.#send(ref === undefined
-          ? { type: event.type, runId: run.runId, seq: event.seq, data: event.data }
-          : { type: event.type, runId: run.runId, ref, seq: event.seq, data: event.data })
-      },
+      runEvent: (event) => { this.#sendText(`${head}${JSON.stringify(event.type)}${tail}${event.seq},"data":${event.json}}`) },
       runSettled: () => { this.#runs.delete(run.runId) }
     })
     run.start()
     // closed while the run was being set up: it starts only to end at once, so that it is counted and settles
-    if (!this.open) run.abort('CANCELLED')
+    if (!this.open && run.options.onDisconnect === 'cancel') run.abort('CANCELLED')
   }
 
   #cancel (message: WsRunCancel): void {
@@ -206,6 +205,16 @@ export class Connection {
   }
 
   #send (frame: object): void {
-    if (this.open) this.socket.send(JSON.stringify(frame))
+    this.#sendText(JSON.stringify(frame))
+  }
+
+  #sendText (text: string): void {
+    if (!this.open) return
+    this.socket.send(text)
+    // a client this far behind is cut: its connection-bound runs end as with any disconnect
+    if (this.socket.bufferedAmount > this.#service.settings.maxStreamBufferBytes) {
+      this.#service.stats.slowConsumers++
+      this.socket.terminate()
+    }
   }
 }

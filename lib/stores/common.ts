@@ -238,3 +238,8 @@ export function unrefInterval (fn: () => void, ms: number): NodeJS.Timeout {
   timer.unref()
   return timer
 }
+
+/** The one event of a run that ended before it started (cancelled while queued): what a run would have sent. */
+export function endedBeforeStartEvent (record: { lastSeq: number, traceId: string }, end: { error?: { code: string, message: string } }): { seq: number, type: string, data: string } {
+  return { seq: record.lastSeq + 1, type: 'run.failed', data: JSON.stringify({ error: end.error, traceId: record.traceId }) }
+}

@@ -3,6 +3,8 @@ export {
   DEFAULT_AUDIT_CAPACITY, DEFAULT_MAX_SESSIONS, MemoryApprovalStore, MemoryAuditStore, MemoryCheckpointStore, MemoryIdempotencyStore,
   MemorySessionStore, memoryStores
 } from './memory.js'
+export { DEFAULT_MAX_RETAINED_RUNS, MemoryRunStore } from './memory-runs.js'
+export type { MemoryRunStoreOptions } from './memory-runs.js'
 export type { MemoryAuditStoreOptions, MemorySessionStoreOptions, MemoryStoresOptions } from './memory.js'
 export {
   SqliteApprovalStore, SqliteAuditStore, SqliteCheckpointStore, SqliteConnection, SqliteIdempotencyStore,

@@ -3,6 +3,7 @@ import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
   decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
 } from './common.js'
+import { MemoryRunStore } from './memory-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -484,6 +485,8 @@ export interface MemoryStoresOptions {
   auditCapacity?: number
   /** the most sessions the session store keeps (default 100,000) */
   maxSessions?: number
+  /** the most ended runs the run store keeps (default 10,000) */
+  maxRetainedRuns?: number
 }
 
 export function memoryStores (options: MemoryStoresOptions = {}): Required<StoreSet> {
@@ -492,6 +495,7 @@ export function memoryStores (options: MemoryStoresOptions = {}): Required<Store
     sessionStore: new MemorySessionStore({ maxSessions: options.maxSessions }),
     approvalStore: new MemoryApprovalStore(),
     checkpointStore: new MemoryCheckpointStore(),
-    idempotency: { store: new MemoryIdempotencyStore() }
+    idempotency: { store: new MemoryIdempotencyStore() },
+    runStore: new MemoryRunStore({ maxRetainedRuns: options.maxRetainedRuns })
   }
 }

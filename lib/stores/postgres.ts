@@ -648,7 +648,7 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
  * All five stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
  * `postgresStores({ connectionString, max, schema })`.
  */
-export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
+export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
   let connection: PostgresConnection
   let storeOptions = options
   if (typeof source === 'object' && source !== null && !isPool(source)) {

@@ -610,7 +610,7 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
 }
 
 /** All five stores on one Database (opened from a filename, or yours). */
-export function sqliteStores (source: string | Db, options: SqliteStoreOptions = {}): Required<StoreSet> {
+export function sqliteStores (source: string | Db, options: SqliteStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
   const connection = new SqliteConnection(source)
   return {
     auditStore: new SqliteAuditStore(connection, options),

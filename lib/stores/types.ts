@@ -5,6 +5,7 @@ import type { Static } from '@sinclair/typebox'
 import type { AdminAuditEntry, AdminCheckpointList } from '../../schemas/admin.js'
 import type { Approval, ApprovalDecision, ApprovalStatus } from '../../schemas/approvals.js'
 import type { storeMethods } from '../../schemas/options.js'
+import type { RunRecord, RunResult, RunStatus } from '../../schemas/runs.js'
 import type { Session, SessionMessage, SessionWithMessages as SessionWithMessagesSchema } from '../../schemas/sessions.js'
 
 export type AuditEntry = Static<typeof AdminAuditEntry>
@@ -166,6 +167,117 @@ export interface IdempotencyStore {
   close?(): Promise<void>
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// runs (contract §15): a record and an event log per run
+
+export type { RunRecord, RunStatus }
+
+/** One event of a run's log, as first sent: `data` is its JSON text, so a replay is byte for byte the original. */
+export interface StoredEvent {
+  seq: number
+  type: string
+  data: string
+}
+
+/** What a run needs to be started again elsewhere (a background run, §16): JSON. */
+export interface RunSpec {
+  input: unknown
+  metadata?: Record<string, unknown>
+}
+
+export interface NewRun {
+  /** status `running` (or `queued`), lastSeq 0 */
+  record: RunRecord
+  spec: RunSpec
+  /** store: false — the record and its events go soon after the run ends */
+  ephemeral: boolean
+}
+
+export type CreateRunResult =
+  | { outcome: 'created' }
+  /** `exclusive` and another run holds the session */
+  | { outcome: 'session_busy', holder: string }
+
+export type StartRunResult =
+  | { outcome: 'started', record: RunRecord }
+  | { outcome: 'session_busy', holder: string }
+  /** no longer queued (cancelled meanwhile), or unknown */
+  | { outcome: 'gone' }
+
+/** How a run ended: its last status and what it came to. */
+export interface RunEnd {
+  status: 'completed' | 'failed' | 'cancelled'
+  endedAt: string
+  result?: RunResult
+  error?: { code: string, message: string }
+}
+
+export type CancelRunResult =
+  | { outcome: 'not_found' }
+  /** already ended: nothing changed */
+  | { outcome: 'ended', record: RunRecord }
+  /** was queued: it ended at once, its log the one `run.failed` event given */
+  | { outcome: 'cancelled', record: RunRecord }
+  /** running: whoever runs it was told (`watch` → 'cancel') */
+  | { outcome: 'requested', record: RunRecord }
+
+/** What a watcher of a run hears: new events (up to `lastSeq`), a cancel request, the end. */
+export type RunChange =
+  | { kind: 'events', lastSeq: number }
+  | { kind: 'cancel' }
+
+export interface RunListQuery {
+  /** 1..500 */
+  limit: number
+  cursor?: string
+  status?: RunStatus
+  agent?: string
+  sessionId?: string
+}
+
+export interface RunPage {
+  /** most recent first */
+  runs: RunRecord[]
+  nextCursor: string | null
+}
+
+export interface RunStore {
+  /**
+   * Stores a new run. With `exclusive`, it also takes the run's session (held until the run ends): when another
+   * run holds it — one not ended yet — nothing is stored and the holder is named.
+   */
+  create(run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult>
+  /** A queued run starts: queued → running, taking its session (if any) as `create` does with `exclusive`. */
+  start(runId: string, startedAt: string): Promise<StartRunResult>
+  /** Appends events in order; their seqs follow `lastSeq` without a gap (else it throws, changing nothing). */
+  append(runId: string, events: readonly StoredEvent[]): Promise<void>
+  /**
+   * Ends a run in one step: appends its last events (the terminal one last), sets the end and gives its session
+   * back. null (changing nothing) when the run is not running. The record and log are kept `retentionMs` more.
+   */
+  finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null>
+  /** null when absent or expired */
+  get(runId: string): Promise<RunRecord | null>
+  spec(runId: string): Promise<RunSpec | null>
+  /** Events with seq > afterSeq, in order, at most `limit`. */
+  events(runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]>
+  /** See CancelRunResult: a queued run ends at once with `end`, its log one `run.failed` event. */
+  cancel(runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult>
+  /**
+   * Calls `listener` when the run changes — on this instance or on any other sharing the store; a missed
+   * notification is made up by a poll. Returns the function that stops watching.
+   */
+  watch(runId: string, listener: (change: RunChange) => void): () => void
+  /** Calls `listener` when the session's run ends (its lock is given back). */
+  watchSession(sessionId: string, listener: () => void): () => void
+  /** The session's runs, most recent first. */
+  listBySession(sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage>
+  list(query: RunListQuery): Promise<RunPage>
+  /** Deletes runs whose retention ran out, at most `batch`; resolves with how many. */
+  purge(now: number, batch: number): Promise<number>
+  close?(): Promise<void>
+}
+
 /** What a store factory returns: keys are option names, so the result spreads into the options. */
 export interface StoreSet {
   auditStore?: AuditStore
@@ -173,6 +285,7 @@ export interface StoreSet {
   approvalStore?: ApprovalStore
   checkpointStore?: CheckpointStore
   idempotency?: { store: IdempotencyStore }
+  runStore?: RunStore
 }
 
 // The options check (schemas/options.ts) lists the methods each store must have: these fail to compile when a
@@ -185,5 +298,6 @@ export type StoreMethodsMatch = [
   Check<Same<RequiredMethods<SessionStore>, typeof storeMethods.sessionStore[number]>>,
   Check<Same<RequiredMethods<ApprovalStore>, typeof storeMethods.approvalStore[number]>>,
   Check<Same<RequiredMethods<CheckpointStore>, typeof storeMethods.checkpointStore[number]>>,
-  Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>
+  Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>,
+  Check<Same<RequiredMethods<RunStore>, typeof storeMethods.runStore[number]>>
 ]

@@ -6,16 +6,16 @@ import * as api from '../../index.js'
 t.test('index.ts exports exactly the public names', async (t) => {
   t.same(Object.keys(api).sort(), [
     'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
-    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
+    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
-    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
+    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresSessionStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteSessionStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',
     'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
-    'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'schemas', 'sessionsPlugin',
+    'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
     'sqliteStores', 'websocketPlugin'
   ])
   t.equal(api.default, api.fastifyAgents)

@@ -3,18 +3,39 @@ import t from 'tap'
 import {
   DEFAULT_AUDIT_CAPACITY, DEFAULT_MAX_SESSIONS, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
 } from '../../lib/stores/memory.js'
+import { DEFAULT_MAX_RETAINED_RUNS, MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { auditEntry, factoriesOf, storeConformance } from './conformance.js'
+import { event, newRun, runStoreConformance } from './run-conformance.js'
 
 storeConformance(t, factoriesOf(() => memoryStores()))
+runStoreConformance(t, { store: () => new MemoryRunStore() })
 
-t.test('memoryStores gives the five stores, spreadable into the options', async (t) => {
-  const stores = memoryStores({ auditCapacity: 2 })
-  t.same(Object.keys(stores).sort(), ['approvalStore', 'auditStore', 'checkpointStore', 'idempotency', 'sessionStore'])
+t.test('memoryStores gives the six stores, spreadable into the options', async (t) => {
+  const stores = memoryStores({ auditCapacity: 2, maxRetainedRuns: 3 })
+  t.same(Object.keys(stores).sort(), ['approvalStore', 'auditStore', 'checkpointStore', 'idempotency', 'runStore', 'sessionStore'])
   t.equal((stores.auditStore as MemoryAuditStore).capacity, 2)
   t.equal((memoryStores().auditStore as MemoryAuditStore).capacity, DEFAULT_AUDIT_CAPACITY)
-  for (const store of [stores.auditStore, stores.sessionStore, stores.approvalStore, stores.checkpointStore, stores.idempotency.store]) {
+  t.equal((stores.runStore as MemoryRunStore).maxRetainedRuns, 3)
+  t.equal((memoryStores().runStore as MemoryRunStore).maxRetainedRuns, DEFAULT_MAX_RETAINED_RUNS)
+  for (const store of [stores.auditStore, stores.sessionStore, stores.approvalStore, stores.checkpointStore, stores.idempotency.store, stores.runStore]) {
     await store.close?.()
   }
+})
+
+t.test('runs: the memory store keeps at most maxRetainedRuns ended runs, the longest-ended dropped first', async (t) => {
+  const store = new MemoryRunStore({ maxRetainedRuns: 2 })
+  t.throws(() => new MemoryRunStore({ maxRetainedRuns: 0 }), /maxRetainedRuns must be a positive integer/)
+  const runs = [newRun(), newRun(), newRun(), newRun()]
+  for (const run of runs) await store.create(run, { exclusive: false })
+  for (const run of runs.slice(0, 3)) {
+    await store.finish(run.record.runId, [event(1, 'run.completed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000)
+  }
+  t.equal(await store.get(runs[0]!.record.runId), null, 'the longest-ended went first')
+  t.ok(await store.get(runs[1]!.record.runId))
+  t.ok(await store.get(runs[2]!.record.runId))
+  t.ok(await store.get(runs[3]!.record.runId), 'a run in progress is never dropped')
+  await store.close()
+  await t.rejects(store.get(runs[1]!.record.runId), { code: 'FA_STORE_CLOSED' })
 })
 
 t.test('audit ring buffer: 500 by default, the oldest evicted first', async (t) => {

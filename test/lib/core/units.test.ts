@@ -138,7 +138,7 @@ t.test('SSE heartbeat: one timer for every stream, a ": ping" comment each inter
   await sleep(60)
   t.equal(writes.length, before, 'no stream, no timer')
   stream.end()
-  stream.send({ seq: 1, type: 'x', data: null })
+  stream.send({ seq: 1, type: 'x', json: 'null' })
   stream.comment('late')
   stream.end()
   t.equal(writes.length, before, 'nothing is written after the end')

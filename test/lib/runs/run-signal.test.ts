@@ -29,7 +29,9 @@ function runOf (agent: Agent): AgentRun {
     timeoutMs: null,
     exposeErrors: false,
     log,
-    capabilities
+    capabilities,
+    sink: null,
+    onDisconnect: 'cancel'
   }
   return new AgentRun(options)
 }

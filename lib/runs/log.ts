@@ -1,0 +1,82 @@
+import type { FastifyBaseLogger } from 'fastify'
+import { iso } from '../stores/common.js'
+import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'
+import type { RunEvent, RunOutcome, RunSink } from './run.js'
+
+export interface RunLogOptions {
+  store: RunStore
+  runId: string
+  retentionMs: number
+  log: FastifyBaseLogger
+  /** a write the store refused: counted (`runLogFailures`) */
+  onFailure: () => void
+}
+
+function stored (event: RunEvent): StoredEvent {
+  return { seq: event.seq, type: event.type, data: event.json }
+}
+
+/** How a run's outcome is recorded. */
+export function runEnd (outcome: RunOutcome): RunEnd {
+  const endedAt = iso(Date.now())
+  if (outcome.status === 'completed') return { status: 'completed', endedAt, result: outcome.result }
+  return { status: outcome.code === 'CANCELLED' ? 'cancelled' : 'failed', endedAt, error: { code: outcome.code, message: outcome.message } }
+}
+
+/**
+ * A run's event log in the run store. Events are appended in order, in batches: while one append is on its
+ * way, the events that follow gather for the next (a run streaming 100 deltas costs a few round trips, not
+ * 100). The terminal event and the end are written together, after everything before them. A store that
+ * refuses a write is logged and counted; the batch is tried again with the next one (no gap in the log), and
+ * the live stream goes on meanwhile.
+ */
+export class RunLog implements RunSink {
+  readonly #options: RunLogOptions
+  #pending: StoredEvent[] = []
+  #writing: Promise<void> | null = null
+
+  constructor (options: RunLogOptions) {
+    this.#options = options
+  }
+
+  event (event: RunEvent): void {
+    this.#pending.push(stored(event))
+    this.#writing ??= this.#write()
+  }
+
+  async #write (): Promise<void> {
+    // the events of this tick go in one batch
+    await Promise.resolve()
+    while (this.#pending.length > 0) {
+      const batch = this.#pending
+      this.#pending = []
+      try {
+        await this.#options.store.append(this.#options.runId, batch)
+      } catch (err) {
+        this.#failed(err, 'append')
+        // kept, in front of what came since: the next write (or the end) tries them again
+        this.#pending = batch.concat(this.#pending)
+        break
+      }
+    }
+    this.#writing = null
+  }
+
+  async finish (event: RunEvent, outcome: RunOutcome): Promise<void> {
+    if (this.#writing !== null) await this.#writing
+    const events = this.#pending
+    this.#pending = []
+    events.push(stored(event))
+    const { store, runId, retentionMs } = this.#options
+    try {
+      await store.finish(runId, events, runEnd(outcome), retentionMs)
+    } catch (err) {
+      this.#failed(err, 'finish')
+    }
+  }
+
+  #failed (err: unknown, what: string): void {
+    this.#options.onFailure()
+    this.#options.log.error({ err, runId: this.#options.runId }, `run store failed to ${what} the run's events: followers see them late, or not at all`)
+  }
+}

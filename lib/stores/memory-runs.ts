@@ -1,0 +1,243 @@
+// The in-process run store: records and event logs of one instance, watched in-process.
+import { RunLogGapError } from '../core/errors.js'
+import { checkCount, checkLimit, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
+import { RunWatchHub } from './run-watch.js'
+import type {
+  CancelRunResult, CreateRunResult, NewRun, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStore, StartRunResult,
+  StoredEvent
+} from './types.js'
+
+export const DEFAULT_MAX_RETAINED_RUNS = 10_000
+export const MAX_RUN_LIST_LIMIT = 500
+
+interface StoredRun {
+  record: RunRecord
+  spec: RunSpec
+  ephemeral: boolean
+  events: StoredEvent[]
+  cancelRequested: boolean
+  /** set when the run ends: after this it is gone */
+  expiresAt: number
+  createdMs: number
+}
+
+export interface MemoryRunStoreOptions {
+  /** the most ended runs kept (default 10,000): past it, the longest-ended go first */
+  maxRetainedRuns?: number | undefined
+}
+
+function ended (record: RunRecord): boolean {
+  return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
+}
+
+function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): boolean {
+  return ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
+}
+
+export class MemoryRunStore implements RunStore {
+  readonly maxRetainedRuns: number
+  readonly #runs = new Map<string, StoredRun>()
+  /** session id → the run that holds it */
+  readonly #holders = new Map<string, string>()
+  // ended runs, longest-ended first (a Set keeps insertion order): the bound takes from the front
+  readonly #ended = new Set<string>()
+  readonly #hub = new RunWatchHub()
+  #closed = false
+
+  constructor (options: MemoryRunStoreOptions = {}) {
+    this.maxRetainedRuns = checkCount('maxRetainedRuns', options.maxRetainedRuns ?? DEFAULT_MAX_RETAINED_RUNS)
+  }
+
+  #live (runId: string, now = Date.now()): StoredRun | undefined {
+    const stored = this.#runs.get(runId)
+    if (stored === undefined || stored.expiresAt <= now) return undefined
+    return stored
+  }
+
+  #check (): void {
+    if (this.#closed) throw storeClosedError()
+  }
+
+  /** The session is free, or held by a run that has ended (given back late, or never: its instance died). */
+  #sessionFree (sessionId: string): boolean {
+    const holder = this.#holders.get(sessionId)
+    if (holder === undefined) return true
+    const run = this.#runs.get(holder)
+    return run === undefined || ended(run.record)
+  }
+
+  async create (run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult> {
+    this.#check()
+    const { record } = run
+    const sessionId = record.sessionId
+    if (options.exclusive && sessionId !== null) {
+      if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
+      this.#holders.set(sessionId, record.runId)
+    }
+    this.#runs.set(record.runId, {
+      record: { ...record },
+      spec: run.spec,
+      ephemeral: run.ephemeral,
+      events: [],
+      cancelRequested: false,
+      expiresAt: Infinity,
+      createdMs: toMs('createdAt', record.createdAt)
+    })
+    return { outcome: 'created' }
+  }
+
+  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined || stored.record.status !== 'queued') return { outcome: 'gone' }
+    const sessionId = stored.record.sessionId
+    if (sessionId !== null) {
+      if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
+      this.#holders.set(sessionId, runId)
+    }
+    stored.record.status = 'running'
+    stored.record.startedAt = startedAt
+    return { outcome: 'started', record: { ...stored.record } }
+  }
+
+  #appendTo (stored: StoredRun, events: readonly StoredEvent[]): void {
+    let seq = stored.record.lastSeq
+    for (const event of events) {
+      if (event.seq !== ++seq) throw new RunLogGapError(stored.record.runId, seq, event.seq)
+    }
+    for (const event of events) stored.events.push(event)
+    stored.record.lastSeq = seq
+  }
+
+  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined || ended(stored.record) || events.length === 0) return
+    this.#appendTo(stored, events)
+    this.#hub.events(runId, stored.record.lastSeq)
+  }
+
+  #end (stored: StoredRun, end: RunEnd, retentionMs: number): void {
+    const { record } = stored
+    record.status = end.status
+    record.endedAt = end.endedAt
+    if (end.result !== undefined) record.result = end.result
+    if (end.error !== undefined) record.error = end.error
+    stored.expiresAt = toMs('endedAt', end.endedAt) + retentionMs
+    this.#ended.add(record.runId)
+    const sessionId = record.sessionId
+    if (sessionId !== null && this.#holders.get(sessionId) === record.runId) {
+      this.#holders.delete(sessionId)
+      this.#hub.sessionFree(sessionId)
+    }
+    while (this.#ended.size > this.maxRetainedRuns) this.#delete(this.#ended.values().next().value!)
+  }
+
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined || stored.record.status !== 'running') return null
+    this.#appendTo(stored, events)
+    this.#end(stored, end, retentionMs)
+    this.#hub.events(runId, stored.record.lastSeq)
+    return { ...stored.record }
+  }
+
+  async get (runId: string): Promise<RunRecord | null> {
+    this.#check()
+    const stored = this.#live(runId)
+    return stored === undefined ? null : { ...stored.record }
+  }
+
+  async spec (runId: string): Promise<RunSpec | null> {
+    this.#check()
+    return this.#live(runId)?.spec ?? null
+  }
+
+  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined) return []
+    // seqs run from 1 without gaps: the event after `afterSeq` is at index afterSeq
+    return stored.events.slice(afterSeq, afterSeq + limit)
+  }
+
+  async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined) return { outcome: 'not_found' }
+    if (ended(stored.record)) return { outcome: 'ended', record: { ...stored.record } }
+    if (stored.record.status === 'queued') {
+      this.#appendTo(stored, [endedBeforeStartEvent(stored.record, end)])
+      this.#end(stored, end, retentionMs)
+      this.#hub.events(runId, stored.record.lastSeq)
+      return { outcome: 'cancelled', record: { ...stored.record } }
+    }
+    stored.cancelRequested = true
+    this.#hub.cancel(runId)
+    return { outcome: 'requested', record: { ...stored.record } }
+  }
+
+  watch (runId: string, listener: Parameters<RunStore['watch']>[1]): () => void {
+    return this.#hub.watch(runId, listener)
+  }
+
+  watchSession (sessionId: string, listener: () => void): () => void {
+    return this.#hub.watchSession(sessionId, listener)
+  }
+
+  #page (filter: (record: RunRecord) => boolean, limit: number, cursor: string | undefined): RunPage {
+    const after = cursor === undefined ? null : decodeKeyCursor(cursor)
+    const now = Date.now()
+    const matching: StoredRun[] = []
+    for (const stored of this.#runs.values()) {
+      if (stored.expiresAt <= now || !filter(stored.record)) continue
+      if (after !== null && !isBefore(stored.createdMs, stored.record.runId, after)) continue
+      matching.push(stored)
+    }
+    matching.sort((a, b) => b.createdMs - a.createdMs || (a.record.runId < b.record.runId ? 1 : -1))
+    const page = matching.slice(0, limit)
+    const last = page.at(-1)
+    return {
+      runs: page.map((stored) => ({ ...stored.record })),
+      nextCursor: matching.length > limit && last !== undefined ? encodeKeyCursor(last.createdMs, last.record.runId) : null
+    }
+  }
+
+  async listBySession (sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage> {
+    this.#check()
+    const limit = checkLimit(query.limit, MAX_RUN_LIST_LIMIT)
+    return this.#page((record) => record.sessionId === sessionId, limit, query.cursor)
+  }
+
+  async list (query: RunListQuery): Promise<RunPage> {
+    this.#check()
+    const limit = checkLimit(query.limit, MAX_RUN_LIST_LIMIT)
+    return this.#page((record) =>
+      (query.status === undefined || record.status === query.status) &&
+      (query.agent === undefined || record.agent === query.agent) &&
+      (query.sessionId === undefined || record.sessionId === query.sessionId), limit, query.cursor)
+  }
+
+  #delete (runId: string): void {
+    this.#runs.delete(runId)
+    this.#ended.delete(runId)
+  }
+
+  async purge (now: number, batch: number): Promise<number> {
+    this.#check()
+    let purged = 0
+    for (const runId of this.#ended) {
+      if (purged >= batch) break
+      if (this.#runs.get(runId)!.expiresAt > now) continue
+      this.#delete(runId)
+      purged++
+    }
+    return purged
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    this.#hub.close()
+  }
+}

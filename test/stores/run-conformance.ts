@@ -1,0 +1,307 @@
+// The behaviour every run store must have (contract §15), run by each backend's test file against a factory that
+// makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on
+// the same data, as another instance would have: what one writes, the other sees and hears.
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Test } from 'tap'
+import type { NewRun, RunChange, RunEnd, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
+import type { StoreFactory } from './conformance.js'
+
+export interface RunStoreFactories {
+  store: StoreFactory<RunStore>
+  /** a second store on the same data (another instance); absent for an in-process store */
+  twin?: (t: Test, first: RunStore) => RunStore | Promise<RunStore>
+}
+
+const HOUR = 3_600_000
+let counter = 0
+
+export function newRun (extra: Partial<RunRecord> = {}, ephemeral = false): NewRun {
+  counter++
+  const createdAt = new Date(1_700_000_000_000 + counter * 1000).toISOString()
+  const runId = extra.runId ?? `run-${counter}-${Math.random().toString(36).slice(2, 8)}`
+  return {
+    record: {
+      runId,
+      agent: 'echo',
+      sessionId: `session-${runId}`,
+      principal: 'alice',
+      status: 'running',
+      background: false,
+      attempt: 1,
+      lastSeq: 0,
+      createdAt,
+      startedAt: createdAt,
+      requestId: `req-${runId}`,
+      traceId: 'a'.repeat(32),
+      ...extra
+    },
+    spec: { input: { q: runId }, metadata: { n: counter } },
+    ephemeral
+  }
+}
+
+export function event (seq: number, type = 'message.delta', data: unknown = { text: `t${seq}` }): StoredEvent {
+  return { seq, type, data: JSON.stringify(data) }
+}
+
+function completed (record: RunRecord): RunEnd {
+  return {
+    status: 'completed',
+    endedAt: new Date().toISOString(),
+    result: {
+      runId: record.runId, agent: record.agent, sessionId: record.sessionId, status: 'completed', output: 'done',
+      usage: { inputTokens: 1, outputTokens: 2, totalTokens: 3 }, finishReason: 'stop', requestId: record.requestId, traceId: record.traceId
+    }
+  }
+}
+
+const cancelled = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+
+async function open (t: Test, factory: StoreFactory<RunStore>): Promise<RunStore> {
+  const store = await factory(t)
+  t.teardown(async () => { await store.close?.() })
+  return store
+}
+
+/** Collects a watcher's changes. */
+function watcher (store: RunStore, runId: string): { changes: RunChange[], stop: () => void } {
+  const changes: RunChange[] = []
+  const stop = store.watch(runId, (change) => changes.push(change))
+  return { changes, stop }
+}
+
+async function eventually (check: () => boolean, ms = 3_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms`)
+    await sleep(5)
+  }
+}
+
+export function runStoreConformance (t: Test, factories: RunStoreFactories): void {
+  const factory = factories.store
+
+  t.test('runs: create, get and spec; unknown runs are null', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    t.same(await store.create(run, { exclusive: false }), { outcome: 'created' })
+    t.same(await store.get(run.record.runId), run.record)
+    t.same(await store.spec(run.record.runId), run.spec)
+    t.equal(await store.get('nope'), null)
+    t.equal(await store.spec('nope'), null)
+    t.same(await store.events('nope', 0, 10), [])
+  })
+
+  t.test('runs: events are appended in order, read after a cursor, in pages; a gap is refused', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    await store.create(run, { exclusive: false })
+    const id = run.record.runId
+    await store.append(id, [event(1, 'run.started', { runId: id })])
+    await store.append(id, [event(2), event(3), event(4)])
+    await store.append(id, [])
+    t.equal((await store.get(id))!.lastSeq, 4)
+    t.same(await store.events(id, 0, 100), [event(1, 'run.started', { runId: id }), event(2), event(3), event(4)])
+    t.same(await store.events(id, 2, 1), [event(3)])
+    t.same(await store.events(id, 4, 10), [])
+    await t.rejects(store.append(id, [event(6)]), { code: 'FA_RUN_LOG_GAP' })
+    await t.rejects(store.append(id, [event(5), event(7)]), { code: 'FA_RUN_LOG_GAP' })
+    t.equal((await store.get(id))!.lastSeq, 4, 'nothing of a refused batch is kept')
+    // data is kept as the exact text sent, unicode and all
+    const odd = { seq: 5, type: 'custom.x', data: '{"s":"é ✓ 😀 \\u2028","n":1.50}' }
+    await store.append(id, [odd])
+    t.same(await store.events(id, 4, 10), [odd])
+  })
+
+  t.test('runs: finish stores the last events and the end in one step, once', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    await store.create(run, { exclusive: true })
+    const id = run.record.runId
+    await store.append(id, [event(1, 'run.started')])
+    const end = completed(run.record)
+    const done = await store.finish(id, [event(2), event(3, 'run.completed', end.result)], end, HOUR)
+    t.match(done, { runId: id, status: 'completed', lastSeq: 3, endedAt: end.endedAt, result: end.result })
+    t.same(await store.get(id), done)
+    t.equal(await store.finish(id, [event(4, 'run.failed')], cancelled(), HOUR), null, 'an ended run ends once')
+    t.equal((await store.get(id))!.lastSeq, 3)
+    await store.append(id, [event(4)])
+    t.equal((await store.get(id))!.lastSeq, 3, 'nothing is appended after the end')
+    t.equal(await store.finish('nope', [], cancelled(), HOUR), null)
+    const failed = newRun()
+    await store.create(failed, { exclusive: false })
+    const end2: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'AGENT_ERROR', message: 'boom' } }
+    t.match(await store.finish(failed.record.runId, [event(1, 'run.failed')], end2, HOUR), { status: 'failed', error: end2.error })
+  })
+
+  t.test('runs: an exclusive run holds its session until it ends', async (t) => {
+    const store = await open(t, factory)
+    const first = newRun({ sessionId: 'shared-session' })
+    const second = newRun({ sessionId: 'shared-session' })
+    t.same(await store.create(first, { exclusive: true }), { outcome: 'created' })
+    t.same(await store.create(second, { exclusive: true }), { outcome: 'session_busy', holder: first.record.runId })
+    t.equal(await store.get(second.record.runId), null, 'a busy create stores nothing')
+    t.same(await store.create(newRun({ sessionId: 'shared-session' }), { exclusive: false }), { outcome: 'created' }, 'a non-exclusive run does not ask')
+    await store.finish(first.record.runId, [event(1, 'run.completed')], completed(first.record), HOUR)
+    t.same(await store.create(second, { exclusive: true }), { outcome: 'created' })
+    t.same(await store.create(newRun({ sessionId: null }), { exclusive: true }), { outcome: 'created' }, 'no session, nothing to hold')
+  })
+
+  t.test('runs: of 20 concurrent exclusive creates on one session, exactly one wins', async (t) => {
+    const store = await open(t, factory)
+    const runs = Array.from({ length: 20 }, () => newRun({ sessionId: 'contested' }))
+    const results = await Promise.all(runs.map((run) => store.create(run, { exclusive: true })))
+    const winners = results.filter((r) => r.outcome === 'created')
+    t.equal(winners.length, 1)
+    const winner = runs[results.findIndex((r) => r.outcome === 'created')]!
+    for (const r of results) if (r.outcome === 'session_busy') t.equal(r.holder, winner.record.runId)
+  })
+
+  t.test('runs: a queued run starts when its session is free', async (t) => {
+    const store = await open(t, factory)
+    const holder = newRun({ sessionId: 'q-session' })
+    const queued = newRun({ sessionId: 'q-session', status: 'queued' })
+    delete queued.record.startedAt
+    await store.create(holder, { exclusive: true })
+    await store.create(queued, { exclusive: false })
+    t.match(await store.get(queued.record.runId), { status: 'queued' })
+    t.same(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'session_busy', holder: holder.record.runId })
+    let freed = 0
+    const stop = store.watchSession('q-session', () => { freed++ })
+    t.teardown(stop)
+    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR)
+    await eventually(() => freed > 0)
+    const startedAt = new Date().toISOString()
+    const started = await store.start(queued.record.runId, startedAt)
+    t.match(started, { outcome: 'started', record: { runId: queued.record.runId, status: 'running', startedAt } })
+    t.same(await store.start(queued.record.runId, startedAt), { outcome: 'gone' }, 'a run starts once')
+    t.same(await store.start('nope', startedAt), { outcome: 'gone' })
+    t.same(await store.create(newRun({ sessionId: 'q-session' }), { exclusive: true }), { outcome: 'session_busy', holder: queued.record.runId })
+    const lone = newRun({ sessionId: null, status: 'queued' })
+    await store.create(lone, { exclusive: false })
+    t.match(await store.start(lone.record.runId, startedAt), { outcome: 'started' })
+  })
+
+  t.test('runs: cancel ends a queued run at once, asks a running one, leaves an ended one', async (t) => {
+    const store = await open(t, factory)
+    t.same(await store.cancel('nope', cancelled(), HOUR), { outcome: 'not_found' })
+    const queued = newRun({ status: 'queued', traceId: 'b'.repeat(32) })
+    await store.create(queued, { exclusive: false })
+    const result = await store.cancel(queued.record.runId, cancelled(), HOUR)
+    t.match(result, { outcome: 'cancelled', record: { status: 'cancelled', lastSeq: 1, error: { code: 'CANCELLED' } } })
+    t.same(await store.events(queued.record.runId, 0, 10), [{
+      seq: 1, type: 'run.failed', data: JSON.stringify({ error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId: 'b'.repeat(32) })
+    }], 'its log is the one event a run would have sent')
+    t.match(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'gone' })
+
+    const running = newRun()
+    await store.create(running, { exclusive: true })
+    const heard = watcher(store, running.record.runId)
+    t.teardown(heard.stop)
+    t.match(await store.cancel(running.record.runId, cancelled(), HOUR), { outcome: 'requested', record: { status: 'running' } })
+    await eventually(() => heard.changes.some((c) => c.kind === 'cancel'))
+    await store.finish(running.record.runId, [event(1, 'run.failed')], cancelled(), HOUR)
+    t.match(await store.cancel(running.record.runId, cancelled(), HOUR), { outcome: 'ended', record: { status: 'cancelled' } })
+  })
+
+  t.test('runs: watchers hear new events, once each, and stop hearing when they stop', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    await store.create(run, { exclusive: false })
+    const id = run.record.runId
+    const heard = watcher(store, id)
+    await store.append(id, [event(1), event(2)])
+    await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 2))
+    await store.finish(id, [event(3, 'run.completed')], completed(run.record), HOUR)
+    await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 3))
+    const seqs = heard.changes.filter((c) => c.kind === 'events').map((c) => (c as { lastSeq: number }).lastSeq)
+    t.same(seqs, [...seqs].sort((a, b) => a - b), 'in order, no repeats')
+    t.equal(new Set(seqs).size, seqs.length)
+    heard.stop()
+    const other = newRun()
+    await store.create(other, { exclusive: false })
+    const before = heard.changes.length
+    await store.append(other.record.runId, [event(1)])
+    await sleep(50)
+    t.equal(heard.changes.length, before, 'another run is not heard')
+  })
+
+  t.test('runs: a session\'s runs and every run, most recent first, by cursor, with filters', async (t) => {
+    const store = await open(t, factory)
+    const mine = Array.from({ length: 5 }, () => newRun({ sessionId: 'listed' }))
+    for (const run of mine) await store.create(run, { exclusive: false })
+    const others = [newRun({ sessionId: 'elsewhere', agent: 'other' }), newRun({ sessionId: 'elsewhere', status: 'queued' })]
+    for (const run of others) await store.create(run, { exclusive: false })
+    const first = await store.listBySession('listed', { limit: 2 })
+    t.same(first.runs.map((r) => r.runId), [mine[4]!.record.runId, mine[3]!.record.runId])
+    const second = await store.listBySession('listed', { limit: 2, cursor: first.nextCursor! })
+    const third = await store.listBySession('listed', { limit: 2, cursor: second.nextCursor! })
+    t.same([...second.runs, ...third.runs].map((r) => r.runId), [mine[2], mine[1], mine[0]].map((r) => r!.record.runId))
+    t.equal(third.nextCursor, null)
+    t.same(await store.listBySession('nobody', { limit: 10 }), { runs: [], nextCursor: null })
+
+    const all = await store.list({ limit: 500 })
+    t.ok(all.runs.length >= 7)
+    t.same((await store.list({ limit: 10, agent: 'other' })).runs.map((r) => r.runId), [others[0]!.record.runId])
+    t.same((await store.list({ limit: 10, status: 'queued', sessionId: 'elsewhere' })).runs.map((r) => r.runId), [others[1]!.record.runId])
+    t.same((await store.list({ limit: 10, sessionId: 'listed', status: 'running' })).runs.length, 5)
+    await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
+    await t.rejects(store.list({ limit: 0 }), RangeError)
+    await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
+  })
+
+  t.test('runs: an ended run is kept for its retention, then gone, and purged in batches', async (t) => {
+    const store = await open(t, factory)
+    const short = newRun()
+    const long = newRun()
+    for (const run of [short, long]) {
+      await store.create(run, { exclusive: false })
+      await store.append(run.record.runId, [event(1)])
+    }
+    await store.finish(short.record.runId, [event(2, 'run.completed')], completed(short.record), 50)
+    await store.finish(long.record.runId, [event(2, 'run.completed')], completed(long.record), HOUR)
+    await sleep(120)
+    t.equal(await store.get(short.record.runId), null, 'past its retention: gone')
+    t.same(await store.events(short.record.runId, 0, 10), [])
+    t.notOk((await store.list({ limit: 500 })).runs.some((r) => r.runId === short.record.runId))
+    t.ok(await store.get(long.record.runId))
+    t.ok(await store.purge(Date.now(), 1000) >= 1)
+    t.equal(await store.purge(Date.now(), 1000), 0, 'nothing left to purge')
+    t.ok(await store.get(long.record.runId), 'not yet')
+    t.equal(await store.purge(Date.now() + 2 * HOUR, 0), 0, 'a batch of 0 deletes nothing')
+    t.equal(await store.purge(Date.now() + 2 * HOUR, 1), 1)
+    t.equal(await store.get(long.record.runId), null)
+  })
+
+  if (factories.twin !== undefined) {
+    const makeTwin = factories.twin
+
+    t.test('runs: another instance sees the records and hears the events, cancels and freed sessions', async (t) => {
+      const a = await open(t, factory)
+      const b = await makeTwin(t, a)
+      t.teardown(async () => { await b.close?.() })
+      const run = newRun({ sessionId: 'across' })
+      await a.create(run, { exclusive: true })
+      const id = run.record.runId
+      t.same(await b.get(id), run.record)
+      const onB = watcher(b, id)
+      const onA = watcher(a, id)
+      t.teardown(() => { onA.stop(); onB.stop() })
+      const started = Date.now()
+      await a.append(id, [event(1, 'run.started')])
+      await eventually(() => onB.changes.some((c) => c.kind === 'events' && c.lastSeq === 1), 1_000)
+      t.ok(Date.now() - started < 1_000, 'heard within a second')
+      t.same(await b.events(id, 0, 10), [event(1, 'run.started')])
+      t.same(await b.create(newRun({ sessionId: 'across' }), { exclusive: true }), { outcome: 'session_busy', holder: id })
+      t.match(await b.cancel(id, cancelled(), HOUR), { outcome: 'requested' })
+      await eventually(() => onA.changes.some((c) => c.kind === 'cancel'), 1_000)
+      let freed = false
+      const stop = b.watchSession('across', () => { freed = true })
+      t.teardown(stop)
+      await a.finish(id, [event(2, 'run.failed')], cancelled(), HOUR)
+      await eventually(() => freed, 2_000)
+      await eventually(() => onB.changes.some((c) => c.kind === 'events' && c.lastSeq === 2), 1_000)
+      t.same(await b.create(newRun({ sessionId: 'across' }), { exclusive: true }), { outcome: 'created' })
+    })
+  }
+}
