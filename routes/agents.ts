@@ -125,7 +125,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     if (service.drain.draining) void reply.header('connection', 'close')
     // the result as the run's log holds it, serialized once (a string payload skips the schema's serializer)
     if (outcome.status === 'completed') return (reply as FastifyReply).type('application/json; charset=utf-8').send(run.terminal!.json)
-    throw runFailureError(outcome, run.agentName, run.options.timeoutMs)
+    throw runFailureError(outcome, run.agentName, run.options.timeoutMs, reply.raw.destroyed)
   })
 }
 

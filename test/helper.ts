@@ -35,8 +35,10 @@ export function parseSse (body: string): ParsedEvent[] {
   for (const block of body.split('\n\n')) {
     const lines = block.split('\n').filter((l) => l !== '' && !l.startsWith(':'))
     if (lines.length === 0) continue
-    const field = (name: string): string => lines.find((l) => l.startsWith(name + ': '))!.slice(name.length + 2)
-    events.push({ id: Number(field('id')), event: field('event'), data: JSON.parse(field('data')) })
+    const field = (name: string): string | undefined => lines.find((l) => l.startsWith(name + ': '))?.slice(name.length + 2)
+    // an event without an id (the follower's `error`) leaves the client's Last-Event-ID where it was: NaN here
+    const id = field('id')
+    events.push({ id: id === undefined ? Number.NaN : Number(id), event: field('event')!, data: JSON.parse(field('data')!) })
   }
   return events
 }

@@ -13,7 +13,7 @@ export const RunInProgressError = createError('RUN_IN_PROGRESS', 'Run "%s" is st
 export const RunRecordNotFoundError = createError('RUN_NOT_FOUND', 'Run "%s" not found', 404)
 export const RunAlreadyEndedError = createError('RUN_ALREADY_ENDED', 'Run "%s" has already ended', 409)
 export const SessionBusyError = createError('SESSION_BUSY', 'Session "%s" has a run in progress (%s): send multitask "interrupt" or "enqueue" to go on anyway', 409)
-export const RunCancelledWhileQueuedError = createError('RUN_CANCELLED', 'Run "%s" was cancelled while it waited for its session', 409)
+export const RunCancelledWhileQueuedError = createError('CANCELLED', 'Run "%s" was cancelled while it waited for its session', 409)
 export const InvalidCursorParamError = createError('FST_ERR_VALIDATION', '%s must be a non-negative integer', 400)
 export const EphemeralSessionError = createError('FST_ERR_VALIDATION', 'body/sessionId is not allowed with store: false (an ephemeral run has no session)', 400)
 export const RunSessionMismatchError = createError('RUN_SESSION_MISMATCH', 'Run "%s" belongs to another session', 400)
@@ -44,12 +44,15 @@ export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'in
 /** A JSON run whose client went away before its answer: nobody reads it (logged and audited as 499). */
 export const ClientClosedError = createError('CANCELLED', '%s', 499)
 
-/** The HTTP error a failed JSON run answers with. */
-export function runFailureError (failure: { code: string, message: string }, agent: string, timeoutMs: number | null): Error {
+/** A JSON run cancelled (`POST /v1/runs/:runId/cancel`, another run's `multitask: 'interrupt'`) while its client waits. */
+export const RunCancelledError = createError('CANCELLED', '%s', 409)
+
+/** The HTTP error a failed JSON run answers with; `clientGone`: nobody reads it (recorded as 499). */
+export function runFailureError (failure: { code: string, message: string }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
   switch (failure.code) {
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
-    case 'CANCELLED': return new ClientClosedError(failure.message)
+    case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
     default: return new AgentError(failure.message)
   }
 }

@@ -21,9 +21,10 @@ function onFollowerClose (this: FollowerResponse): void {
 /**
  * `GET /v1/runs/:runId/events`: the run's stored events after a cursor, then live ones until the terminal
  * event, then the end. Every event is written from its stored JSON, so a replay is byte for byte what the run's
- * own stream sent. A follower pulls: it reads the next page only once its socket has taken the last one, so it
- * never slows the run and holds at most a page; one whose socket stays behind by more than the bound is cut
- * (the client rejoins from its last id). A store that fails ends the stream with an `error` event, never a gap.
+ * own stream sent. A follower never slows the run: a replay goes at the pace of its socket (the next page is
+ * read once the socket holds less than half the bound), while the run's new events are written as they come; a
+ * follower whose socket then holds more than the bound is cut, and rejoins from its last id. A store that fails
+ * ends the stream with an `error` event, never a gap.
  */
 export class RunFollower {
   readonly #service: AgentServiceCore
@@ -35,6 +36,8 @@ export class RunFollower {
   #pumping = false
   #again = false
   #done = false
+  /** while waiting for a full socket to drain: told when the run has new events */
+  #onNews: (() => void) | null = null
 
   constructor (service: AgentServiceCore, request: FastifyRequest, reply: FastifyReply, record: RunRecord, after: number) {
     this.#service = service
@@ -53,6 +56,8 @@ export class RunFollower {
       return
     }
     service.heartbeat.add(this.#stream)
+    // the head goes now: a follower waiting for the run's next event should not wait for its headers too
+    reply.raw.flushHeaders()
     // watched before the first read: an event stored in between is read by one or the other
     this.#unwatch = service.settings.runStore.watch(this.#runId, () => this.#pump())
     this.#pump()
@@ -68,6 +73,7 @@ export class RunFollower {
     if (this.#done) return
     if (this.#pumping) {
       this.#again = true
+      this.#onNews?.()
       return
     }
     this.#pumping = true
@@ -82,6 +88,7 @@ export class RunFollower {
 
   async #read (): Promise<void> {
     const store = this.#service.settings.runStore
+    const bound = this.#service.settings.maxStreamBufferBytes
     for (;;) {
       this.#again = false
       const events = await store.events(this.#runId, this.#after, PAGE)
@@ -92,20 +99,23 @@ export class RunFollower {
         return
       }
       if (!this.#write(events)) return
-      if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
+      if (this.#stream.buffered > bound) {
         this.#service.stats.slowConsumers++
         this.#stream.cut()
         return
       }
-      // the socket takes its time: the next page is read once it has drained
-      if (this.#stream.raw.writableNeedDrain) {
-        await new Promise<void>((resolve) => {
-          const raw = this.#stream.raw
-          const done = (): void => { raw.off('drain', done); raw.off('close', done); resolve() }
+      // a socket holding half the bound: the next page waits for it to drain, or for the run's next events
+      if (this.#stream.buffered > bound / 2) {
+        const raw = this.#stream.raw
+        const drained = await new Promise<boolean>((resolve) => {
+          const done = (): void => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve(true) }
           raw.on('drain', done)
           raw.on('close', done)
+          this.#onNews = () => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve(false) }
         })
         if (this.#done) return
+        // news while stuck: what the run sent goes to the socket too, and a socket past the bound is cut above
+        if (!drained) continue
       }
     }
   }

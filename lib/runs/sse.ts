@@ -66,6 +66,23 @@ export class SseStream {
     if (this.open) this.raw.write(`: ${text}\n\n`)
   }
 
+  #sentAtBeat = -1
+
+  /**
+   * The heartbeat's tick: a `: ping`, unless the socket took nothing of what waits for it since the last tick —
+   * a reader that stays behind that long is cut (it may rejoin from its last id); what it held goes with it.
+   */
+  beat (): void {
+    if (!this.open) return
+    const sent = this.raw.socket?.bytesWritten ?? 0
+    if (this.buffered > 0 && sent === this.#sentAtBeat) {
+      this.cut()
+      return
+    }
+    this.#sentAtBeat = sent
+    this.comment('ping')
+  }
+
   /** Ends the response, with a last event when one is given. */
   end (last?: { seq: number, type: string, json: string }): void {
     if (this.open) this.raw.end(last === undefined ? undefined : formatSseEvent(last))
@@ -89,7 +106,7 @@ export class SseHeartbeat {
   add (stream: SseStream): void {
     this.#streams.add(stream)
     if (this.#timer === null) {
-      this.#timer = setInterval(() => { for (const s of this.#streams) s.comment('ping') }, this.intervalMs)
+      this.#timer = setInterval(() => { for (const s of this.#streams) s.beat() }, this.intervalMs)
       this.#timer.unref()
     }
   }

@@ -140,15 +140,21 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
 /** An ephemeral run's record and events go this soon after it ends (a follower catching the end gets it). */
 export const EPHEMERAL_RETENTION_MS = 1_000
 
-/** Resolves once `sessionId` may be free again (its run ended, here or on another instance), or the signal aborts. */
-function sessionFreed (service: AgentServiceCore, sessionId: string, signal: AbortSignal | undefined): Promise<void> {
+/**
+ * Resolves once `sessionId` may be free again (its run ended, here or on another instance), once the run
+ * `waiting` changed (a queued run cancelled meanwhile), or when the signal aborts.
+ */
+function sessionFreed (service: AgentServiceCore, sessionId: string, waiting: string | null, signal: AbortSignal | undefined): Promise<void> {
+  const store = service.settings.runStore
   return new Promise((resolve) => {
     const done = (): void => {
-      stop()
+      stopSession()
+      stopRun?.()
       signal?.removeEventListener('abort', done)
       resolve()
     }
-    const stop = service.settings.runStore.watchSession(sessionId, done)
+    const stopSession = store.watchSession(sessionId, done)
+    const stopRun = waiting === null ? null : store.watch(waiting, done)
     signal?.addEventListener('abort', done, { once: true })
   })
 }
@@ -163,7 +169,7 @@ async function takeSession (service: AgentServiceCore, run: NewRun, multitask: M
     await store.create(run, { exclusive: false })
     for (;;) {
       // watched before trying, so that a session given back in between is not missed
-      const freed = sessionFreed(service, sessionId, signal)
+      const freed = sessionFreed(service, sessionId, run.record.runId, signal)
       const started = await store.start(run.record.runId, iso(Date.now()))
       if (started.outcome === 'started') {
         run.record.status = 'running'
@@ -179,7 +185,7 @@ async function takeSession (service: AgentServiceCore, run: NewRun, multitask: M
     }
   }
   for (;;) {
-    const freed = sessionFreed(service, sessionId, signal)
+    const freed = sessionFreed(service, sessionId, null, signal)
     const created = await store.create(run, { exclusive: true })
     if (created.outcome === 'created') return
     if (multitask === 'reject') throw new SessionBusyError(sessionId, created.holder)

@@ -174,8 +174,10 @@ export class MemoryRunStore implements RunStore {
       return { outcome: 'cancelled', record: { ...stored.record } }
     }
     stored.cancelRequested = true
+    // the record as the cancel found it (whoever runs it may end it at once, below)
+    const record = { ...stored.record }
     this.#hub.cancel(runId)
-    return { outcome: 'requested', record: { ...stored.record } }
+    return { outcome: 'requested', record }
   }
 
   watch (runId: string, listener: Parameters<RunStore['watch']>[1]): () => void {

@@ -62,13 +62,21 @@ export interface SseClient {
 
 /** POSTs a run with `Accept: text/event-stream` and reads the events as they come. */
 export async function openSse (url: string, path: string, body: unknown, headers: Record<string, string> = {}): Promise<SseClient> {
-  const controller = new AbortController()
-  const response = await fetch(url + path, {
+  return readSse(url + path, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...headers },
-    body: JSON.stringify(body),
-    signal: controller.signal
+    body: JSON.stringify(body)
   })
+}
+
+/** Follows a run's log (`GET /v1/runs/:runId/events`) as the events come. */
+export async function followRun (url: string, runId: string, headers: Record<string, string> = {}, query = ''): Promise<SseClient> {
+  return readSse(`${url}/v1/runs/${runId}/events${query}`, { headers: { accept: 'text/event-stream', ...headers } })
+}
+
+async function readSse (target: string, init: RequestInit): Promise<SseClient> {
+  const controller = new AbortController()
+  const response = await fetch(target, { ...init, signal: controller.signal })
   const inbox = new Inbox<ParsedEvent>()
   const ended = (async () => {
     let buffer = ''
