@@ -319,9 +319,16 @@ t.test('two approvals in one run: the second continuation keeps the first; a com
   t.same(ran, ['build'])
   t.match(events.at(-1), ['run.completed', { output: 'Built, not deployed.', usage: { inputTokens: 3, outputTokens: 3 } }])
   const third = model.doStreamCalls[2]!.prompt
-  t.same(third.filter((m) => m.role === 'tool').map((m) => m.content.map((part) => part.type === 'tool-result' && part.output.type)), [
-    ['text'], ['execution-denied']
-  ], 'the build result is still there when the deploy is denied')
+  const partTypes = (content: Prompt[number]['content']) => typeof content === 'string'
+    ? content
+    : content.map((part) => part.type === 'tool-result' ? part.output.type : part.type)
+  t.same(third.map((m) => [m.role, partTypes(m.content)]), [
+    ['user', ['text']],
+    ['assistant', ['tool-call']],
+    ['tool', ['text']],
+    ['assistant', ['tool-call']],
+    ['tool', ['execution-denied']]
+  ], 'the build call and its result are still there when the deploy is denied')
 })
 
 t.test('toolApproval: automatic decisions ask nobody; user-approval asks like needsApproval', async (t) => {
