@@ -45,7 +45,7 @@ export const WsErrorCode = Type.Union([
   Type.Literal('INVALID_JSON'), Type.Literal('INVALID_MESSAGE'), Type.Literal('UNKNOWN_MESSAGE_TYPE'),
   Type.Literal('TOO_MANY_RUNS'), Type.Literal('AGENT_NOT_FOUND'), Type.Literal('SESSION_NOT_FOUND'),
   Type.Literal('RUN_NOT_FOUND'), Type.Literal('RUN_IN_PROGRESS'), Type.Literal('RUN_SESSION_MISMATCH'),
-  Type.Literal('FORBIDDEN'), Type.Literal('SHUTDOWN'), Type.Literal('INTERNAL_ERROR')
+  Type.Literal('FORBIDDEN'), Type.Literal('SHUTDOWN'), Type.Literal('INTERNAL_ERROR'), Type.Literal('FST_ERR_VALIDATION')
 ])
 
 /** A message that could not be acted on; the connection stays open. */

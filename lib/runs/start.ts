@@ -32,13 +32,15 @@ export interface PrepareRunOptions {
   log: FastifyBaseLogger
   /** the HTTP request whose audit entry names the run (a WebSocket run has its own, the upgrade's) */
   auditedRequest?: FastifyRequest
+  /** how a validation message names the input: `body/input` (the default) or `message/input` (WebSocket) */
+  inputPath?: string
 }
 
 /**
  * Resolves a run request into a registered run that is not started yet: the caller subscribes with
- * `run.listen()` and then calls `run.start()`. Looks the agent up, loads the checkpoint of a resumed
- * run, finds (or creates) the session. Throws AGENT_NOT_FOUND, RUN_IN_PROGRESS, RUN_NOT_FOUND,
- * RUN_SESSION_MISMATCH and SESSION_NOT_FOUND.
+ * `run.listen()` and then calls `run.start()`. Looks the agent up, checks the input against its schema, loads
+ * the checkpoint of a resumed run, finds (or creates) the session. Throws AGENT_NOT_FOUND, FST_ERR_VALIDATION,
+ * RUN_IN_PROGRESS, RUN_NOT_FOUND, RUN_SESSION_MISMATCH and SESSION_NOT_FOUND.
  */
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
@@ -46,6 +48,8 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { agent: name })
+  // before anything is loaded, created or registered: a bad input leaves no trace but its 400
+  settings.agentInputs.get(name)?.(request.input, options.inputPath ?? 'body/input')
 
   let runId: string = randomId()
   let sessionId = request.sessionId
