@@ -10,10 +10,12 @@
  * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
  * Only types are imported from `ai`: this module loads nothing of it.
  */
+import type { Static, TSchema } from '@sinclair/typebox'
 import type { ModelMessage, TextStreamPart, ToolApprovalResponse, ToolSet } from 'ai'
-import type { AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { TypedAgent } from '../lib/runs/define-agent.js'
 import { checkApprovalTimeout, textOf } from './common.js'
-import type { AdaptedAgent, AdapterOptions } from './common.js'
+import type { AdapterOptions } from './common.js'
 
 /** What the adapter reads of a `streamText()` result. */
 export interface StreamTextOutput {
@@ -24,6 +26,11 @@ export interface StreamTextOutput {
 export interface AiSdkAgentOptions<Input = unknown> extends AdapterOptions {
   /** Calls `streamText({ ..., messages: modelMessages(ctx, input), abortSignal: ctx.signal })`. */
   run(input: Input, ctx: RunContext): StreamTextOutput | PromiseLike<StreamTextOutput>
+}
+
+/** With an `input` schema, `run` gets what the schema describes. */
+export interface TypedAiSdkAgentOptions<S extends TSchema> extends Omit<AiSdkAgentOptions<Static<S>>, 'input'> {
+  input: S
 }
 
 const CONTINUATION = Symbol('fastify-agents.ai-sdk.continuation')
@@ -65,7 +72,9 @@ function approvalResponse (request: ApprovalRequestPart, decision: Decision): To
   return { type: 'tool-approval-response', approvalId: request.approvalId, approved: decision.approved, reason }
 }
 
-export function aiSdkAgent<Input = unknown> (options: AiSdkAgentOptions<Input>): AdaptedAgent<Input> {
+export function aiSdkAgent<S extends TSchema> (options: TypedAiSdkAgentOptions<S>): TypedAgent<S>
+export function aiSdkAgent<Input = unknown> (options: AiSdkAgentOptions<Input> & { input?: undefined }): Agent<Input>
+export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Input> {
   const { run, approvalTimeoutMs, ...fields } = options
   if (typeof run !== 'function') throw new TypeError('aiSdkAgent: run must be a function returning what streamText() returns')
   checkApprovalTimeout('aiSdkAgent', approvalTimeoutMs)

@@ -1,19 +1,18 @@
 // What the ecosystem adapters share: the options every adapted agent takes and how it turns a run's input into text.
 import type { TSchema } from '@sinclair/typebox'
-import type { Agent } from '../lib/core/types.js'
 
 export interface AdapterOptions {
   description?: string
   metadata?: Record<string, unknown>
-  /** validates the run request's input; passed through to the service */
+  /** validates the run request's input (and types it); passed through to the service */
   input?: TSchema
+  /** documents the run's output; passed through to the service */
+  output?: TSchema
   /** the run may be requeued on another instance (§16); passed through to the service */
   resumable?: boolean
   /** how long each approval the adapter asks for stays pending; default: `ctx.requestApproval`'s (15 minutes) */
   approvalTimeoutMs?: number
 }
-
-export type AdaptedAgent<Input = unknown> = Agent<Input> & Pick<AdapterOptions, 'input' | 'resumable'>
 
 // the longest ctx.requestApproval accepts (a timer's limit)
 const MAX_APPROVAL_TIMEOUT_MS = 2 ** 31 - 1

@@ -10,10 +10,12 @@
  * interrupt id, so `interrupt()` returns the decision `{ approved, comment, decidedBy, status }`.
  * A plain Runnable (a chat model, a chain) is streamed too: its message chunks or strings are the text.
  */
+import type { Static, TSchema } from '@sinclair/typebox'
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
-import type { AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { TypedAgent } from '../lib/runs/define-agent.js'
 import { checkApprovalTimeout, textOf } from './common.js'
-import type { AdaptedAgent, AdapterOptions } from './common.js'
+import type { AdapterOptions } from './common.js'
 
 export interface GraphStreamOptions {
   configurable: { thread_id: string }
@@ -29,6 +31,11 @@ export interface StreamableGraph {
 export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
   /** The graph's input for a run; by default one human message holding the input (JSON unless a string). */
   toGraphInput?(input: Input, ctx: RunContext): unknown
+}
+
+/** With an `input` schema, `toGraphInput` gets what the schema describes. */
+export interface TypedLangGraphAgentOptions<S extends TSchema> extends Omit<LangGraphAgentOptions<Static<S>>, 'input'> {
+  input: S
 }
 
 interface GraphInterrupt {
@@ -52,7 +59,9 @@ function messagesIn (update: unknown): unknown[] {
   return Array.isArray(messages) ? messages : [messages]
 }
 
-export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): AdaptedAgent<Input> {
+export function langGraphAgent<S extends TSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
+export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options?: LangGraphAgentOptions<Input> & { input?: undefined }): Agent<Input>
+export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): Agent<Input> {
   if (typeof graph?.stream !== 'function') throw new TypeError('langGraphAgent: graph must be a compiled graph or a Runnable (an object with stream())')
   const { toGraphInput = defaultInput, approvalTimeoutMs, ...fields } = options
   checkApprovalTimeout('langGraphAgent', approvalTimeoutMs)

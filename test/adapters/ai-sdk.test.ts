@@ -423,3 +423,26 @@ t.test('the agent: its fields passed through, its options checked when it is mad
     t.throws(() => aiSdkAgent({ run, approvalTimeoutMs: bad }), { name: 'RangeError', message: /aiSdkAgent: approvalTimeoutMs must be an integer from 0 to 2147483647/ })
   }
 })
+
+t.test('an input schema types run() and is checked before the model is called', async (t) => {
+  const model = scripted(() => [...text('Summary.'), finish('stop')])
+  const agent = aiSdkAgent({
+    input: Type.Object({ text: Type.String(), words: Type.Integer({ minimum: 1 }) }),
+    run: (input, ctx) => {
+      const words: number = input.words
+      // @ts-expect-error the schema says text is a string
+      const wrong: number = input.text
+      void wrong
+      return streamText({ model, prompt: `Summarise in ${words} words: ${input.text}`, abortSignal: ctx.signal })
+    }
+  })
+  // @ts-expect-error run's own annotation contradicts the schema
+  aiSdkAgent({ input: Type.Object({ n: Type.Number() }), run: (input: { n: string }) => streamText({ model, prompt: input.n }) })
+  const { app } = build(t, { agents: { summarise: agent } })
+  const bad = await app.inject({ method: 'POST', url: '/v1/agents/summarise/runs', payload: { input: { text: 'x', words: 0 } } })
+  t.equal(bad.statusCode, 400)
+  t.match(bad.json(), { code: 'FST_ERR_VALIDATION', message: 'body/input/words must be >= 1' })
+  t.equal(model.doStreamCalls.length, 0, 'the model was never called')
+  const ok = await app.inject({ method: 'POST', url: '/v1/agents/summarise/runs', payload: { input: { text: 'a long text', words: 3 } } })
+  t.equal(ok.json().output, 'Summary.')
+})

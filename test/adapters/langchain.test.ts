@@ -262,3 +262,24 @@ t.test('the agent: its fields passed through, its options checked when it is mad
   t.throws(() => langGraphAgent(null as never), { name: 'TypeError' })
   t.throws(() => langGraphAgent(graph, { approvalTimeoutMs: -5 }), { name: 'RangeError', message: /langGraphAgent: approvalTimeoutMs/ })
 })
+
+t.test('an input schema types toGraphInput and is checked before the graph runs', async (t) => {
+  let ran = 0
+  const graph = oneNode(async (state) => { ran++; return { messages: [new AIMessage(`got ${state.messages.at(-1)!.text}`)] } })
+  const agent = langGraphAgent(graph, {
+    input: Type.Object({ orderId: Type.Integer() }),
+    toGraphInput: (input) => {
+      const id: number = input.orderId
+      // @ts-expect-error the schema has no such property
+      void input.amount
+      return { messages: [new HumanMessage(`order ${id}`)] }
+    }
+  })
+  // @ts-expect-error toGraphInput's own annotation contradicts the schema
+  langGraphAgent(graph, { input: Type.Object({ orderId: Type.Integer() }), toGraphInput: (input: { orderId: string }) => input.orderId })
+  const { app } = build(t, { agents: { orders: agent } })
+  const bad = await app.inject({ method: 'POST', url: '/v1/agents/orders/runs', payload: { input: { orderId: '7' } } })
+  t.match(bad.json(), { statusCode: 400, code: 'FST_ERR_VALIDATION', message: 'body/input/orderId must be integer' })
+  t.equal(ran, 0)
+  t.equal((await app.inject({ method: 'POST', url: '/v1/agents/orders/runs', payload: { input: { orderId: 7 } } })).json().output, 'got order 7')
+})
