@@ -10,7 +10,7 @@ import { z } from 'zod'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
 import { build, eventually, listen, parseSse } from '../helper.js'
-import { openSse } from '../helpers/streams.js'
+import { openSse, openWs } from '../helpers/streams.js'
 
 type Prompt = LanguageModelV4CallOptions['prompt']
 
@@ -201,6 +201,23 @@ t.test('the SSE client going away aborts the model call', async (t) => {
   t.same((await stream.next('message.delta')).data, { text: 'Thinking' })
   t.equal(signal()?.aborted, false)
   stream.close()
+  await eventually(() => signal()?.aborted === true)
+  t.pass('the model saw its abort signal')
+})
+
+t.test('run.cancel over WebSocket aborts the model call', async (t) => {
+  const { model, signal } = hanging()
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal }) })
+  const { url } = await listen(t, { agents: { slow: agent }, websocket: true })
+  const ws = await openWs(url)
+  t.teardown(() => ws.socket.close())
+  ws.send({ type: 'run.start', ref: 's', agent: 'slow', input: 'hi' })
+  const delta = await ws.next((frame) => frame.type === 'message.delta')
+  t.same(delta.data, { text: 'Thinking' })
+  t.equal(signal()?.aborted, false)
+  ws.send({ type: 'run.cancel', runId: delta.runId })
+  const failed = await ws.next((frame) => frame.type === 'run.failed')
+  t.equal(failed.data.error.code, 'CANCELLED')
   await eventually(() => signal()?.aborted === true)
   t.pass('the model saw its abort signal')
 })
