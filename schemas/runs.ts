@@ -3,7 +3,7 @@ import type { Static } from '@sinclair/typebox'
 import { Id, Metadata, Usage } from './common.js'
 
 export const RunRequest = Type.Object({
-  input: Type.Unknown({ description: 'anything JSON; passed to the agent as is' }),
+  input: Type.Unknown({ description: 'anything JSON, checked against the input schema of the agent, when it has one; passed to the agent as is' }),
   sessionId: Type.Optional(Id),
   resumeRunId: Type.Optional(Id),
   metadata: Type.Optional(Metadata),
@@ -30,5 +30,8 @@ export const RunFailedEvent = Type.Object({
 })
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
-  'Types: run.started, message.delta, approval.requested, approval.decided, checkpoint.saved, custom ones, ' +
+  'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +
+  'reasoning.delta ({ text }), tool.call.delta ({ toolCallId, name, delta }), tool.call ({ toolCallId, name, input }), ' +
+  'tool.result ({ toolCallId, name, output, isError }), approval.requested and approval.decided ({ approval }), ' +
+  'checkpoint.saved ({ step }), custom ones (lower-case, dot-separated, at most 64 characters), ' +
   'then exactly one of run.completed (the JSON result) or run.failed ({ error: { code, message }, traceId }).'
