@@ -19,7 +19,7 @@ export const storeMethods = {
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
   idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
-  runStore: ['create', 'start', 'append', 'finish', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'listBySession', 'list', 'purge']
+  runStore: ['create', 'reopen', 'start', 'append', 'finish', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'listBySession', 'list', 'purge']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.

@@ -23,7 +23,7 @@ export const RunOptionsFields = {
 }
 
 export const RunRequest = Type.Object({
-  input: Type.Unknown({ description: 'anything JSON; passed to the agent as is' }),
+  input: Type.Unknown({ description: 'anything JSON, checked against the input schema of the agent, when it has one; passed to the agent as is' }),
   ...RunOptionsFields,
   stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
 }, { additionalProperties: false, required: ['input'] })
@@ -50,7 +50,10 @@ export const RunFailedEvent = Type.Object({
 })
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
-  'Types: run.started, message.delta, approval.requested, approval.decided, checkpoint.saved, custom ones, ' +
+  'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +
+  'reasoning.delta ({ text }), tool.call.delta ({ toolCallId, name, delta }), tool.call ({ toolCallId, name, input }), ' +
+  'tool.result ({ toolCallId, name, output, isError }), approval.requested and approval.decided ({ approval }), ' +
+  'checkpoint.saved ({ step }), custom ones (lower-case, dot-separated, at most 64 characters), ' +
   'then exactly one of run.completed (the JSON result) or run.failed ({ error: { code, message }, traceId }).'
 
 export const RunStatus = Type.Union([

@@ -15,7 +15,7 @@ export const WsRunStart = Type.Object({
   type: Type.Literal('run.start'),
   ref: Type.Optional(WsRef),
   agent: Type.String({ minLength: 1, maxLength: 128 }),
-  input: Type.Unknown(),
+  input: Type.Unknown({ description: 'checked against the input schema of the agent, when it has one (an error frame FST_ERR_VALIDATION)' }),
   ...RunOptionsFields
 }, { additionalProperties: false, required: ['type', 'agent', 'input'] })
 export type WsRunStart = Static<typeof WsRunStart>
@@ -32,7 +32,10 @@ export type WsClientMessage = Static<typeof WsClientMessage>
 
 /** Every run event (the SSE event types), one frame each, `seq` from 1 per run. */
 export const WsEventFrame = Type.Object({
-  type: Type.String({ description: 'run.started, message.delta, approval.requested, approval.decided, checkpoint.saved, custom, run.completed or run.failed' }),
+  type: Type.String({
+    description: 'run.started, message.delta, reasoning.delta, tool.call.delta, tool.call, tool.result, approval.requested, ' +
+      'approval.decided, checkpoint.saved, a custom type, then run.completed or run.failed; data as in the SSE stream'
+  }),
   runId: Type.String(),
   ref: Type.Optional(WsRef),
   seq: Type.Integer({ minimum: 1 }),

@@ -198,6 +198,8 @@ async function serviceOptions (preset) {
     case 'sqlite': return { auditStore: new lib.SqliteAuditStore(preset.file) }
     case 'postgres': return { auditStore: new lib.PostgresAuditStore(preset.url, { schema: preset.schema }) }
     case 'websocket': return { websocket: true }
+    // the AI SDK adapter beside the plain agents (bench/adapter.js)
+    case 'adapter': return { agents: { ...benchAgents, ...await (await import('./ai-sdk-agent.js')).aiSdkAgents(spec.pkg) } }
     // stores that do nothing: price the session store and the audit log alone
     case 'no-sessions': return { sessionStore: nullSessionStore() }
     case 'null-stores': return { sessionStore: nullSessionStore(), auditStore: nullAuditStore() }

@@ -26,6 +26,8 @@ export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did no
 export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
 export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
 export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded, retry in %s', 429)
+/** A run's input that fails its agent's `input` schema: the same code and status as a body that fails its route's. */
+export const InputValidationError = createError('FST_ERR_VALIDATION', '%s', 400)
 export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID', '%s', 400)
 export const IdempotencyKeyReusedError = createError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was used with another request body', 422)
 export const IdempotencyInProgressError = createError('IDEMPOTENCY_IN_PROGRESS', 'A request with this idempotency key is still in progress', 409)

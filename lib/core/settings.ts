@@ -6,6 +6,8 @@ import { jwtAlgorithms } from './auth.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
+import { compileInputValidator } from './validation.js'
+import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
 import { memoryStores } from '../stores/memory.js'
 import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../stores/types.js'
@@ -32,6 +34,8 @@ export interface AdminApiSettings {
 /** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
 export interface Settings {
   readonly agents: ReadonlyMap<string, Agent>
+  /** each agent with an `input` schema: its validator, compiled once */
+  readonly agentInputs: ReadonlyMap<string, InputValidator>
   readonly auditStore: AuditStore
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore
@@ -132,6 +136,26 @@ function authProblems (auth: unknown): string[] {
   return problems
 }
 
+/** An agent's schemas and flags (its run() is checked with the options); compiles its input validator into `inputs`. */
+function agentProblems (name: string, agent: Agent | null | undefined, inputs: Map<string, InputValidator>): string[] {
+  if (typeof agent !== 'object' || agent === null) return []
+  const path = `/agents/${pointerSegment(name)}`
+  const problems: string[] = []
+  if (agent.input !== undefined) {
+    try {
+      inputs.set(name, compileInputValidator(agent.input))
+    } catch (error) {
+      problems.push(`${path}/input is not a valid schema: ${(error as Error).message}`)
+    }
+  }
+  // only documented (OpenAPI): checked against the meta-schema, never compiled
+  if (agent.output !== undefined && !ajv.validateSchema(agent.output)) {
+    problems.push(`${path}/output is not a valid schema: ${ajv.errorsText(ajv.errors)}`)
+  }
+  if (agent.resumable !== undefined && typeof agent.resumable !== 'boolean') problems.push(`${path}/resumable must be boolean`)
+  return problems
+}
+
 /**
  * Checks every option and resolves defaults. Throws one InvalidOptionsError naming every bad path,
  * so nothing is registered and no port is bound with a wrong option.
@@ -141,8 +165,10 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   const problems: string[] = []
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
-  for (const name of Object.keys(options.agents ?? {})) {
+  const agentInputs = new Map<string, InputValidator>()
+  for (const [name, agent] of Object.entries(options.agents ?? {})) {
     if (!agentName.test(name)) problems.push(`/agents/${pointerSegment(name)} is not a valid agent name (${AgentNamePattern})`)
+    problems.push(...agentProblems(name, agent, agentInputs))
   }
 
   let adminApi = options.adminApi
@@ -177,6 +203,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),
+    agentInputs,
     auditStore,
     sessionStore: options.sessionStore ?? defaults.sessionStore,
     approvalStore: options.approvalStore ?? defaults.approvalStore,

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
+import type { TSchema } from '@sinclair/typebox'
 import type { ApprovalStatus, Message } from '../stores/types.js'
 
 export interface AgentEvent {
@@ -65,6 +66,12 @@ export type AgentRunReturn = Promise<AgentResult> | AsyncIterable<string | Agent
 export interface Agent<Input = unknown> {
   description?: string
   metadata?: Record<string, unknown>
+  /** validates the run request's input (strictly, before anything runs): a 400 FST_ERR_VALIDATION when it fails */
+  input?: TSchema
+  /** the result's `output`, for the OpenAPI document (not checked at run time) */
+  output?: TSchema
+  /** the run may be requeued on another instance (contract §16) */
+  resumable?: boolean
   run(input: Input, ctx: RunContext): AgentRunReturn
 }
 

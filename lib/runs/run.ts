@@ -3,6 +3,7 @@ import type {
   Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
 } from '../core/types.js'
 import type { Message } from '../stores/types.js'
+import { agentEventProblem } from './events.js'
 import type { RunResult } from '../../schemas/runs.js'
 
 export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
@@ -70,6 +71,10 @@ export interface RunOptions {
   sink: RunSink | null
   /** 'continue': the run goes on when its client goes away */
   onDisconnect: 'cancel' | 'continue'
+  /** the run's attempt, from 1 (a resumed or requeued run is its next attempt) */
+  attempt: number
+  /** the seq of the run's last event so far: a resumed run goes on from there, in the same log */
+  lastSeq: number
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -123,7 +128,11 @@ function lazyProperty (name: string, get: (run: AgentRun) => unknown): PropertyD
 type ContextMethod = 'emit' | 'requestApproval' | 'checkpoint'
 
 const makeMethod: { [name in ContextMethod]: (run: AgentRun) => RunContext[name] } = {
-  emit: (run) => (type, data) => run.emit(type, data),
+  emit: (run) => (type, data) => {
+    const problem = typeof type === 'string' ? agentEventProblem(type, data) : 'the event type must be a string'
+    if (problem !== null) throw new TypeError(`ctx.emit: ${problem}`)
+    run.emit(type, data)
+  },
   requestApproval: (run) => (request) => run.options.capabilities.requestApproval(run, request),
   checkpoint: (run) => (state) => run.options.capabilities.checkpoint(run, state)
 }
@@ -173,6 +182,7 @@ export class AgentRun {
   /** `onSettled`: told of the outcome before `done` resolves (the registry's bookkeeping, with no promise reaction) */
   constructor (options: RunOptions, onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null = null) {
     this.options = options
+    this.#seq = options.lastSeq
     this.#onSettled = onSettled
     this.checkpointed = options.resume !== undefined
   }
@@ -212,12 +222,11 @@ export class AgentRun {
     this.#listener = listener
   }
 
+  /** The service's own path (run.*, approval.*, checkpoint.*): unchecked. An agent's events come through ctx.emit or a yield. */
   emit (type: string, data?: unknown): void {
     if (this.#settled) return
-    if (type === 'message.delta') {
-      const text = (data as { text?: unknown } | undefined)?.text
-      if (typeof text === 'string') this.#text += text
-    }
+    // checked on the way in (ctx.emit, a yield): its text is a string
+    if (type === 'message.delta') this.#text += (data as { text: string }).text
     const event = this.#event(type, data)
     this.options.sink?.event(event)
     this.#listener?.runEvent(event)
@@ -243,7 +252,7 @@ export class AgentRun {
       // and drain clears it by aborting the run.
       this.#timer = setTimeout(() => this.abort('AGENT_TIMEOUT'), options.timeoutMs)
     }
-    this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId })
+    this.emit('run.started', { runId: this.runId, agent: this.agentName, sessionId: this.sessionId, requestId: options.requestId, traceId: options.trace.traceId, attempt: options.attempt })
     // one reaction with two handlers (not then + catch): what a waiting run holds is one promise less
     this.#execute().then((result) => this.#finish(result), (err: unknown) => this.#fail('AGENT_ERROR', err))
     return this
@@ -334,7 +343,11 @@ export class AgentRun {
       }
       const value = step.value
       if (typeof value === 'string') this.emit('message.delta', { text: value })
-      else if (typeof value?.type === 'string') this.emit(value.type, value.data)
+      else if (typeof value?.type === 'string') {
+        const problem = agentEventProblem(value.type, value.data)
+        if (problem !== null) throw new TypeError(`Agent "${this.agentName}" yielded an event it may not: ${problem}`)
+        this.emit(value.type, value.data)
+      }
       else throw new TypeError(`Agent "${this.agentName}" yielded ${JSON.stringify(value)}: expected a string or { type, data }`)
     }
   }

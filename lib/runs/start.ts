@@ -41,13 +41,16 @@ export interface PrepareRunOptions {
   auditedRequest?: FastifyRequest
   /** aborted when the client goes away while the run waits for its session (multitask: 'enqueue') */
   signal?: AbortSignal
+  /** how a validation message names the input: `body/input` (the default) or `message/input` (WebSocket) */
+  inputPath?: string
 }
 
 /**
  * Resolves a run request into a registered run that is not started yet: the caller subscribes with
- * `run.listen()` and then calls `run.start()`. Looks the agent up, loads the checkpoint of a resumed
- * run, finds (or creates) the session, takes it as `multitask` says and stores the run's record. Throws
- * AGENT_NOT_FOUND, RUN_IN_PROGRESS, RUN_NOT_FOUND, RUN_SESSION_MISMATCH, SESSION_NOT_FOUND, SESSION_BUSY.
+ * `run.listen()` and then calls `run.start()`. Looks the agent up, checks the input against its schema, loads
+ * the checkpoint of a resumed run, finds (or creates) the session, takes it as `multitask` says and stores the
+ * run's record. Throws AGENT_NOT_FOUND, FST_ERR_VALIDATION, RUN_IN_PROGRESS, RUN_NOT_FOUND, RUN_SESSION_MISMATCH,
+ * SESSION_NOT_FOUND, SESSION_BUSY.
  */
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
@@ -55,6 +58,8 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { agent: name })
+  // before anything is loaded, created or registered: a bad input leaves no trace but its 400
+  settings.agentInputs.get(name)?.(request.input, options.inputPath ?? 'body/input')
   const ephemeral = request.store === false
   if (ephemeral && (request.sessionId !== undefined || request.resumeRunId !== undefined)) throw new EphemeralSessionError()
 
@@ -106,8 +111,13 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     traceId: caller.trace.traceId
   }
   const newRun: NewRun = { record, spec: request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }, ephemeral }
-  if (sessionId === null || fresh) await settings.runStore.create(newRun, { exclusive: !ephemeral })
-  else await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
+  if (resume !== undefined && await reopened(service, newRun)) {
+    // a resumed run goes on in the same record and log
+  } else if (sessionId === null || fresh) {
+    await settings.runStore.create(newRun, { exclusive: !ephemeral })
+  } else {
+    await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
+  }
   if (service.runs.has(runId)) throw new RunInProgressError(runId)
 
   return service.runs.create({
@@ -133,8 +143,28 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       log: options.log,
       onFailure: () => { service.stats.runLogFailures++ }
     }),
-    onDisconnect: request.onDisconnect ?? 'cancel'
+    onDisconnect: request.onDisconnect ?? 'cancel',
+    attempt: record.attempt,
+    lastSeq: record.lastSeq
   })
+}
+
+/**
+ * Resumes the stored run under its id (its next attempt, its log going on); false when there is no record to
+ * resume (past its retention: the caller stores it afresh). A run in progress anywhere is RUN_IN_PROGRESS.
+ */
+async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolean> {
+  const result = await service.settings.runStore.reopen(run, { exclusive: true })
+  switch (result.outcome) {
+    case 'reopened':
+      run.record.attempt = result.record.attempt
+      run.record.lastSeq = result.record.lastSeq
+      run.record.createdAt = result.record.createdAt
+      return true
+    case 'not_found': return false
+    case 'in_progress': throw new RunInProgressError(run.record.runId)
+    default: throw new SessionBusyError(run.record.sessionId, result.holder)
+  }
 }
 
 /** An ephemeral run's record and events go this soon after it ends (a follower catching the end gets it). */

@@ -161,7 +161,7 @@ export class Connection {
     this.#starting++
     let run: AgentRun
     try {
-      run = await prepareRun({ service: this.#service, agent: message.agent, request: message, caller: this.#caller, log: this.#log })
+      run = await prepareRun({ service: this.#service, agent: message.agent, request: message, caller: this.#caller, log: this.#log, inputPath: 'message/input' })
     } catch (error) {
       return this.#failed(ref, error)
     } finally {

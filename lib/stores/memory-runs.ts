@@ -3,8 +3,8 @@ import { RunLogGapError } from '../core/errors.js'
 import { checkCount, checkLimit, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
 import { RunWatchHub } from './run-watch.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStore, StartRunResult,
-  StoredEvent
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStore,
+  StartRunResult, StoredEvent
 } from './types.js'
 
 export const DEFAULT_MAX_RETAINED_RUNS = 10_000
@@ -84,6 +84,32 @@ export class MemoryRunStore implements RunStore {
       createdMs: toMs('createdAt', record.createdAt)
     })
     return { outcome: 'created' }
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    this.#check()
+    const stored = this.#live(run.record.runId)
+    if (stored === undefined) return { outcome: 'not_found' }
+    if (!ended(stored.record)) return { outcome: 'in_progress' }
+    const sessionId = stored.record.sessionId
+    if (options.exclusive && sessionId !== null) {
+      if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
+      this.#holders.set(sessionId, stored.record.runId)
+    }
+    const { endedAt: _endedAt, result: _result, error: _error, ...kept } = stored.record
+    stored.record = {
+      ...kept,
+      status: 'running',
+      attempt: stored.record.attempt + 1,
+      startedAt: run.record.startedAt!,
+      requestId: run.record.requestId,
+      traceId: run.record.traceId
+    }
+    stored.spec = run.spec
+    stored.cancelRequested = false
+    stored.expiresAt = Infinity
+    this.#ended.delete(stored.record.runId)
+    return { outcome: 'reopened', record: { ...stored.record } }
   }
 
   async start (runId: string, startedAt: string): Promise<StartRunResult> {

@@ -198,6 +198,14 @@ export type CreateRunResult =
   /** `exclusive` and another run holds the session */
   | { outcome: 'session_busy', holder: string }
 
+export type ReopenRunResult =
+  | { outcome: 'reopened', record: RunRecord }
+  /** no such run (never stored, or past its retention): create it afresh */
+  | { outcome: 'not_found' }
+  /** queued or running: it is not its turn to be resumed */
+  | { outcome: 'in_progress' }
+  | { outcome: 'session_busy', holder: string }
+
 export type StartRunResult =
   | { outcome: 'started', record: RunRecord }
   | { outcome: 'session_busy', holder: string }
@@ -247,6 +255,12 @@ export interface RunStore {
    * run holds it — one not ended yet — nothing is stored and the holder is named.
    */
   create(run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult>
+  /**
+   * A run that ended is resumed under its id (`resumeRunId`): ended → running, its attempt the next one, its log
+   * kept (the resumed run's events follow `lastSeq`), `startedAt`, `requestId`, `traceId` and the spec from
+   * `run`, its end cleared; with `exclusive`, taking its session. Compare-and-set: a run in progress is left alone.
+   */
+  reopen(run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult>
   /** A queued run starts: queued → running, taking its session (if any) as `create` does with `exclusive`. */
   start(runId: string, startedAt: string): Promise<StartRunResult>
   /** Appends events in order; their seqs follow `lastSeq` without a gap (else it throws, changing nothing). */

@@ -22,7 +22,7 @@ const typed = defineAgent({
 const streaming: Agent = {
   async * run (_input: unknown, ctx: RunContext) {
     yield 'text'
-    yield { type: 'tool.call', data: { name: ctx.agent } }
+    yield { type: 'tool.call', data: { toolCallId: 'c1', name: ctx.agent, input: {} } }
     return { output: 'done' }
   }
 }

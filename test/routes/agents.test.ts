@@ -141,7 +141,7 @@ t.test('SSE: event order, ids from 1, custom events, final result', async (t) =>
     chatty: {
       async * run (_input, ctx) {
         yield 'Hel'
-        ctx.emit('tool.call', { name: 'search' })
+        ctx.emit('tool.call', { toolCallId: 'c1', name: 'search', input: {} })
         yield { type: 'message.delta', data: { text: 'lo' } }
         yield { type: 'progress' }
         return { output: 'custom', usage: { inputTokens: 3, outputTokens: 4 } }
@@ -157,7 +157,7 @@ t.test('SSE: event order, ids from 1, custom events, final result', async (t) =>
   t.same(events.map((e) => e.event), ['run.started', 'message.delta', 'tool.call', 'message.delta', 'progress', 'run.completed'])
   t.same(events.map((e) => e.id), [1, 2, 3, 4, 5, 6])
   t.same(events[1]!.data, { text: 'Hel' })
-  t.same(events[2]!.data, { name: 'search' })
+  t.same(events[2]!.data, { toolCallId: 'c1', name: 'search', input: {} })
   t.equal(events[4]!.data, null)
   t.match(events[0]!.data, { runId: String, agent: 'chatty', sessionId: String, requestId: String, traceId: String })
   t.match(events.at(-1)!.data, { status: 'completed', output: 'custom', usage: { totalTokens: 7 }, runId: events[0]!.data.runId })

@@ -31,7 +31,9 @@ function runOf (agent: Agent): AgentRun {
     log,
     capabilities,
     sink: null,
-    onDisconnect: 'cancel'
+    onDisconnect: 'cancel',
+    attempt: 1,
+    lastSeq: 0
   }
   return new AgentRun(options)
 }
@@ -124,7 +126,7 @@ t.test('ctx methods made on first use: destructured, spread, called and reassign
       async run (_input, c) {
         ctx = c
         const { emit, requestApproval, checkpoint } = c
-        emit('tool.call', { name: 'x' })
+        emit('tool.call', { toolCallId: 'c1', name: 'x', input: null })
         await checkpoint({ step: 1 })
         const decision = await requestApproval({ action: 'go' })
         return { output: decision.approved }

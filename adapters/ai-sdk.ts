@@ -1,0 +1,173 @@
+/**
+ * `fastify-agents/ai-sdk`: an AI SDK (`ai` 7) `streamText()` call as an agent.
+ *
+ * The user's `run(input, ctx)` returns what `streamText()` returns; the adapter maps its `stream` parts onto the
+ * run's events and sums the usage of every call. Approvals: a tool that needs one (`needsApproval`, or
+ * `toolApproval: 'user-approval'`) makes streamText emit a `tool-approval-request` and stop. The adapter asks
+ * `ctx.requestApproval` (action: the tool's name, payload: its input), then calls the user's `run` again: the
+ * previous call's response messages and a tool message holding the SDK's `tool-approval-response`s wait in a
+ * symbol-keyed slot on ctx, and `modelMessages(ctx, input)` appends them, so the SDK executes or denies the tool
+ * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
+ * Only types are imported from `ai`: this module loads nothing of it.
+ */
+import type { Static, TSchema } from '@sinclair/typebox'
+import type { ModelMessage, TextStreamPart, ToolApprovalResponse, ToolSet } from 'ai'
+import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { TypedAgent } from '../lib/runs/define-agent.js'
+import { checkApprovalTimeout, textOf } from './common.js'
+import type { AdapterOptions } from './common.js'
+
+/** What the adapter reads of a `streamText()` result. */
+export interface StreamTextOutput {
+  readonly stream: AsyncIterable<TextStreamPart<ToolSet>>
+  readonly responseMessages: PromiseLike<ModelMessage[]>
+}
+
+export interface AiSdkAgentOptions<Input = unknown> extends AdapterOptions {
+  /** Calls `streamText({ ..., messages: modelMessages(ctx, input), abortSignal: ctx.signal })`. */
+  run(input: Input, ctx: RunContext): StreamTextOutput | PromiseLike<StreamTextOutput>
+}
+
+/** With an `input` schema, `run` gets what the schema describes. */
+export interface TypedAiSdkAgentOptions<S extends TSchema> extends Omit<AiSdkAgentOptions<Static<S>>, 'input'> {
+  input: S
+}
+
+const CONTINUATION = Symbol('fastify-agents.ai-sdk.continuation')
+
+interface Continuation {
+  /** the earlier calls' response messages, each followed by the tool message answering its approval requests */
+  messages: ModelMessage[]
+  /** set by modelMessages: the user's run did hand the continuation to the model */
+  taken: boolean
+}
+
+type ContinuedContext = RunContext & { [CONTINUATION]?: Continuation }
+
+type ApprovalRequestPart = Extract<TextStreamPart<ToolSet>, { type: 'tool-approval-request' }>
+
+const EXPIRED = 'Nobody decided on this tool call before its approval expired.'
+const REJECTED = 'A reviewer rejected this tool call.'
+const DENIED = 'This tool call was denied.'
+
+/** The session's earlier turns, the input as the new user message, then the continuation of this run, if any. */
+export function modelMessages (ctx: RunContext, input: unknown): ModelMessage[] {
+  const messages: ModelMessage[] = ctx.history.map((message) => message.role === 'user'
+    ? { role: 'user', content: textOf(message.content) }
+    : { role: 'assistant', content: textOf(message.content) })
+  messages.push({ role: 'user', content: textOf(input) })
+  const continuation = (ctx as ContinuedContext)[CONTINUATION]
+  if (continuation !== undefined) {
+    continuation.taken = true
+    messages.push(...continuation.messages)
+  }
+  return messages
+}
+
+/** What the model is told with the decision: a denied call's reason reaches it as the tool's output. */
+function approvalResponse (request: ApprovalRequestPart, decision: Decision): ToolApprovalResponse {
+  const reason = decision.status === 'expired'
+    ? EXPIRED
+    : decision.comment ?? (decision.approved ? undefined : REJECTED)
+  return { type: 'tool-approval-response', approvalId: request.approvalId, approved: decision.approved, reason }
+}
+
+export function aiSdkAgent<S extends TSchema> (options: TypedAiSdkAgentOptions<S>): TypedAgent<S>
+export function aiSdkAgent<Input = unknown> (options: AiSdkAgentOptions<Input> & { input?: undefined }): Agent<Input>
+export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Input> {
+  const { run, approvalTimeoutMs, ...fields } = options
+  if (typeof run !== 'function') throw new TypeError('aiSdkAgent: run must be a function returning what streamText() returns')
+  checkApprovalTimeout('aiSdkAgent', approvalTimeoutMs)
+
+  async function * runAgent (input: Input, ctx: RunContext): AsyncGenerator<string | AgentEvent, AgentResult> {
+    const slot = ctx as ContinuedContext
+    let text = ''
+    let inputTokens = 0
+    let outputTokens = 0
+    let finishReason: string | undefined
+    // why each denied call was denied, for its tool.result (the SDK's tool-output-denied part carries no reason)
+    const denials = new Map<string, string | undefined>()
+    for (;;) {
+      const result = await run(input, ctx)
+      if (slot[CONTINUATION]?.taken === false) {
+        throw new Error('aiSdkAgent: a tool call was decided, but run() did not build its messages with modelMessages(ctx, input), so the decision cannot reach the model')
+      }
+      const toolNames = new Map<string, string>()
+      const requests: ApprovalRequestPart[] = []
+      for await (const part of result.stream) {
+        switch (part.type) {
+          case 'text-delta':
+            text += part.text
+            yield part.text
+            break
+          case 'reasoning-delta':
+            yield { type: 'reasoning.delta', data: { text: part.text } }
+            break
+          case 'tool-input-start':
+            toolNames.set(part.id, part.toolName)
+            break
+          case 'tool-input-delta':
+            yield { type: 'tool.call.delta', data: { toolCallId: part.id, name: toolNames.get(part.id), delta: part.delta } }
+            break
+          case 'tool-call':
+            yield { type: 'tool.call', data: { toolCallId: part.toolCallId, name: part.toolName, input: part.input } }
+            break
+          case 'tool-result':
+            // a streaming tool's partial outputs: the call has one result, its last
+            if (part.preliminary === true) break
+            yield { type: 'tool.result', data: { toolCallId: part.toolCallId, name: part.toolName, output: part.output, isError: false } }
+            break
+          case 'tool-error':
+            yield { type: 'tool.result', data: { toolCallId: part.toolCallId, name: part.toolName, output: messageOf(part.error), isError: true } }
+            break
+          case 'tool-approval-request':
+            // automatic approvals and denials (toolApproval: 'approved' | 'denied') are settled in the same call
+            if (part.isAutomatic !== true) requests.push(part)
+            break
+          case 'tool-approval-response':
+            denials.set(part.toolCall.toolCallId, part.reason)
+            break
+          case 'tool-output-denied':
+            yield { type: 'tool.result', data: { toolCallId: part.toolCallId, name: part.toolName, output: denials.get(part.toolCallId) ?? DENIED, isError: true } }
+            break
+          case 'finish':
+            inputTokens += part.totalUsage.inputTokens ?? 0
+            outputTokens += part.totalUsage.outputTokens ?? 0
+            finishReason = part.finishReason
+            break
+          case 'error':
+            throw part.error
+          case 'abort':
+            // the run's own abort has settled it already; any other (the user's own signal) fails it
+            throw new Error('The model call was aborted', { cause: part.reason })
+        }
+      }
+      if (requests.length === 0) return { output: text, usage: { inputTokens, outputTokens }, finishReason }
+
+      // One approval after the other: each is durable and decided on its own; the SDK waits for all of them.
+      const responses: ToolApprovalResponse[] = []
+      for (const request of requests) {
+        const decision = await ctx.requestApproval({
+          action: request.toolCall.toolName,
+          payload: request.toolCall.input,
+          reason: request.reason,
+          timeoutMs: approvalTimeoutMs
+        })
+        const response = approvalResponse(request, decision)
+        denials.set(request.toolCall.toolCallId, response.reason)
+        responses.push(response)
+      }
+      const earlier = slot[CONTINUATION]?.messages ?? []
+      slot[CONTINUATION] = {
+        messages: [...earlier, ...await result.responseMessages, { role: 'tool', content: responses }],
+        taken: false
+      }
+    }
+  }
+
+  return { ...fields, run: runAgent }
+}
+
+function messageOf (error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}

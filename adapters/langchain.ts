@@ -1,0 +1,141 @@
+/**
+ * `fastify-agents/langchain`: a compiled LangGraph graph, or any LangChain Runnable, as an agent.
+ *
+ * The graph is streamed with `streamMode: ['messages', 'updates']` on `thread_id = ctx.sessionId`, so a checkpointer
+ * keeps the conversation per session: the graph's own state, not `ctx.history`, carries the earlier turns. Chat-model
+ * output (the `messages` mode) is the run's text; the messages each node returns (the `updates` mode) give the tool
+ * calls, the tool results, the usage and the output (the last AI message's text). Approvals: a graph `interrupt(value)`
+ * ends the stream with `__interrupt__`; the adapter asks `ctx.requestApproval` for each interrupt (payload: its
+ * value) and streams the graph again on the same thread with `new Command({ resume })`, the decisions keyed by
+ * interrupt id, so `interrupt()` returns the decision `{ approved, comment, decidedBy, status }`.
+ * A plain Runnable (a chat model, a chain) is streamed too: its message chunks or strings are the text.
+ */
+import type { Static, TSchema } from '@sinclair/typebox'
+import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
+import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
+import type { TypedAgent } from '../lib/runs/define-agent.js'
+import { checkApprovalTimeout, textOf } from './common.js'
+import type { AdapterOptions } from './common.js'
+
+export interface GraphStreamOptions {
+  configurable: { thread_id: string }
+  streamMode: Array<'messages' | 'updates'>
+  signal: AbortSignal
+}
+
+/** What the adapter calls: a compiled graph's (or any Runnable's) `stream()`. */
+export interface StreamableGraph {
+  stream(input: unknown, options: GraphStreamOptions): Promise<AsyncIterable<unknown>>
+}
+
+export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
+  /** The graph's input for a run; by default one human message holding the input (JSON unless a string). */
+  toGraphInput?(input: Input, ctx: RunContext): unknown
+}
+
+/** With an `input` schema, `toGraphInput` gets what the schema describes. */
+export interface TypedLangGraphAgentOptions<S extends TSchema> extends Omit<LangGraphAgentOptions<Static<S>>, 'input'> {
+  input: S
+}
+
+interface GraphInterrupt {
+  id: string
+  value: unknown
+}
+
+function defaultInput (input: unknown): unknown {
+  return { messages: [new HumanMessage(textOf(input))] }
+}
+
+/** The approval's action: the interrupt value's own `action` when it names one. */
+function actionOf (value: unknown): string {
+  const action = (value as { action?: unknown } | null)?.action
+  return typeof action === 'string' && action !== '' ? action : 'interrupt'
+}
+
+/** The messages a node returned: its update's `messages` key, one message or a list. */
+function messagesIn (update: unknown): unknown[] {
+  const messages = (update as { messages?: unknown } | null)?.messages
+  return Array.isArray(messages) ? messages : [messages]
+}
+
+export function langGraphAgent<S extends TSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
+export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options?: LangGraphAgentOptions<Input> & { input?: undefined }): Agent<Input>
+export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): Agent<Input> {
+  if (typeof graph?.stream !== 'function') throw new TypeError('langGraphAgent: graph must be a compiled graph or a Runnable (an object with stream())')
+  const { toGraphInput = defaultInput, approvalTimeoutMs, ...fields } = options
+  checkApprovalTimeout('langGraphAgent', approvalTimeoutMs)
+
+  async function * run (input: Input, ctx: RunContext): AsyncGenerator<string | AgentEvent, AgentResult> {
+    const config: GraphStreamOptions = { configurable: { thread_id: ctx.sessionId }, streamMode: ['messages', 'updates'], signal: ctx.signal }
+    let graphInput = toGraphInput(input, ctx)
+    let text = ''
+    let lastAiText: string | undefined
+    let inputTokens = 0
+    let outputTokens = 0
+    // the name of each tool call, for a tool message that does not carry one
+    const toolNames = new Map<string, string>()
+    for (;;) {
+      const interrupts: GraphInterrupt[] = []
+      for await (const chunk of await graph.stream(graphInput, config)) {
+        if (Array.isArray(chunk) && chunk[0] === 'messages') {
+          const message: unknown = chunk[1][0]
+          // tool messages come with the updates; a chunk of a tool call alone has no text
+          if (AIMessage.isInstance(message) && message.text !== '') {
+            text += message.text
+            yield message.text
+          }
+        } else if (Array.isArray(chunk) && chunk[0] === 'updates') {
+          const update = chunk[1] as Record<string, unknown>
+          if (update.__interrupt__ !== undefined) {
+            interrupts.push(...update.__interrupt__ as GraphInterrupt[])
+            continue
+          }
+          // On resume, the tasks that had finished before the interrupt replay their writes: seen already.
+          if ((update.__metadata__ as { cached?: boolean } | undefined)?.cached === true) continue
+          for (const nodeUpdate of Object.values(update)) {
+            for (const message of messagesIn(nodeUpdate)) {
+              if (AIMessage.isInstance(message)) {
+                for (const call of message.tool_calls ?? []) {
+                  const toolCallId = call.id ?? ''
+                  toolNames.set(toolCallId, call.name)
+                  yield { type: 'tool.call', data: { toolCallId, name: call.name, input: call.args } }
+                }
+                inputTokens += message.usage_metadata?.input_tokens ?? 0
+                outputTokens += message.usage_metadata?.output_tokens ?? 0
+                lastAiText = message.text
+              } else if (ToolMessage.isInstance(message)) {
+                const name = message.name ?? toolNames.get(message.tool_call_id) ?? ''
+                yield { type: 'tool.result', data: { toolCallId: message.tool_call_id, name, output: message.content, isError: message.status === 'error' } }
+              }
+            }
+          }
+        } else if (AIMessage.isInstance(chunk)) {
+          // a plain Runnable ending in a chat model; its last chunk may carry only the usage
+          inputTokens += chunk.usage_metadata?.input_tokens ?? 0
+          outputTokens += chunk.usage_metadata?.output_tokens ?? 0
+          if (chunk.text !== '') {
+            text += chunk.text
+            yield chunk.text
+          }
+        } else if (typeof chunk === 'string') {
+          // a plain Runnable ending in a string output parser
+          text += chunk
+          yield chunk
+        }
+      }
+      if (interrupts.length === 0) return { output: lastAiText ?? text, usage: { inputTokens, outputTokens } }
+
+      // One approval after the other; the graph goes on once every interrupt of this step is answered.
+      const resume: Record<string, Decision> = {}
+      for (const { id, value } of interrupts) {
+        resume[id] = await ctx.requestApproval({ action: actionOf(value), payload: value, timeoutMs: approvalTimeoutMs })
+      }
+      // Loaded here: a plain Runnable needs only @langchain/core, and only a graph can interrupt.
+      const { Command } = await import('@langchain/langgraph')
+      graphInput = new Command({ resume })
+    }
+  }
+
+  return { ...fields, run }
+}

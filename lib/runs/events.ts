@@ -1,0 +1,50 @@
+// The run event vocabulary (contract §14): which event types an agent may produce, and the shape of the
+// built-in ones. Checked on every event an agent yields or emits; the service's own events (run.*, approval.*,
+// checkpoint.*) go through AgentRun.emit directly and are not checked.
+
+export const CUSTOM_EVENT_TYPE = /^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$/
+export const MAX_EVENT_TYPE_LENGTH = 64
+export const RESERVED_EVENT_PREFIXES = ['run.', 'approval.', 'checkpoint.'] as const
+
+type Fields = Record<string, unknown>
+
+function isObject (data: unknown): data is Fields {
+  return typeof data === 'object' && data !== null
+}
+
+// Hand-written rather than compiled schemas: five fixed shapes, checked per event, with no allocation.
+// A Map, not an object literal: an event named "constructor" must not find Object.prototype's.
+const shapes = new Map<string, { check: (data: Fields) => boolean, description: string }>([
+  ['message.delta', { check: (d) => typeof d.text === 'string', description: '{ text: string }' }],
+  ['reasoning.delta', { check: (d) => typeof d.text === 'string', description: '{ text: string }' }],
+  ['tool.call.delta', {
+    check: (d) => typeof d.toolCallId === 'string' && typeof d.name === 'string' && typeof d.delta === 'string',
+    description: '{ toolCallId: string, name: string, delta: string }'
+  }],
+  ['tool.call', {
+    check: (d) => typeof d.toolCallId === 'string' && typeof d.name === 'string',
+    description: '{ toolCallId: string, name: string, input }'
+  }],
+  ['tool.result', {
+    check: (d) => typeof d.toolCallId === 'string' && typeof d.name === 'string' && typeof d.isError === 'boolean',
+    description: '{ toolCallId: string, name: string, output, isError: boolean }'
+  }]
+])
+
+/**
+ * What is wrong with an event an agent produced, as the end of a sentence that names it (`"x" is reserved …`),
+ * or null when it may go out.
+ */
+export function agentEventProblem (type: string, data: unknown): string | null {
+  const shape = shapes.get(type)
+  if (shape !== undefined) {
+    return isObject(data) && shape.check(data) ? null : `"${type}" needs data ${shape.description}`
+  }
+  if (type.length > MAX_EVENT_TYPE_LENGTH || !CUSTOM_EVENT_TYPE.test(type)) {
+    return `${JSON.stringify(type.length > MAX_EVENT_TYPE_LENGTH ? type.slice(0, MAX_EVENT_TYPE_LENGTH) + '…' : type)} is not a valid event type (${CUSTOM_EVENT_TYPE.source}, at most ${MAX_EVENT_TYPE_LENGTH} characters)`
+  }
+  for (const prefix of RESERVED_EVENT_PREFIXES) {
+    if (type.startsWith(prefix)) return `"${type}" is reserved to the service (${RESERVED_EVENT_PREFIXES.join(', ')})`
+  }
+  return null
+}

@@ -1,0 +1,465 @@
+import t from 'tap'
+import type { Test } from 'tap'
+import type { FastifyInstance } from 'fastify'
+import { Type } from '@sinclair/typebox'
+import { simulateReadableStream, stepCountIs, streamText, tool } from 'ai'
+import type { ModelMessage } from 'ai'
+import { MockLanguageModelV4 } from 'ai/test'
+import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
+import { z } from 'zod'
+import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
+import type { ApprovalRecord } from '../../lib/stores/types.js'
+import { build, eventually, listen, parseSse } from '../helper.js'
+import { openSse, openWs } from '../helpers/streams.js'
+
+type Prompt = LanguageModelV4CallOptions['prompt']
+
+function usage (input: number | undefined, output: number | undefined): LanguageModelV4Usage {
+  return {
+    inputTokens: { total: input, noCache: input, cacheRead: undefined, cacheWrite: undefined },
+    outputTokens: { total: output, text: output, reasoning: undefined }
+  }
+}
+
+function text (value: string, id = 't'): LanguageModelV4StreamPart[] {
+  return [{ type: 'text-start', id }, { type: 'text-delta', id, delta: value }, { type: 'text-end', id }]
+}
+
+function finish (reason: 'stop' | 'tool-calls' | 'error', tokens = usage(1, 1)): LanguageModelV4StreamPart {
+  return { type: 'finish', finishReason: { unified: reason, raw: reason }, usage: tokens }
+}
+
+function toolCall (toolCallId: string, toolName: string, input: unknown): LanguageModelV4StreamPart {
+  return { type: 'tool-call', toolCallId, toolName, input: JSON.stringify(input) }
+}
+
+/** A mock model that answers each call with the parts `reply` picks from the prompt; it keeps every call's options. */
+function scripted (reply: (prompt: Prompt, call: number) => LanguageModelV4StreamPart[]): MockLanguageModelV4 {
+  const model: MockLanguageModelV4 = new MockLanguageModelV4({
+    doStream: async (options) => ({ stream: simulateReadableStream({ chunks: reply(options.prompt, model.doStreamCalls.length - 1) }) })
+  })
+  return model
+}
+
+/** The last tool result the model was shown, if the prompt ends with one. */
+function lastToolOutput (prompt: Prompt): { type: string, value?: unknown, reason?: string } | undefined {
+  const last = prompt.at(-1)
+  if (last?.role !== 'tool') return undefined
+  const result = last.content.findLast((part) => part.type === 'tool-result')
+  return result?.output as { type: string, value?: unknown, reason?: string } | undefined
+}
+
+/** The approval's expiry timer is unref'ed; with inject() and no socket, nothing else keeps the process up. */
+function keepAlive (t: Test): void {
+  const timer = setInterval(() => {}, 1_000)
+  t.teardown(() => clearInterval(timer))
+}
+
+async function pendingApproval (app: FastifyInstance): Promise<ApprovalRecord> {
+  return eventually(async () => {
+    const res = await app.inject({ method: 'GET', url: '/v1/approvals' })
+    return (res.json().approvals as ApprovalRecord[])[0]
+  })
+}
+
+async function decide (app: FastifyInstance, body: { approved: boolean, comment?: string }): Promise<ApprovalRecord> {
+  const approval = await pendingApproval(app)
+  const res = await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: body })
+  if (res.statusCode !== 200) throw new Error(res.body)
+  return approval
+}
+
+function runStream (app: FastifyInstance, agent: string, input: unknown, extra: Record<string, unknown> = {}) {
+  return app.inject({ method: 'POST', url: `/v1/agents/${agent}/runs`, payload: { input, stream: true, ...extra } })
+}
+
+/** Event types and data, without run.started (its ids differ per run). */
+function eventsOf (body: string): Array<[string, any]> {
+  return parseSse(body).filter((e) => e.event !== 'run.started').map((e) => [e.event, e.data])
+}
+
+t.test('text, reasoning, a tool call with its input streamed, its result: in order, with the usage of every step', async (t) => {
+  const model = scripted((prompt) => lastToolOutput(prompt) === undefined
+    ? [
+        { type: 'stream-start', warnings: [] },
+        { type: 'reasoning-start', id: 'r' },
+        { type: 'reasoning-delta', id: 'r', delta: 'The user wants a sum.' },
+        { type: 'reasoning-end', id: 'r' },
+        ...text('Let me add. '),
+        { type: 'tool-input-start', id: 'call_1', toolName: 'add' },
+        { type: 'tool-input-delta', id: 'call_1', delta: '{"a":1,' },
+        { type: 'tool-input-delta', id: 'call_1', delta: '"b":2}' },
+        { type: 'tool-input-end', id: 'call_1' },
+        toolCall('call_1', 'add', { a: 1, b: 2 }),
+        finish('tool-calls', usage(3, 4))
+      ]
+    : [...text('It is 3.'), finish('stop', usage(5, 6))])
+  const add = tool({ inputSchema: z.object({ a: z.number(), b: z.number() }), execute: async ({ a, b }) => a + b })
+  const agent = aiSdkAgent({
+    description: 'adds',
+    // a promise of the result is as good as the result
+    run: async (input, ctx) => streamText({ model, tools: { add }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(3) })
+  })
+  const { app } = build(t, { agents: { calc: agent } })
+
+  const res = await runStream(app, 'calc', 'What is 1 + 2?')
+  t.equal(res.statusCode, 200)
+  const events = eventsOf(res.body)
+  t.same(events.slice(0, -1), [
+    ['reasoning.delta', { text: 'The user wants a sum.' }],
+    ['message.delta', { text: 'Let me add. ' }],
+    ['tool.call.delta', { toolCallId: 'call_1', name: 'add', delta: '{"a":1,' }],
+    ['tool.call.delta', { toolCallId: 'call_1', name: 'add', delta: '"b":2}' }],
+    ['tool.call', { toolCallId: 'call_1', name: 'add', input: { a: 1, b: 2 } }],
+    ['tool.result', { toolCallId: 'call_1', name: 'add', output: 3, isError: false }],
+    ['message.delta', { text: 'It is 3.' }]
+  ])
+  t.match(events.at(-1), ['run.completed', {
+    status: 'completed',
+    output: 'Let me add. It is 3.',
+    usage: { inputTokens: 8, outputTokens: 10, totalTokens: 18 },
+    finishReason: 'stop'
+  }])
+  t.equal(model.doStreamCalls.length, 2)
+  t.same(model.doStreamCalls[0]!.prompt, [{ role: 'user', content: [{ type: 'text', text: 'What is 1 + 2?' }] }])
+
+  const json = (await app.inject({ method: 'POST', url: '/v1/agents/calc/runs', payload: { input: 'again' } })).json()
+  t.match(json, { output: 'Let me add. It is 3.', usage: { inputTokens: 8, outputTokens: 10 }, finishReason: 'stop' }, 'the same as a JSON run')
+})
+
+t.test('tool errors are results with isError; a streaming tool gives one result, its last', async (t) => {
+  const model = scripted((_prompt, call) => call === 0
+    ? [toolCall('c1', 'fails', {}), toolCall('c2', 'throwsText', {}), toolCall('c3', 'counts', {}), finish('tool-calls')]
+    : [...text('Done.'), finish('stop')])
+  const tools = {
+    fails: tool({ inputSchema: z.object({}), execute: async (): Promise<string> => { throw new Error('disk full') } }),
+    // eslint-disable-next-line no-throw-literal
+    throwsText: tool({ inputSchema: z.object({}), execute: async (): Promise<string> => { throw 'not an Error' } }),
+    counts: tool({ inputSchema: z.object({}), async * execute () { yield 1; yield 2; yield 3 } })
+  }
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, tools, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(3) }) })
+  const { app } = build(t, { agents: { tools: agent } })
+  const events = eventsOf((await runStream(app, 'tools', 'go')).body)
+  const results = events.filter(([type]) => type === 'tool.result').map(([, data]) => data)
+  t.same(results.sort((a, b) => a.toolCallId.localeCompare(b.toolCallId)), [
+    { toolCallId: 'c1', name: 'fails', output: 'disk full', isError: true },
+    { toolCallId: 'c2', name: 'throwsText', output: 'not an Error', isError: true },
+    { toolCallId: 'c3', name: 'counts', output: 3, isError: false }
+  ])
+  t.match(events.at(-1), ['run.completed', { output: 'Done.', usage: { inputTokens: 2, outputTokens: 2 } }])
+})
+
+t.test('an error in the stream fails the run AGENT_ERROR, on JSON and SSE', async (t) => {
+  const model = scripted(() => [...text('Part'), { type: 'error', error: new Error('upstream overloaded') }, finish('error')])
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal, onError: () => {} }) })
+  const { app } = build(t, { agents: { flaky: agent }, exposeErrors: true })
+
+  const json = await app.inject({ method: 'POST', url: '/v1/agents/flaky/runs', payload: { input: 'hi' } })
+  t.equal(json.statusCode, 500)
+  t.match(json.json(), { code: 'AGENT_ERROR', message: 'upstream overloaded' })
+
+  const events = eventsOf((await runStream(app, 'flaky', 'hi')).body)
+  t.same(events.map(([type]) => type), ['message.delta', 'run.failed'])
+  t.match(events[1]![1], { error: { code: 'AGENT_ERROR', message: 'upstream overloaded' } })
+})
+
+/** A model that streams a first word, then waits until its call is aborted; it keeps the signal it got. */
+function hanging (): { model: MockLanguageModelV4, signal: () => AbortSignal | undefined } {
+  let signal: AbortSignal | undefined
+  const model = new MockLanguageModelV4({
+    doStream: async (options) => {
+      signal = options.abortSignal
+      return {
+        stream: new ReadableStream<LanguageModelV4StreamPart>({
+          start (controller) {
+            for (const part of text('Thinking')) controller.enqueue(part)
+            options.abortSignal?.addEventListener('abort', () => controller.error(options.abortSignal?.reason))
+          }
+        })
+      }
+    }
+  })
+  return { model, signal: () => signal }
+}
+
+t.test('a run timeout aborts the model call', async (t) => {
+  const { model, signal } = hanging()
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal }) })
+  const { app } = build(t, { agents: { slow: agent }, requestTimeoutMs: 200 })
+  const res = await app.inject({ method: 'POST', url: '/v1/agents/slow/runs', payload: { input: 'hi' } })
+  t.equal(res.statusCode, 504)
+  t.equal(res.json().code, 'AGENT_TIMEOUT')
+  await eventually(() => signal()?.aborted === true)
+  t.pass('the model saw its abort signal')
+})
+
+t.test('the SSE client going away aborts the model call', async (t) => {
+  const { model, signal } = hanging()
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal }) })
+  const { url } = await listen(t, { agents: { slow: agent } })
+  const stream = await openSse(url, '/v1/agents/slow/runs', { input: 'hi' })
+  t.same((await stream.next('message.delta')).data, { text: 'Thinking' })
+  t.equal(signal()?.aborted, false)
+  stream.close()
+  await eventually(() => signal()?.aborted === true)
+  t.pass('the model saw its abort signal')
+})
+
+t.test('run.cancel over WebSocket aborts the model call', async (t) => {
+  const { model, signal } = hanging()
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal }) })
+  const { url } = await listen(t, { agents: { slow: agent }, websocket: true })
+  const ws = await openWs(url)
+  t.teardown(() => ws.socket.close())
+  ws.send({ type: 'run.start', ref: 's', agent: 'slow', input: 'hi' })
+  const delta = await ws.next((frame) => frame.type === 'message.delta')
+  t.same(delta.data, { text: 'Thinking' })
+  t.equal(signal()?.aborted, false)
+  ws.send({ type: 'run.cancel', runId: delta.runId })
+  const failed = await ws.next((frame) => frame.type === 'run.failed')
+  t.equal(failed.data.error.code, 'CANCELLED')
+  await eventually(() => signal()?.aborted === true)
+  t.pass('the model saw its abort signal')
+})
+
+// The model asks to delete a file, then reports what the tool message it was shown says.
+function deleter (): MockLanguageModelV4 {
+  return scripted((prompt) => {
+    const output = lastToolOutput(prompt)
+    if (output === undefined) return [...text('I will delete it. '), toolCall('del_1', 'deleteFile', { path: '/tmp/report.txt' }), finish('tool-calls', usage(10, 5))]
+    if (output.type === 'execution-denied') return [...text(`Not deleted (${output.reason}).`), finish('stop', usage(20, 4))]
+    return [...text(`Done: ${String(output.value)}.`), finish('stop', usage(20, 3))]
+  })
+}
+
+function deleterAgent (model: MockLanguageModelV4, deleted: string[], approvalTimeoutMs?: number) {
+  const deleteFile = tool({
+    description: 'Deletes a file',
+    inputSchema: z.object({ path: z.string() }),
+    needsApproval: true,
+    execute: async ({ path }) => { deleted.push(path); return `deleted ${path}` }
+  })
+  return aiSdkAgent({
+    approvalTimeoutMs,
+    run: (input, ctx) => streamText({ model, tools: { deleteFile }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
+  })
+}
+
+t.test('needsApproval, approved: the service approval is asked, the tool runs, the model goes on', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const { app } = build(t, { agents: { files: deleterAgent(model, deleted) } })
+  const run = runStream(app, 'files', 'Delete the report')
+  const approval = await decide(app, { approved: true, comment: 'go ahead' })
+  t.match(approval, { agent: 'files', action: 'deleteFile', payload: { path: '/tmp/report.txt' }, reason: null, status: 'pending' })
+
+  const events = eventsOf((await run).body)
+  t.same(events.map(([type]) => type), [
+    'message.delta', 'tool.call', 'approval.requested', 'approval.decided', 'tool.result', 'message.delta', 'run.completed'
+  ])
+  t.same(events[1]![1], { toolCallId: 'del_1', name: 'deleteFile', input: { path: '/tmp/report.txt' } })
+  t.equal(events[3]![1].approval.status, 'approved')
+  t.same(events[4]![1], { toolCallId: 'del_1', name: 'deleteFile', output: 'deleted /tmp/report.txt', isError: false })
+  t.match(events[6]![1], {
+    output: 'I will delete it. Done: deleted /tmp/report.txt.',
+    usage: { inputTokens: 30, outputTokens: 8, totalTokens: 38 },
+    finishReason: 'stop'
+  })
+  t.same(deleted, ['/tmp/report.txt'])
+
+  // the second call carried the first call's messages, and the approval, which the SDK turned into the tool's result
+  t.equal(model.doStreamCalls.length, 2)
+  t.match(model.doStreamCalls[1]!.prompt, [
+    { role: 'user', content: [{ type: 'text', text: 'Delete the report' }] },
+    { role: 'assistant', content: [{ type: 'text', text: 'I will delete it. ' }, { type: 'tool-call', toolCallId: 'del_1', toolName: 'deleteFile' }] },
+    { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'del_1', output: { type: 'text', value: 'deleted /tmp/report.txt' } }] }
+  ])
+})
+
+t.test('needsApproval, rejected: the tool is denied and the model is told why', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const { app } = build(t, { agents: { files: deleterAgent(model, deleted) } })
+  const run = app.inject({ method: 'POST', url: '/v1/agents/files/runs', payload: { input: 'Delete the report', stream: true } })
+  await decide(app, { approved: false })
+  const events = eventsOf((await run).body)
+  const result = events.find(([type]) => type === 'tool.result')
+  t.same(result?.[1], { toolCallId: 'del_1', name: 'deleteFile', output: 'A reviewer rejected this tool call.', isError: true })
+  t.match(events.at(-1), ['run.completed', { output: 'I will delete it. Not deleted (A reviewer rejected this tool call.).', finishReason: 'stop' }])
+  t.same(deleted, [], 'the tool never ran')
+  t.match(lastToolOutput(model.doStreamCalls[1]!.prompt), { type: 'execution-denied', reason: 'A reviewer rejected this tool call.' })
+})
+
+t.test('needsApproval, expired: approvalTimeoutMs bounds the wait, and the model is told nobody decided', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const { app } = build(t, { agents: { files: deleterAgent(model, deleted, 50) } })
+  const res = await app.inject({ method: 'POST', url: '/v1/agents/files/runs', payload: { input: 'Delete the report', stream: true } })
+  const events = eventsOf(res.body)
+  const requested = events.find(([type]) => type === 'approval.requested')![1].approval
+  t.equal(Date.parse(requested.expiresAt) - Date.parse(requested.requestedAt), 50)
+  t.equal(events.find(([type]) => type === 'approval.decided')![1].approval.status, 'expired')
+  const reason = 'Nobody decided on this tool call before its approval expired.'
+  t.same(events.find(([type]) => type === 'tool.result')![1], { toolCallId: 'del_1', name: 'deleteFile', output: reason, isError: true })
+  t.match(events.at(-1), ['run.completed', { output: `I will delete it. Not deleted (${reason}).` }])
+  t.same(deleted, [])
+})
+
+t.test('two approvals in one run: the second continuation keeps the first; a comment is the reason given', async (t) => {
+  keepAlive(t)
+  const ran: string[] = []
+  const step = (name: string) => tool({
+    inputSchema: z.object({}),
+    needsApproval: true,
+    execute: async () => { ran.push(name); return `${name} done` }
+  })
+  const model = scripted((_prompt, call) => [
+    [toolCall('b1', 'build', {}), finish('tool-calls')],
+    [toolCall('d1', 'deploy', {}), finish('tool-calls')],
+    [...text('Built, not deployed.'), finish('stop')]
+  ][call]!)
+  const agent = aiSdkAgent({
+    run: (input, ctx) => streamText({ model, tools: { build: step('build'), deploy: step('deploy') }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
+  })
+  const { app } = build(t, { agents: { release: agent } })
+  const run = runStream(app, 'release', 'Ship it')
+  t.equal((await decide(app, { approved: true })).action, 'build')
+  t.equal((await decide(app, { approved: false, comment: 'Not on a Friday' })).action, 'deploy')
+  const events = eventsOf((await run).body)
+  t.same(events.filter(([type]) => type === 'tool.result').map(([, data]) => data), [
+    { toolCallId: 'b1', name: 'build', output: 'build done', isError: false },
+    { toolCallId: 'd1', name: 'deploy', output: 'Not on a Friday', isError: true }
+  ])
+  t.same(ran, ['build'])
+  t.match(events.at(-1), ['run.completed', { output: 'Built, not deployed.', usage: { inputTokens: 3, outputTokens: 3 } }])
+  const third = model.doStreamCalls[2]!.prompt
+  const partTypes = (content: Prompt[number]['content']) => typeof content === 'string'
+    ? content
+    : content.map((part) => part.type === 'tool-result' ? part.output.type : part.type)
+  t.same(third.map((m) => [m.role, partTypes(m.content)]), [
+    ['user', ['text']],
+    ['assistant', ['tool-call']],
+    ['tool', ['text']],
+    ['assistant', ['tool-call']],
+    ['tool', ['execution-denied']]
+  ], 'the build call and its result are still there when the deploy is denied')
+})
+
+t.test('toolApproval: automatic decisions ask nobody; user-approval asks like needsApproval', async (t) => {
+  keepAlive(t)
+  const ran: string[] = []
+  const make = (name: string) => tool({ inputSchema: z.object({}), execute: async () => { ran.push(name); return `${name} ok` } })
+  const model = scripted((prompt) => lastToolOutput(prompt) === undefined
+    ? [toolCall('a1', 'read', {}), toolCall('a2', 'drop', {}), toolCall('a3', 'write', {}), finish('tool-calls')]
+    : [...text('Finished.'), finish('stop')])
+  const agent = aiSdkAgent({
+    run: (input, ctx) => streamText({
+      model,
+      tools: { read: make('read'), drop: make('drop'), write: make('write') },
+      toolApproval: { read: 'approved', drop: 'denied', write: { type: 'user-approval', reason: 'writes need a look' } },
+      messages: modelMessages(ctx, input),
+      abortSignal: ctx.signal,
+      stopWhen: stepCountIs(5)
+    })
+  })
+  const { app } = build(t, { agents: { policy: agent } })
+  const run = runStream(app, 'policy', 'Tidy up')
+  const approval = await decide(app, { approved: true })
+  t.match(approval, { action: 'write', reason: 'writes need a look' })
+  const events = eventsOf((await run).body)
+  t.equal(events.filter(([type]) => type === 'approval.requested').length, 1, 'only the user-approval tool asked')
+  t.same(events.filter(([type]) => type === 'tool.result').map(([, data]) => data), [
+    { toolCallId: 'a2', name: 'drop', output: 'This tool call was denied.', isError: true },
+    { toolCallId: 'a1', name: 'read', output: 'read ok', isError: false },
+    { toolCallId: 'a3', name: 'write', output: 'write ok', isError: false }
+  ])
+  t.same(ran.sort(), ['read', 'write'])
+})
+
+t.test('a second turn: modelMessages gives the model the session history', async (t) => {
+  const model = scripted((_prompt, call) => [...text(call === 0 ? 'Hello, Ada.' : 'You are Ada.'), finish('stop', usage(undefined, undefined))])
+  const agent = aiSdkAgent({ run: (input, ctx) => streamText({ model, messages: modelMessages(ctx, input), abortSignal: ctx.signal }) })
+  const { app } = build(t, { agents: { chat: agent } })
+  const first = (await app.inject({ method: 'POST', url: '/v1/agents/chat/runs', payload: { input: 'I am Ada.' } })).json()
+  t.match(first, { output: 'Hello, Ada.', usage: { inputTokens: 0, outputTokens: 0 } }, 'no usage reported counts as zero')
+  const second = (await app.inject({ method: 'POST', url: '/v1/agents/chat/runs', payload: { input: { question: 'Who am I?' }, sessionId: first.sessionId } })).json()
+  t.equal(second.output, 'You are Ada.')
+  t.same(model.doStreamCalls[1]!.prompt, [
+    { role: 'user', content: [{ type: 'text', text: 'I am Ada.' }] },
+    { role: 'assistant', content: [{ type: 'text', text: 'Hello, Ada.' }] },
+    { role: 'user', content: [{ type: 'text', text: '{"question":"Who am I?"}' }] }
+  ])
+})
+
+t.test('a run() that does not use modelMessages cannot take a decision back to the model', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleteFile = tool({ inputSchema: z.object({ path: z.string() }), needsApproval: true, execute: async () => 'deleted' })
+  const agent = aiSdkAgent({
+    run: (input, ctx) => streamText({ model, tools: { deleteFile }, prompt: String(input), abortSignal: ctx.signal })
+  })
+  const { app } = build(t, { agents: { files: agent }, exposeErrors: true })
+  const run = app.inject({ method: 'POST', url: '/v1/agents/files/runs', payload: { input: 'Delete the report' } })
+  await decide(app, { approved: true })
+  const res = await run
+  t.equal(res.statusCode, 500)
+  t.match(res.json(), { code: 'AGENT_ERROR', message: /did not build its messages with modelMessages/ })
+})
+
+t.test('modelMessages: history as user and assistant text, JSON for anything else, the input last', async (t) => {
+  const ctx = {
+    history: [
+      { role: 'user', content: { q: 1 }, runId: 'r1', at: '' },
+      { role: 'assistant', content: null, runId: 'r1', at: '' },
+      { role: 'assistant', content: 'plain', runId: 'r2', at: '' }
+    ]
+  } as unknown as Parameters<typeof modelMessages>[0]
+  const messages: ModelMessage[] = modelMessages(ctx, 42)
+  t.same(messages, [
+    { role: 'user', content: '{"q":1}' },
+    { role: 'assistant', content: 'null' },
+    { role: 'assistant', content: 'plain' },
+    { role: 'user', content: '42' }
+  ])
+})
+
+t.test('the agent: its fields passed through, its options checked when it is made', async (t) => {
+  const input = Type.Object({ prompt: Type.String() })
+  const run = () => { throw new Error('not called') }
+  const agent = aiSdkAgent({ description: 'd', metadata: { m: 1 }, input, resumable: true, approvalTimeoutMs: 1_000, run })
+  t.same(Object.keys(agent).sort(), ['description', 'input', 'metadata', 'resumable', 'run'])
+  t.equal(agent.input, input)
+  t.equal(agent.resumable, true)
+  t.same(Object.keys(aiSdkAgent({ run })), ['run'], 'nothing the user did not set')
+
+  t.throws(() => aiSdkAgent({} as never), { name: 'TypeError', message: /aiSdkAgent: run must be a function/ })
+  for (const bad of [-1, 1.5, 2 ** 31, Number.NaN]) {
+    t.throws(() => aiSdkAgent({ run, approvalTimeoutMs: bad }), { name: 'RangeError', message: /aiSdkAgent: approvalTimeoutMs must be an integer from 0 to 2147483647/ })
+  }
+})
+
+t.test('an input schema types run() and is checked before the model is called', async (t) => {
+  const model = scripted(() => [...text('Summary.'), finish('stop')])
+  const agent = aiSdkAgent({
+    input: Type.Object({ text: Type.String(), words: Type.Integer({ minimum: 1 }) }),
+    run: (input, ctx) => {
+      const words: number = input.words
+      // @ts-expect-error the schema says text is a string
+      const wrong: number = input.text
+      void wrong
+      return streamText({ model, prompt: `Summarise in ${words} words: ${input.text}`, abortSignal: ctx.signal })
+    }
+  })
+  // @ts-expect-error run's own annotation contradicts the schema
+  aiSdkAgent({ input: Type.Object({ n: Type.Number() }), run: (input: { n: string }) => streamText({ model, prompt: input.n }) })
+  const { app } = build(t, { agents: { summarise: agent } })
+  const bad = await app.inject({ method: 'POST', url: '/v1/agents/summarise/runs', payload: { input: { text: 'x', words: 0 } } })
+  t.equal(bad.statusCode, 400)
+  t.match(bad.json(), { code: 'FST_ERR_VALIDATION', message: 'body/input/words must be >= 1' })
+  t.equal(model.doStreamCalls.length, 0, 'the model was never called')
+  const ok = await app.inject({ method: 'POST', url: '/v1/agents/summarise/runs', payload: { input: { text: 'a long text', words: 3 } } })
+  t.equal(ok.json().output, 'Summary.')
+})
