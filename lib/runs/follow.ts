@@ -107,15 +107,14 @@ export class RunFollower {
       // a socket holding half the bound: the next page waits for it to drain, or for the run's next events
       if (this.#stream.buffered > bound / 2) {
         const raw = this.#stream.raw
-        const drained = await new Promise<boolean>((resolve) => {
-          const done = (): void => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve(true) }
+        // On news while stuck, what the run sent goes to the socket too, and a socket past the bound is cut
+        // above; a client that went away meanwhile is seen by the next read.
+        await new Promise<void>((resolve) => {
+          const done = (): void => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve() }
           raw.on('drain', done)
           raw.on('close', done)
-          this.#onNews = () => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve(false) }
+          this.#onNews = done
         })
-        if (this.#done) return
-        // news while stuck: what the run sent goes to the socket too, and a socket past the bound is cut above
-        if (!drained) continue
       }
     }
   }

@@ -92,9 +92,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   }
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { runId, sessionId: sessionId ?? undefined })
 
-  // Checked again after the awaits above: two resumes of one run racing on this instance would otherwise both
-  // pass the first check and run under one id.
-  if (service.runs.has(runId)) throw new RunInProgressError(runId)
+  // (two resumes of one run racing: the store's reopen is a compare-and-set, the second is RUN_IN_PROGRESS)
   const now = iso(Date.now())
   const record: RunRecord = {
     runId,
@@ -118,7 +116,6 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   } else {
     await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
   }
-  if (service.runs.has(runId)) throw new RunInProgressError(runId)
 
   return service.runs.create({
     runId,

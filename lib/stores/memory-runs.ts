@@ -1,6 +1,6 @@
 // The in-process run store: records and event logs of one instance, watched in-process.
 import { RunLogGapError } from '../core/errors.js'
-import { checkCount, checkLimit, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
+import { checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
 import { RunWatchHub } from './run-watch.js'
 import type {
   CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStore,
@@ -18,7 +18,8 @@ interface StoredRun {
   cancelRequested: boolean
   /** set when the run ends: after this it is gone */
   expiresAt: number
-  createdMs: number
+  /** the order of creation in this store: lists are most recent first, in this order */
+  order: number
 }
 
 export interface MemoryRunStoreOptions {
@@ -30,9 +31,6 @@ function ended (record: RunRecord): boolean {
   return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
 }
 
-function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): boolean {
-  return ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
-}
 
 export class MemoryRunStore implements RunStore {
   readonly maxRetainedRuns: number
@@ -42,6 +40,7 @@ export class MemoryRunStore implements RunStore {
   // ended runs, longest-ended first (a Set keeps insertion order): the bound takes from the front
   readonly #ended = new Set<string>()
   readonly #hub = new RunWatchHub()
+  #created = 0
   #closed = false
 
   constructor (options: MemoryRunStoreOptions = {}) {
@@ -81,7 +80,7 @@ export class MemoryRunStore implements RunStore {
       events: [],
       cancelRequested: false,
       expiresAt: Infinity,
-      createdMs: toMs('createdAt', record.createdAt)
+      order: ++this.#created
     })
     return { outcome: 'created' }
   }
@@ -215,20 +214,18 @@ export class MemoryRunStore implements RunStore {
   }
 
   #page (filter: (record: RunRecord) => boolean, limit: number, cursor: string | undefined): RunPage {
-    const after = cursor === undefined ? null : decodeKeyCursor(cursor)
+    const before = cursor === undefined ? Infinity : Number(decodeSeqCursor(cursor))
     const now = Date.now()
     const matching: StoredRun[] = []
     for (const stored of this.#runs.values()) {
-      if (stored.expiresAt <= now || !filter(stored.record)) continue
-      if (after !== null && !isBefore(stored.createdMs, stored.record.runId, after)) continue
-      matching.push(stored)
+      if (stored.expiresAt > now && stored.order < before && filter(stored.record)) matching.push(stored)
     }
-    matching.sort((a, b) => b.createdMs - a.createdMs || (a.record.runId < b.record.runId ? 1 : -1))
+    matching.sort((a, b) => b.order - a.order)
     const page = matching.slice(0, limit)
     const last = page.at(-1)
     return {
       runs: page.map((stored) => ({ ...stored.record })),
-      nextCursor: matching.length > limit && last !== undefined ? encodeKeyCursor(last.createdMs, last.record.runId) : null
+      nextCursor: matching.length > limit && last !== undefined ? encodeSeqCursor(last.order) : null
     }
   }
 

@@ -487,3 +487,139 @@ t.test('ended runs are kept runRetentionMs, then gone', async (t) => {
   await sleep(150)
   t.equal((await app.inject({ url: `/v1/runs/${runId}` })).statusCode, 404)
 })
+
+t.test('a run store that fails to store the end: the client still gets it, the record is never reported completed', async (t) => {
+  const store = new MemoryRunStore()
+  store.finish = async () => { throw new Error('store down') }
+  const { app } = build(t, { runStore: store })
+  const res = await runJson(app, 'echo', { input: 1 })
+  t.equal(res.statusCode, 200)
+  t.equal(app.agentService.stats.runLogFailures, 1)
+  t.match((await app.inject({ url: `/v1/runs/${res.json().runId}` })).json(), { status: 'running', lastSeq: 1 })
+})
+
+t.test('a result that cannot be serialized fails the run with AGENT_ERROR, naming why', async (t) => {
+  const { app } = build(t, { exposeErrors: true, agents: { big: { async run () { return { output: 10n } } } } })
+  const res = await runJson(app, 'big', { input: 1 })
+  t.equal(res.statusCode, 500)
+  t.match(res.json(), { code: 'AGENT_ERROR', message: /BigInt/ })
+  const stream = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/big/runs', payload: { input: 1, stream: true } })).body)
+  t.match(stream.at(-1), { event: 'run.failed', data: { error: { code: 'AGENT_ERROR', message: /BigInt/ } } })
+})
+
+t.test('cancel racing the run\'s end: 404 or 409 as the store finds it', async (t) => {
+  const store = new MemoryRunStore()
+  const held = gate()
+  const { app } = build(t, { runStore: store, agents: { held: held.agent } })
+  const answer = runJson(app, 'held', { input: null })
+  await eventually(() => held.started() === 1)
+  const runId = (await store.list({ limit: 1 })).runs[0]!.runId
+  const cancel = store.cancel.bind(store)
+  store.cancel = async () => ({ outcome: 'not_found' })
+  t.match((await app.inject({ method: 'POST', url: `/v1/runs/${runId}/cancel` })).json(), { statusCode: 404, code: 'RUN_NOT_FOUND' })
+  store.cancel = async (id) => ({ outcome: 'ended', record: (await store.get(id))! })
+  t.match((await app.inject({ method: 'POST', url: `/v1/runs/${runId}/cancel` })).json(), { statusCode: 409, code: 'RUN_ALREADY_ENDED' })
+  store.cancel = cancel
+  held.release()
+  await answer
+})
+
+t.test('a follower: a run gone from under it ends its stream; a client that left mid-read is let go', async (t) => {
+  const store = new MemoryRunStore()
+  const held = gate()
+  const { url, service } = await listen(t, { runStore: store, agents: { held: held.agent } })
+  const stream = await openSse(url, '/v1/agents/held/runs', { input: null, onDisconnect: 'continue' })
+  const runId = (await stream.next('run.started')).data.runId as string
+  await stream.next('message.delta')
+  const follower = await followRun(url, runId, { 'last-event-id': '2' })
+  // the run's record goes (purged, say): the next news finds nothing and ends the follower
+  const get = store.get.bind(store)
+  const events = store.events.bind(store)
+  store.get = async () => null
+  store.events = async () => []
+  held.release()
+  await follower.ended
+  t.same(follower.events, [], 'ended without events')
+  store.get = get
+  store.events = events
+  await stream.ended
+
+  // a read still on its way when the client leaves: its answer (or failure) is dropped
+  let releaseRead!: (fail: boolean) => void
+  store.events = (runId, after, limit) => new Promise((resolve, reject) => {
+    releaseRead = (fail) => { if (fail) reject(new Error('late failure')); else events(runId, after, limit).then(resolve, reject) }
+  })
+  const late = await followRun(url, runId)
+  await eventually(() => service.app.agentService.stats.followers === 1)
+  late.close()
+  await eventually(() => service.app.agentService.stats.followers === 0)
+  releaseRead(true)
+  const later = await followRun(url, runId)
+  await eventually(() => service.app.agentService.stats.followers === 1)
+  later.close()
+  await eventually(() => service.app.agentService.stats.followers === 0)
+  releaseRead(false)
+  await sleep(20)
+  store.events = events
+  t.pass('nothing written to a closed follower')
+})
+
+t.test('a follower hears of news after its end and ignores it', async (t) => {
+  const store = new MemoryRunStore()
+  const listeners: Array<() => void> = []
+  const watch = store.watch.bind(store)
+  // a store whose watch keeps calling after the follower stopped watching (a notification already on its way)
+  store.watch = (runId, listener) => { listeners.push(() => listener({ kind: 'events', lastSeq: 99 })); return watch(runId, listener) }
+  const held = gate()
+  const { app } = build(t, { runStore: store, agents: { held: held.agent } })
+  const answer = runJson(app, 'held', { input: null })
+  await eventually(() => held.started() === 1)
+  const runId = (await store.list({ limit: 1 })).runs[0]!.runId
+  const following = app.inject({ url: `/v1/runs/${runId}/events` })
+  await eventually(() => listeners.length === 2)
+  held.release()
+  await answer
+  const res = await following
+  t.equal(parseSse(res.body).at(-1)!.event, 'run.completed')
+  for (const listener of listeners) listener()
+  t.pass('a late notification does nothing')
+})
+
+
+t.test('resuming a run in progress elsewhere is RUN_IN_PROGRESS; into a busy session, SESSION_BUSY', async (t) => {
+  const store = new MemoryRunStore()
+  const stepper: Agent = { async run (_input, ctx) { await ctx.checkpoint({ n: 1 }); throw new Error('fail after a checkpoint') } }
+  const { service, url } = await listen(t, { runStore: store, agents: { stepper, echo: { async run (i) { return { output: i } } } } })
+  const app = service.app
+  const failed = (await runJson(app, 'stepper', { input: 1 })).json()
+  const runId = (await store.list({ limit: 1 })).runs[0]!.runId
+  t.equal(failed.code, 'AGENT_ERROR')
+  // another instance runs it (its record says so; this instance's registry does not know it)
+  const record = (await store.get(runId))!
+  await store.reopen({ record: { ...record, startedAt: new Date().toISOString() }, spec: { input: 1 }, ephemeral: false }, { exclusive: false })
+  const inProgress = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
+  t.equal(inProgress.statusCode, 409)
+  t.match(inProgress.json(), { code: 'RUN_IN_PROGRESS' })
+  await store.finish(runId, [{ seq: record.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000)
+  // a run of another instance holds the session: it stays busy for as long as the test needs
+  await store.create({ record: { ...record, runId: 'elsewhere', status: 'running', lastSeq: 0 }, spec: { input: 1 }, ephemeral: false }, { exclusive: true })
+  const busy = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
+  t.equal(busy.statusCode, 409)
+  t.match(busy.json(), { code: 'SESSION_BUSY' })
+  // interrupt: the run in the way is asked to stop, but it is another instance's: a client tired of waiting leaves
+  const controller = new AbortController()
+  const waiting = fetch(`${url}/v1/agents/echo/runs`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: 2, sessionId: record.sessionId, multitask: 'interrupt' }), signal: controller.signal
+  }).catch((e: Error) => e)
+  await eventually(async () => (await store.get('elsewhere'))!.status === 'running' && (await store.cancel('elsewhere', { status: 'cancelled', endedAt: new Date().toISOString() }, 1)).outcome === 'requested')
+  await sleep(50)
+  controller.abort()
+  t.type(await waiting, Error)
+  await sleep(50)
+  t.equal((await store.listBySession(record.sessionId!, { limit: 10 })).runs.filter((r) => r.agent === 'echo').length, 0, 'the interrupting run was never stored')
+})
+
+t.test('an unserializable result with exposeErrors off says only Internal Server Error', async (t) => {
+  const { app } = build(t, { agents: { big: { async run () { return { output: 10n } } } } })
+  t.match((await runJson(app, 'big', { input: 1 })).json(), { code: 'AGENT_ERROR', message: 'Internal Server Error' })
+})

@@ -496,3 +496,20 @@ t.test('an upgrade refused by a hook (401, 429) closes its socket after the answ
   await service.close(1_000)
   t.ok(Date.now() - started < 1_000, 'no refused upgrade held the drain')
 })
+
+t.test('a WebSocket client that stays too far behind is cut; its connection-bound runs end', async (t) => {
+  const big = 'z'.repeat(64 * 1024)
+  const { url, service } = await listen(t, {
+    websocket: true,
+    maxStreamBufferBytes: 256 * 1024,
+    agents: { firehose: { async * run () { for (;;) { yield big; await new Promise((resolve) => setImmediate(resolve)) } } } }
+  })
+  const ws = await openWs(url)
+  ws.send({ type: 'run.start', ref: 'f', agent: 'firehose', input: null })
+  await ws.next((frame) => frame.type === 'run.started')
+  // the client stops reading: its socket fills, then the server's buffer
+  ;(ws.socket as unknown as { _socket: { pause(): void } })._socket.pause()
+  await eventually(() => service.app.agentService.stats.slowConsumers === 1, 20_000)
+  await eventually(async () => (await service.app.agentService.settings.runStore.list({ limit: 1 })).runs[0]?.status === 'cancelled')
+  ws.socket.terminate()
+})

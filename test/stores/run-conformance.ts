@@ -182,6 +182,35 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.start(lone.record.runId, startedAt), { outcome: 'started' })
   })
 
+  t.test('runs: a resumed run reopens its record: its next attempt, its log going on, its session taken', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'resumed-session' })
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1, 'run.started'), event(2)])
+    const again = newRun({ runId: id, sessionId: 'resumed-session', requestId: 'req-again', traceId: 'c'.repeat(32) })
+    again.spec = { input: 'again' }
+    t.same(await store.reopen(again, { exclusive: true }), { outcome: 'in_progress' }, 'not while it runs')
+    const failed: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'AGENT_ERROR', message: 'x' } }
+    await store.finish(id, [event(3, 'run.failed')], failed, HOUR)
+    const holder = newRun({ sessionId: 'resumed-session' })
+    await store.create(holder, { exclusive: true })
+    t.same(await store.reopen(again, { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
+    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR)
+    const reopened = await store.reopen(again, { exclusive: true })
+    t.same(reopened, {
+      outcome: 'reopened',
+      record: { ...run.record, status: 'running', attempt: 2, lastSeq: 3, startedAt: again.record.startedAt, requestId: 'req-again', traceId: 'c'.repeat(32) }
+    })
+    t.same(await store.get(id), (reopened as { record: RunRecord }).record, 'no end, no error any more')
+    t.same(await store.spec(id), { input: 'again' })
+    t.same(await store.create(newRun({ sessionId: 'resumed-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id })
+    await store.append(id, [event(4, 'run.started')])
+    t.same((await store.events(id, 0, 10)).map((e) => e.seq), [1, 2, 3, 4], 'one log, one sequence')
+    t.match(await store.finish(id, [event(5, 'run.completed')], completed(run.record), HOUR), { status: 'completed', attempt: 2, lastSeq: 5 })
+    t.same(await store.reopen(newRun({ runId: 'never-stored' }), { exclusive: true }), { outcome: 'not_found' })
+  })
+
   t.test('runs: cancel ends a queued run at once, asks a running one, leaves an ended one', async (t) => {
     const store = await open(t, factory)
     t.same(await store.cancel('nope', cancelled(), HOUR), { outcome: 'not_found' })
@@ -248,6 +277,17 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(store.list({ limit: 0 }), RangeError)
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
+  })
+
+  t.test('runs: runs created in the same millisecond list in the order they were created', async (t) => {
+    const store = await open(t, factory)
+    const at = new Date().toISOString()
+    const runs = ['b', 'a', 'c'].map((name) => newRun({ runId: `${name}-${Math.random().toString(36).slice(2, 8)}`, sessionId: 'same-ms', createdAt: at }))
+    for (const run of runs) await store.create(run, { exclusive: false })
+    const expected = runs.map((run) => run.record.runId).reverse()
+    t.same((await store.listBySession('same-ms', { limit: 10 })).runs.map((r) => r.runId), expected)
+    const first = await store.listBySession('same-ms', { limit: 1 })
+    t.same((await store.listBySession('same-ms', { limit: 10, cursor: first.nextCursor! })).runs.map((r) => r.runId), expected.slice(1))
   })
 
   t.test('runs: an ended run is kept for its retention, then gone, and purged in batches', async (t) => {

@@ -139,7 +139,65 @@ t.test('SSE heartbeat: one timer for every stream, a ": ping" comment each inter
   t.equal(writes.length, before, 'no stream, no timer')
   stream.end()
   stream.send({ seq: 1, type: 'x', json: 'null' })
+  t.equal(stream.write('late'), true, 'a write after the end is dropped')
   stream.comment('late')
   stream.end()
   t.equal(writes.length, before, 'nothing is written after the end')
+})
+
+t.test('SSE heartbeat: a stream whose socket took nothing of what waits for it in a whole interval is cut', async (t) => {
+  const beat = new SseHeartbeat(20)
+  let bytesWritten = 0
+  let writableLength = 0
+  let destroyed = false
+  const raw = {
+    writeHead: () => {}, on: () => {}, write: () => true, end: () => {}, writableEnded: false,
+    destroy: () => { destroyed = true },
+    get writableLength () { return writableLength },
+    socket: { get bytesWritten () { return bytesWritten } }
+  }
+  const stream = new SseStream(raw as never, {})
+  beat.add(stream)
+  await sleep(50)
+  t.notOk(destroyed, 'nothing waits: pings go on')
+  writableLength = 1000
+  bytesWritten = 10
+  await sleep(15)
+  bytesWritten = 20
+  await sleep(15)
+  t.notOk(destroyed, 'the socket is taking what waits')
+  await sleep(60)
+  t.ok(destroyed, 'a socket that took nothing for an interval is cut')
+  beat.delete(stream)
+  const socketless = new SseStream({ ...raw, socket: null, writableLength: 5, destroy: () => { destroyed = true } } as never, {})
+  destroyed = false
+  beat.add(socketless)
+  await sleep(60)
+  t.ok(destroyed, 'a response without a socket any more is cut too')
+  beat.delete(socketless)
+})
+
+t.test('the core purges expired runs in bounded batches, and logs a purge that fails', async (t) => {
+  const { app } = build(t)
+  await app.ready()
+  const store = app.agentService.settings.runStore
+  const batches: number[] = []
+  let fail = false
+  store.purge = async (_now, batch) => {
+    batches.push(batch)
+    if (fail) throw new Error('store down')
+    await sleep(30)
+    return 0
+  }
+  const warnings: unknown[] = []
+  app.agentService.stopPurging()
+  app.agentService.startPurging({ warn: (o: unknown) => warnings.push(o) } as never, 5)
+  await sleep(50)
+  t.ok(batches.length >= 1 && batches.length <= 3, `one purge at a time (${batches.length})`)
+  t.equal(batches[0], 1000)
+  fail = true
+  await sleep(60)
+  t.ok(warnings.length >= 1)
+  app.agentService.stopPurging()
+  app.agentService.stopPurging()
 })
