@@ -95,6 +95,7 @@ export const AgentServiceOptions = Type.Object({
   exposeErrors: Type.Optional(Type.Boolean()),
   db: Type.Optional(Type.Unsafe<DbHealthCheck | object>({ type: 'object', description: 'an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client' })),
   healthTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
+  storeTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, description: 'the deadline of every store call made while serving a request; past it the request is 503 STORE_UNAVAILABLE (default 5000)' })),
   sessionTtlMs: Type.Optional(Type.Integer({ minimum: 1 })),
   logger: Type.Optional(Type.Unsafe<FastifyServerOptions['logger'] | FastifyBaseLogger>(Type.Union([Type.Boolean(), Type.Object({})]))),
   adminApi: Type.Optional(Type.Union([Type.Literal(true), AdminApiOptions], { description: '`true` is the deprecated form of `{ enabled: true }`' })),
