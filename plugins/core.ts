@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin'
-import type { FastifyPluginAsync } from 'fastify'
+import type { FastifyBaseLogger, FastifyPluginAsync } from 'fastify'
 import { AgentServiceCore } from '../lib/core/service.js'
 import { resolveSettings } from '../lib/core/settings.js'
 import type { Settings } from '../lib/core/settings.js'
@@ -7,13 +7,28 @@ import type { AgentServiceOptions } from '../lib/core/types.js'
 
 export type CorePluginOptions = AgentServiceOptions | { settings: Settings }
 
+/**
+ * Closes the stores that opened their own connection (from a URL or a filename: `postgresStores(url)`,
+ * `sqliteStores(path)`, `redisStores(url)`); a store on a client or pool you passed is left open for you.
+ */
+async function closeOwnedStores (stores: readonly object[], log: FastifyBaseLogger): Promise<void> {
+  for (const store of stores as Array<{ ownsConnection?: boolean, close?: () => Promise<void> }>) {
+    if (store.ownsConnection !== true) continue
+    await store.close!().catch((err: unknown) => log.error({ err }, 'could not close a store'))
+  }
+}
+
 const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => {
   const settings = 'settings' in options ? options.settings : resolveSettings(options)
   const service = new AgentServiceCore(settings, fastify.log)
   fastify.decorate('agentService', service)
   service.audit.declare(fastify)
+  // a client the service's stores opened themselves (ioredis from a URL) reports its connection errors here
+  for (const store of settings.stores) (store as { useLogger?: (log: FastifyBaseLogger) => void }).useLogger?.(fastify.log)
+  // onClose runs after the drain (a preClose hook): nothing in flight uses the stores any more
   fastify.addHook('onClose', async () => {
     await service.audit.writer.flush()
+    await closeOwnedStores(settings.stores, fastify.log)
   })
 }
 

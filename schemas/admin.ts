@@ -3,7 +3,7 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
 import { Metadata } from './common.js'
-import { DbCheck } from './health.js'
+import { HealthChecks } from './health.js'
 import { Session } from './sessions.js'
 import { Approval } from './approvals.js'
 
@@ -29,7 +29,7 @@ export const AdminHealth = Type.Object({
     memory: Type.Object({ rss: Count, heapTotal: Count, heapUsed: Count, external: Count }, { description: 'bytes' }),
     eventLoopDelayMs: Type.Object({ p50: Type.Number(), p99: Type.Number() }, { description: 'over the last minute or so' })
   }),
-  checks: Type.Object({ db: Type.Optional(DbCheck) })
+  checks: HealthChecks
 })
 export type AdminHealth = Static<typeof AdminHealth>
 
