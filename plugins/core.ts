@@ -11,10 +11,17 @@ export type CorePluginOptions = AgentServiceOptions | { settings: Settings }
  * Closes the stores that opened their own connection (from a URL or a filename: `postgresStores(url)`,
  * `sqliteStores(path)`, `redisStores(url)`); a store on a client or pool you passed is left open for you.
  */
-async function closeOwnedStores (stores: readonly object[], log: FastifyBaseLogger): Promise<void> {
+async function closeOwnedStores (stores: readonly object[], timeoutMs: number, log: FastifyBaseLogger): Promise<void> {
   for (const store of stores as Array<{ ownsConnection?: boolean, close?: () => Promise<void> }>) {
     if (store.ownsConnection !== true) continue
-    await store.close!().catch((err: unknown) => log.error({ err }, 'could not close a store'))
+    // a backend that stopped answering must not hold the shutdown: the store gets the deadline of any store call
+    let timer: NodeJS.Timeout | undefined
+    const deadline = new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`the store did not close within ${timeoutMs} ms`)), timeoutMs)
+    })
+    await Promise.race([store.close!(), deadline])
+      .catch((err: unknown) => log.error({ err }, 'could not close a store'))
+      .finally(() => clearTimeout(timer))
   }
 }
 
@@ -28,7 +35,7 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   // onClose runs after the drain (a preClose hook): nothing in flight uses the stores any more
   fastify.addHook('onClose', async () => {
     await service.audit.writer.flush()
-    await closeOwnedStores(settings.stores, fastify.log)
+    await closeOwnedStores(settings.stores, settings.storeTimeoutMs, fastify.log)
   })
 }
 

@@ -55,6 +55,16 @@ class ClientEvents {
   }
 }
 
+/** QUIT, which lets the replies on their way arrive; a server that does not answer it within a second is cut off. */
+async function quit (client: RedisClient): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([client.quit().catch(() => {}), new Promise((resolve) => { timer = setTimeout(resolve, QUIT_GRACE_MS) })])
+  clearTimeout(timer)
+  ;(client as Redis).disconnect()
+}
+
+const QUIT_GRACE_MS = 1_000
+
 /**
  * One ioredis client shared by several stores. A URL makes a client, connected on first use and quit when
  * the last store using it closes; a client you pass is never closed.
@@ -67,7 +77,7 @@ export class RedisConnection extends SharedConnection<RedisClient> {
     if (typeof source === 'string') {
       if (!/^rediss?:\/\//.test(source)) throw new TypeError('expected a redis:// or rediss:// URL')
       const Driver = loadDriver<typeof import('ioredis')>('ioredis', 'redisStores()')
-      super(() => events.watch(new Driver.Redis(source, { lazyConnect: true })), async (client) => { await client.quit() }, true)
+      super(() => events.watch(new Driver.Redis(source, { lazyConnect: true })), quit, true)
     } else if (isRedis(source)) {
       super(() => source, () => {}, false)
     } else {
