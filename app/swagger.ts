@@ -10,8 +10,11 @@ export function openApiOptions (settings: Settings): SwaggerOptions {
       info: {
         title: 'fastify-agents',
         version,
-        description: 'Named AI agents over JSON, Server-Sent Events and WebSocket.'
+        description: 'Named AI agents over JSON, Server-Sent Events and WebSocket.',
+        license: { name: 'MIT', identifier: 'MIT' }
       },
+      // the `publicUrl` option; without it, the origin the document was read from (Swagger UI's own)
+      servers: [{ url: settings.publicUrl ?? '/', description: 'fastify-agents' }],
       components: {
         securitySchemes: {
           apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'api-key auth (also accepted as Authorization: Bearer <key>)' },

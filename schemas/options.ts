@@ -92,6 +92,7 @@ export const AgentServiceOptions = Type.Object({
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),
+  publicUrl: Type.Optional(Type.String({ minLength: 1, description: 'the URL clients reach the service at (behind a proxy, a prefix): the OpenAPI document\'s server' })),
   exposeErrors: Type.Optional(Type.Boolean()),
   db: Type.Optional(Type.Unsafe<DbHealthCheck | object>({ type: 'object', description: 'an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client' })),
   healthTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),

@@ -43,6 +43,7 @@ export interface Settings {
   readonly websocket: boolean
   readonly requestTimeoutMs: number | null
   readonly host: string
+  readonly publicUrl: string | null
   readonly exposeErrors: boolean
   /** the live probes of health checks, by name: `db` (the option), then each store that can be probed */
   readonly checks: ReadonlyMap<string, HealthProbe>
@@ -221,6 +222,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     websocket: options.websocket ?? false,
     requestTimeoutMs: options.requestTimeoutMs ?? null,
     host: options.host ?? '0.0.0.0',
+    publicUrl: options.publicUrl ?? null,
     exposeErrors: options.exposeErrors ?? false,
     checks,
     stores: [...stores.keys()],
