@@ -239,8 +239,9 @@ export function prettyLogStream (out: NodeJS.WritableStream): Writable {
 
 /** `file:line` of a syntax error, from `node --check` (an ES module's SyntaxError does not say where it is). */
 async function syntaxErrorLine (file: string): Promise<string | null> {
-  const check = await promisify(execFile)(process.execPath, ['--check', file]).then(() => null, (error: { stderr?: string }) => error.stderr ?? '')
-  const match = /^(.*):(\d+)\s*$/m.exec(check ?? '')
+  // null when the file parses: a SyntaxError thrown while it runs (JSON.parse, say) has no line of the file to show
+  const check = await promisify(execFile)(process.execPath, ['--check', file]).then(() => '', (error: { stderr: string }) => error.stderr)
+  const match = /^(.*):(\d+)\s*$/m.exec(check)
   return match === null ? null : match[2]!
 }
 
@@ -253,7 +254,7 @@ export async function loadAgents (path: string | undefined): Promise<Record<stri
   try {
     module = await import(pathToFileURL(file).href) as typeof module
   } catch (error) {
-    const line = error instanceof SyntaxError ? await syntaxErrorLine(file) : null
+    const line = (error as Error).name === 'SyntaxError' ? await syntaxErrorLine(file) : null
     throw new Error(`--agents ${path}${line === null ? '' : `:${line}`}: ${(error as Error).name}: ${(error as Error).message}`)
   }
   const agents = module.agents ?? module.default

@@ -5,7 +5,7 @@ export const DbCheck = Type.Object({
   status: Type.Union([Type.Literal('ok'), Type.Literal('error')]),
   latencyMs: Type.Number(),
   error: Type.Optional(Type.String())
-})
+}, { title: 'HealthCheck' })
 export type DbCheck = Static<typeof DbCheck>
 
 /**
@@ -23,5 +23,5 @@ export const HealthResponse = Type.Object({
   status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')]),
   uptimeSeconds: Type.Integer(),
   checks: HealthChecks
-})
+}, { title: 'HealthResponse' })
 export type HealthResponse = Static<typeof HealthResponse>

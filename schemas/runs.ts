@@ -8,7 +8,7 @@ export const RunRequest = Type.Object({
   resumeRunId: Type.Optional(Id),
   metadata: Type.Optional(Metadata),
   stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
-}, { additionalProperties: false, required: ['input'] })
+}, { title: 'RunRequest', additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
 export const RunResult = Type.Object({
@@ -21,13 +21,13 @@ export const RunResult = Type.Object({
   finishReason: Type.String(),
   requestId: Type.String(),
   traceId: Type.String()
-})
+}, { title: 'RunResult' })
 export type RunResult = Static<typeof RunResult>
 
 export const RunFailedEvent = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
   traceId: Type.String()
-})
+}, { title: 'RunFailedEvent' })
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started, message.delta, approval.requested, approval.decided, checkpoint.saved, custom ones, ' +

@@ -1,3 +1,4 @@
+import type { TSchema } from '@sinclair/typebox'
 import type { FastifyBaseLogger } from 'fastify'
 import type { ApprovalStatus, Message } from '../stores/types.js'
 
@@ -65,6 +66,10 @@ export type AgentRunReturn = Promise<AgentResult> | AsyncIterable<string | Agent
 export interface Agent<Input = unknown> {
   description?: string
   metadata?: Record<string, unknown>
+  /** the JSON Schema (TypeBox) of the run request's `input`: the OpenAPI document shows it on the agent's own run operation */
+  input?: TSchema
+  /** the JSON Schema (TypeBox) of the result's `output`, for the document likewise */
+  output?: TSchema
   run(input: Input, ctx: RunContext): AgentRunReturn
 }
 
