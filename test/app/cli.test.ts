@@ -14,6 +14,8 @@ import { closeStores, echo, parseSse } from '../helper.js'
 
 // the compiled bin beside the compiled tests (npm test runs them from .build/)
 const bin = fileURLToPath(new URL('../../bin/fastify-agents.js', import.meta.url))
+// every bin this file starts is a process loading the whole service: on a busy machine more than the suite's 60 s
+t.setTimeout(180_000)
 import { pgUrl, redisUrl, requirePg, requireRedis } from '../helpers/services.js'
 
 function collect (stream: PassThrough): () => string {
@@ -228,12 +230,14 @@ t.test('the bin exits non-zero before serving, naming the flag or variable used'
     ['a --db file that cannot be written', ['serve', '--db', 'file:/dev/null/data.db'], {}, /^fastify-agents: --db file:\/dev\/null\/data\.db cannot be used: /],
     ['a bad --rate-limit', ['serve', '--rate-limit', 'lots'], {}, /^fastify-agents: --rate-limit must be <requests>\/<milliseconds>/]
   ]
-  for (const [name, args, env, message] of cases) {
-    const { exited, output } = startBin(t, args, env)
-    t.equal(await exited, 1, name)
-    t.match(output().stderr, message, name)
-    t.notMatch(output().stdout, /Server listening|draining/, `${name}: nothing served, nothing drained`)
-  }
+  // side by side: each is a process of its own
+  const started = cases.map(([, args, env]) => startBin(t, args, env))
+  const codes = await Promise.all(started.map(({ exited }) => exited))
+  cases.forEach(([name, , , message], i) => {
+    t.equal(codes[i], 1, name)
+    t.match(started[i]!.output().stderr, message, name)
+    t.notMatch(started[i]!.output().stdout, /Server listening|draining/, `${name}: nothing served, nothing drained`)
+  })
 })
 
 t.test('a port in use: exit 1 naming --port, not a drain', async (t) => {
@@ -242,10 +246,10 @@ t.test('a port in use: exit 1 naming --port, not a drain', async (t) => {
   t.teardown(() => taken.close())
   const port = String((taken.address() as { port: number }).port)
   const { exited, output } = startBin(t, ['serve', '--port', port])
+  const viaEnv = startBin(t, ['serve'], { PORT: port })
   t.equal(await exited, 1)
   t.match(output().stderr, new RegExp(`^fastify-agents: --port ${port}: cannot listen on 127\\.0\\.0\\.1:${port}: listen EADDRINUSE`))
   t.notMatch(output().stdout, /draining/)
-  const viaEnv = startBin(t, ['serve'], { PORT: port })
   t.equal(await viaEnv.exited, 1)
   t.match(viaEnv.output().stderr, new RegExp(`^fastify-agents: PORT ${port}: cannot listen`))
 })

@@ -12,6 +12,8 @@ import { fileURLToPath } from 'node:url'
 import t from 'tap'
 
 const run = promisify(execFile)
+// a build, a pack and a type check: on a busy machine more than the suite's 60 s per file
+t.setTimeout(240_000)
 
 function projectRoot (): string {
   let dir = dirname(fileURLToPath(import.meta.url))

@@ -45,27 +45,33 @@ export interface PrivateServer {
 export interface PrivateRedis extends PrivateServer {
   /** SIGKILL: connections are refused from now on */
   kill(): Promise<void>
+  /** after kill(): a new (empty) server on the same port */
+  revive(): Promise<void>
 }
 
 /** A redis-server of the test's own (no persistence), stopped in teardown. */
 export async function privateRedis (t: Test & ServiceTest): Promise<PrivateRedis | null> {
   if (!requireService(t, await onPath('redis-server'), 'the outage tests need redis-server on the PATH (apt-get install redis-server)')) return null
   const port = await freePort()
-  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-  const exited = new Promise((resolve) => child.once('exit', resolve))
+  let child: ChildProcess
+  let exited: Promise<unknown>
+  const start = async (): Promise<void> => {
+    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    exited = new Promise((resolve) => child.once('exit', resolve))
+    await eventually(() => exec('redis-cli', ['-p', String(port), 'ping']).then(({ stdout }) => stdout.trim() === 'PONG', () => false), 10_000, 'redis-server answering')
+  }
   t.teardown(async () => {
     if (child.exitCode !== null || child.signalCode !== null) return
     child.kill('SIGCONT')
     child.kill('SIGKILL')
     await exited
   })
-  await eventually(() => exec('redis-cli', ['-p', String(port), 'ping']).then(({ stdout }) => stdout.trim() === 'PONG', () => false), 10_000, 'redis-server answering')
-  const pid = child.pid!
+  await start()
   return {
     url: `redis://127.0.0.1:${port}`,
     async freeze () {
       child.kill('SIGSTOP')
-      await eventually(async () => await stateOf(pid) === 'T', 5_000, 'redis-server stopped')
+      await eventually(async () => await stateOf(child.pid!) === 'T', 5_000, 'redis-server stopped')
     },
     async thaw () {
       child.kill('SIGCONT')
@@ -73,7 +79,8 @@ export async function privateRedis (t: Test & ServiceTest): Promise<PrivateRedis
     async kill () {
       child.kill('SIGKILL')
       await exited
-    }
+    },
+    revive: start
   }
 }
 

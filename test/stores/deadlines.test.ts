@@ -25,12 +25,13 @@ t.test('a store that hangs: 503 STORE_UNAVAILABLE at the deadline, before the ag
   let ran = 0
   const counting = { async run (input: unknown) { ran++; return { output: input } } }
   const { app } = build(t, { agents: { echo: counting }, sessionStore: sessionStore({ create: never }), storeTimeoutMs: 150 })
+  await app.ready()
   const started = Date.now()
   const res = await app.inject(runRequest)
   const elapsed = Date.now() - started
   t.equal(res.statusCode, 503)
   t.match(res.json(), { code: 'STORE_UNAVAILABLE', message: 'sessionStore.create() did not answer within 150 ms', requestId: String })
-  t.ok(elapsed >= 140 && elapsed < 1_000, `answered at the deadline (${elapsed} ms)`)
+  t.ok(elapsed >= 140 && elapsed < 1_500, `answered at the deadline (${elapsed} ms)`)
   t.equal(ran, 0, 'the agent never ran')
 })
 

@@ -63,6 +63,10 @@ t.test('Redis frozen, thawed, killed', async (t) => {
   await eventually(() => logs.some((line) => line.msg === 'redis store: connection error'), 5_000, 'the connection error logged')
   t.ok(logs.filter((line) => line.msg === 'redis store: connection error').length <= 2, 'once per outage, not per reconnection attempt')
   t.same(printed.filter((args) => String(args[0]).includes('ioredis')), [], 'nothing of ioredis on stderr')
+
+  await redis.revive()
+  await eventually(async () => (await app.inject(run)).statusCode === 200, 10_000, 'runs once Redis is back')
+  await eventually(() => logs.some((line) => line.msg === 'redis store: connection restored'), 5_000, 'the recovery logged')
 })
 
 t.test('PostgreSQL frozen and thawed', async (t) => {
