@@ -10,7 +10,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { buildServeOptions, probeStores, prettyLogStream, redact, run, usage } from '../../app/cli.js'
 import { demoAgents } from '../../app/demo-agents.js'
-import { closeStores, echo, parseSse } from '../helper.js'
+import { closeStores, echo, eventually, parseSse } from '../helper.js'
 
 // the compiled bin beside the compiled tests (npm test runs them from .build/)
 const bin = fileURLToPath(new URL('../../bin/fastify-agents.js', import.meta.url))
@@ -209,7 +209,8 @@ t.test('the bin drains on SIGTERM, closes its stores and exits 0', async (t) => 
   t.equal((await fetch(`${url}/v1/agents/echo/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"input":1}' })).status, 200)
   t.ok(existsSync(db + '-wal'), 'the database is open (WAL)')
   const inFlight = fetch(`${url}/v1/agents/slow/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: { ms: 600 } }) })
-  await new Promise((resolve) => setTimeout(resolve, 150))
+  // SIGTERM once the server has the request (a busy machine may take a while to deliver it)
+  await eventually(() => output().stdout.includes('"url":"/v1/agents/slow/runs"'), 10_000, 'the request reaching the server')
   child.kill('SIGTERM')
   const res = await inFlight
   t.equal(res.status, 200, 'the request in flight finished')
