@@ -117,7 +117,7 @@ t.test('plugin mode: app.close() lets the process exit with a PostgreSQL approva
   child.stdout.on('data', (chunk: Buffer) => { if (chunk.toString().includes('closed')) closedAt = Date.now() })
   const code = await Promise.race([
     new Promise<number | null>((resolve) => child.once('exit', resolve)),
-    new Promise<string>((resolve) => setTimeout(() => resolve('still running'), 60_000))
+    new Promise<string>((resolve) => setTimeout(() => resolve('still running'), 60_000).unref())
   ])
   t.equal(code, 0)
   // the pool's idle clients would keep it for 10 s (pg's idleTimeoutMillis), the listening one for ever
