@@ -4,7 +4,7 @@ import t from 'tap'
 import Database from 'better-sqlite3'
 import Fastify from 'fastify'
 import agentService, { agentsPlugin, corePlugin, healthPlugin, requestContextPlugin, sessionsPlugin, sqliteStores } from '../../index.js'
-import { echo, parseSse } from '../helper.js'
+import { echo, eventually, parseSse } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
 t.test('mounts into an existing app without touching its routes, validator or 404s', async (t) => {
@@ -48,7 +48,8 @@ t.test('the host app drains runs on close()', async (t) => {
   })
   await app.ready()
   const reply = app.inject({ method: 'POST', url: '/v1/agents/stuck/runs', payload: { input: 1 } })
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // closed once the run is in flight (on a busy machine the request takes a while to get there)
+  await eventually(() => app.agentService.runs.size === 1, 10_000, 'the run in flight')
   await app.close()
   const res = await reply
   t.ok(aborted)
