@@ -10,7 +10,8 @@ import { Type } from '@sinclair/typebox'
 import { createConfig, lintFromString } from '@redocly/openapi-core'
 import openapiTS, { astToString } from 'openapi-typescript'
 import { defineAgent } from '../../lib/runs/define-agent.js'
-import { build, echo, listen } from '../helper.js'
+import { sqliteStores } from '../../lib/stores/sqlite.js'
+import { build, closeStores, echo, listen } from '../helper.js'
 
 interface Operation { responses: Record<string, { content?: Record<string, unknown> }>, parameters?: unknown[], requestBody?: unknown }
 type Paths = Record<string, Record<string, Operation>>
@@ -220,4 +221,16 @@ t.test('operation ids of routes outside the table, colliding agent names, inputs
   t.equal(document.paths['/v1/agents/a.b/runs'].post.operationId, 'runABAgent2', 'numbered, never the same twice')
   t.equal(document.paths['/v1/agents/a-b/runs'].post.requestBody.content['application/json'].example, undefined, 'no example rather than one that fails')
   t.equal(document.paths['/v1/agents/a.b/runs'].post.requestBody.content['application/json'].example, undefined)
+})
+
+t.test('building the document leaves the stores of the options alone', async (t) => {
+  const dir = t.testdir({})
+  const stores = sqliteStores(join(dir, 'data.db'))
+  const options = { agents: { echo }, ...stores, idempotency: stores.idempotency, adminApi: { enabled: true, auditStore: stores.auditStore } }
+  const document = await buildOpenApiDocument(options) as Json
+  t.ok(document.paths['/admin/stats'])
+  t.ok(document.paths['/v1/agents/{name}/runs'].post.parameters.some((p: Json) => p.name === 'idempotency-key'), 'idempotency still documented')
+  t.same(await stores.sessionStore.list({ limit: 1 }), { sessions: [], nextCursor: null }, 'the stores still serve')
+  t.ok(((await buildOpenApiDocument({ agents: { echo }, adminApi: true })) as Json).paths['/admin/stats'], 'adminApi: true, the earlier form')
+  await closeStores([stores])
 })
