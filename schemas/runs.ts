@@ -26,7 +26,7 @@ export const RunRequest = Type.Object({
   input: Type.Unknown({ description: 'anything JSON, checked against the input schema of the agent, when it has one; passed to the agent as is' }),
   ...RunOptionsFields,
   stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
-}, { additionalProperties: false, required: ['input'] })
+}, { title: 'RunRequest', additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
 const SessionIdOrNull = Type.Union([Type.String(), Type.Null()], { description: 'null for an ephemeral run (store: false)' })
@@ -41,13 +41,13 @@ export const RunResult = Type.Object({
   finishReason: Type.String(),
   requestId: Type.String(),
   traceId: Type.String()
-})
+}, { title: 'RunResult' })
 export type RunResult = Static<typeof RunResult>
 
 export const RunFailedEvent = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
   traceId: Type.String()
-})
+}, { title: 'RunFailedEvent' })
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +

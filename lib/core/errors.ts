@@ -22,6 +22,7 @@ export const ApprovalExpiredError = createError('APPROVAL_EXPIRED', 'Approval "%
 export const UpgradeRequiredError = createError('UPGRADE_REQUIRED', 'This route only accepts WebSocket upgrades', 426)
 export const AgentError = createError('AGENT_ERROR', '%s', 500)
 export const ShutdownError = createError('SHUTDOWN', 'The service is shutting down', 503)
+export const StoreUnavailableError = createError('STORE_UNAVAILABLE', '%s', 503)
 export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did not finish within %d ms', 504)
 export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
 export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
@@ -50,12 +51,13 @@ export const ClientClosedError = createError('CANCELLED', '%s', 499)
 export const RunCancelledError = createError('CANCELLED', '%s', 409)
 
 /** The HTTP error a failed JSON run answers with; `clientGone`: nobody reads it (recorded as 499). */
-export function runFailureError (failure: { code: string, message: string }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
+export function runFailureError (failure: { code: string, message: string, error?: unknown }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
   switch (failure.code) {
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
-    default: return new AgentError(failure.message)
+    // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
+    default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)
   }
 }
 
@@ -66,3 +68,5 @@ export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid curs
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
+/** A store backend whose driver (an optional peer dependency) is not installed. */
+export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)

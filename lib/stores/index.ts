@@ -10,11 +10,11 @@ export {
   SqliteApprovalStore, SqliteAuditStore, SqliteCheckpointStore, SqliteConnection, SqliteIdempotencyStore,
   SqliteSessionStore, sqliteStores
 } from './sqlite.js'
-export type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+export type { SqliteDatabase, SqliteSource, SqliteStoreOptions } from './sqlite.js'
 export {
   PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,
   PostgresSessionStore, postgresStores
 } from './postgres.js'
-export type { PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
+export type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
 export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
-export type { RedisSource, RedisStoreOptions } from './redis.js'
+export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'

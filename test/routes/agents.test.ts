@@ -81,7 +81,8 @@ t.test('a failing agent: 500 AGENT_ERROR, message hidden unless exposeErrors', a
 })
 
 t.test('an unhandled error outside a run: 500, message per exposeErrors, internal codes kept out', async (t) => {
-  const failing = { create: async () => { throw Object.assign(new Error('connect ECONNREFUSED 10.0.0.1'), { code: 'ECONNREFUSED' }) } }
+  // a store's own failure (an outage, ECONNREFUSED, would be 503 STORE_UNAVAILABLE: test/stores/deadlines.test.ts)
+  const failing = { create: async () => { throw Object.assign(new Error('relation "fa_sessions" does not exist'), { code: '42P01' }) } }
   const sessionStore = { get: async () => null, appendTurn: async () => true, touch: async () => true, delete: async () => true, list: async () => ({ sessions: [], nextCursor: null }), ...failing }
   const hidden = build(t, { sessionStore }).app
   const res = await hidden.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } })
@@ -90,7 +91,7 @@ t.test('an unhandled error outside a run: 500, message per exposeErrors, interna
   t.equal(res.json().message, 'Internal Server Error')
   const exposed = build(t, { sessionStore, exposeErrors: true }).app
   const body = (await exposed.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } })).json()
-  t.match(body, { statusCode: 500, message: 'connect ECONNREFUSED 10.0.0.1', code: 'ECONNREFUSED' })
+  t.match(body, { statusCode: 500, message: 'relation "fa_sessions" does not exist', code: '42P01' })
 })
 
 t.test('504 AGENT_TIMEOUT for an agent that honours its signal', async (t) => {

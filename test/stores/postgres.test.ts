@@ -93,7 +93,7 @@ if (await requirePg(t)) {
     const schema = withPgSchema(t, shared)
     const connection = new PostgresConnection(pgUrl())
     const probe = {}
-    const pool = connection.acquire(probe)
+    const pool = connection.acquire(probe) as pg.Pool
     const audit = new PostgresAuditStore(connection, { schema })
     const sessions = new PostgresSessionStore(connection, { schema })
     const unused = new PostgresApprovalStore(connection, { schema })

@@ -69,7 +69,7 @@ if (await requireRedis(t)) {
     t.match(await sessions.get('s1'), { id: 's1' })
     await idempotency.reserve('k1', 'fp', OPTIONS)
     const probe = {}
-    const client = connection.acquire(probe)
+    const client = connection.acquire(probe) as Redis
     await connection.release(probe)
     await sessions.close()
     t.equal(client.status, 'ready', 'the idempotency store still uses it')

@@ -67,7 +67,7 @@ t.test('an opened file is in WAL mode and closed with the last store using it', 
   await audit.append([auditEntry(0)])
   await sessions.create({ id: 's1', agent: null, principal: 'p', metadata: {} }, 60_000)
   const probe = {}
-  const db = connection.acquire(probe)
+  const db = connection.acquire(probe) as Database.Database
   await connection.release(probe)
   t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
   t.equal(db.pragma('synchronous', { simple: true }), 1, 'NORMAL')
