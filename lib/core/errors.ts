@@ -66,3 +66,5 @@ export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid curs
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
+/** A string a durable store cannot keep as it is (PostgreSQL text holds no NUL; no backend keeps a lone surrogate). */
+export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored in %s: it holds %s', 400)

@@ -11,6 +11,8 @@ export {
   SqliteSessionStore, sqliteStores
 } from './sqlite.js'
 export type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+export { SqliteRunStore } from './sqlite-runs.js'
+export type { SqliteRunStoreOptions } from './sqlite-runs.js'
 export {
   PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,
   PostgresSessionStore, postgresStores

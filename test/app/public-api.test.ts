@@ -12,7 +12,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresSessionStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
-    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteSessionStore', 'UnauthorizedError',
+    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',
     'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
     'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',

@@ -8,16 +8,30 @@ import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { StoreSet } from '../../lib/stores/types.js'
+import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
+import { runStoreConformance } from './run-conformance.js'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
     stores.auditStore.close?.(), stores.sessionStore.close?.(), stores.approvalStore.close?.(),
-    stores.checkpointStore.close?.(), stores.idempotency.store.close?.()
+    stores.checkpointStore.close?.(), stores.idempotency.store.close?.(), stores.runStore.close?.()
   ])
 }
 
 storeConformance(t, factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db'))))
+
+// the twin opens the same file through a connection of its own, as another process would
+const files = new WeakMap<object, string>()
+runStoreConformance(t, {
+  store: (t) => {
+    const file = join(t.testdir(), 'runs.db')
+    const store = sqliteStores(file).runStore
+    files.set(store, file)
+    return store
+  },
+  twin: (_t, first) => new SqliteRunStore(files.get(first)!)
+})
 
 t.test('data survives closing and opening the file again', async (t) => {
   const file = join(t.testdir(), 'stores.db')
