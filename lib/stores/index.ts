@@ -18,5 +18,7 @@ export {
   PostgresSessionStore, postgresStores
 } from './postgres.js'
 export type { PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
+export { PostgresRunStore } from './postgres-runs.js'
+export type { PostgresRunStoreOptions } from './postgres-runs.js'
 export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
 export type { RedisSource, RedisStoreOptions } from './redis.js'

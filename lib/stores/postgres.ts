@@ -8,6 +8,7 @@ import {
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { PostgresRunStore } from './postgres-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -645,10 +646,10 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
 }
 
 /**
- * All five stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
+ * All six stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
  * `postgresStores({ connectionString, max, schema })`.
  */
-export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
+export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
   let connection: PostgresConnection
   let storeOptions = options
   if (typeof source === 'object' && source !== null && !isPool(source)) {
@@ -663,6 +664,7 @@ export function postgresStores (source: string | Pool | PostgresStoresOptions, o
     sessionStore: new PostgresSessionStore(connection, storeOptions),
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
-    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) }
+    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
+    runStore: new PostgresRunStore(connection, storeOptions)
   }
 }

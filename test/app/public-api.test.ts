@@ -9,7 +9,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
     'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
-    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresSessionStore',
+    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'UnauthorizedError',

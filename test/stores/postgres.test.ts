@@ -8,14 +8,16 @@ import {
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, StoreSet } from '../../lib/stores/types.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
+import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
+import { runStoreConformance } from './run-conformance.js'
 
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/test'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
     stores.auditStore.close?.(), stores.sessionStore.close?.(), stores.approvalStore.close?.(),
-    stores.checkpointStore.close?.(), stores.idempotency.store.close?.()
+    stores.checkpointStore.close?.(), stores.idempotency.store.close?.(), stores.runStore.close?.()
   ])
 }
 
@@ -51,6 +53,12 @@ if (await requirePg(t)) {
   t.teardown(() => shared.end())
 
   storeConformance(t, factoriesOf((t) => postgresStores(shared, { schema: withPgSchema(t, shared) })))
+
+  // the twin is another instance: a pool of its own on the same schema
+  runStoreConformance(t, {
+    store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).runStore,
+    twin: (_t, first) => new PostgresRunStore({ connectionString: pgUrl(), max: 3 }, { schema: (first as PostgresRunStore).schema })
+  })
 
   t.test('data survives closing the stores and opening them again on the schema', async (t) => {
     const schema = withPgSchema(t, shared)
