@@ -4,6 +4,7 @@ import { Redis } from 'ioredis'
 import {
   SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
 } from './common.js'
+import { RedisRunStore } from './redis-runs.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -286,11 +287,12 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
   }
 }
 
-/** Idempotency and sessions on one client (opened from a URL, or yours). */
-export function redisStores (source: string | Redis, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency'> {
+/** Sessions, idempotency and runs on one client (opened from a URL, or yours). */
+export function redisStores (source: string | Redis, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
-    idempotency: { store: new RedisIdempotencyStore(connection, options) }
+    idempotency: { store: new RedisIdempotencyStore(connection, options) },
+    runStore: new RedisRunStore(connection, options)
   }
 }

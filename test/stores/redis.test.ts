@@ -5,7 +5,9 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from '../../lib/stores/redis.js'
 import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
+import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
+import { runStoreConformance } from './run-conformance.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
 
@@ -20,6 +22,15 @@ if (await requireRedis(t)) {
   const stores = (t: Test) => redisStores(shared, { prefix: withRedisPrefix(t, shared) })
   sessionStoreConformance(t, (t) => stores(t).sessionStore)
   idempotencyStoreConformance(t, (t) => stores(t).idempotency.store)
+  // the twin is another instance: a client of its own on the same prefix
+  runStoreConformance(t, {
+    store: (t) => stores(t).runStore,
+    twin: (t, first) => {
+      const client = new Redis(redisUrl())
+      t.teardown(() => client.quit())
+      return new RedisRunStore(client, { prefix: (first as RedisRunStore).prefix })
+    }
+  })
 
   t.test('two stores sharing a prefix: one reserver wins across both', async (t) => {
     const prefix = withRedisPrefix(t, shared)
