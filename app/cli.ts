@@ -85,7 +85,7 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
 export async function closeStores (sets: StoreSet[]): Promise<void> {
   const seen = new Set<object>()
   for (const set of sets) {
-    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store]) {
+    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store, set.runStore]) {
       if (store === undefined || seen.has(store)) continue
       seen.add(store)
       await store.close?.()

@@ -347,8 +347,8 @@ export class RedisRunStore implements RunStore {
     else if (result !== null) throw new RunLogGapError(runId, result[0] + 1, events[0]!.seq)
   }
 
-  /** Ends a run whose status is `from`; null when it is not. */
-  async #end (client: Redis, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+  /** Ends a run whose status is `from`: the record, null when its status is not `from`, or the lastSeq a batch does not follow. */
+  async #end (client: Redis, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | { gapAfter: number } | null> {
     const endedMs = toMs('endedAt', end.endedAt)
     const expiresAt = endedMs + retentionMs
     const result = await END.run(client, [
@@ -357,7 +357,7 @@ export class RedisRunStore implements RunStore {
       expiresAt, Math.max(1, Math.ceil(expiresAt - Date.now())), ...events.map(encodeEvent)
     ]) as [string[], number] | [number] | null
     if (result === null) return null
-    if (result.length === 1) throw new RunLogGapError(runId, result[0] + 1, events[0]!.seq)
+    if (result.length === 1) return { gapAfter: result[0] }
     const record = toRecord(pairs(result[0]))
     this.#hub.events(runId, record.lastSeq)
     if (result[1] === 1) this.#hub.sessionFree(record.sessionId!)
@@ -369,7 +369,9 @@ export class RedisRunStore implements RunStore {
     if (!storable(runId, true)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
-    return this.#end(client, runId, 'running', events, end, retentionMs)
+    const ended = await this.#end(client, runId, 'running', events, end, retentionMs)
+    if (ended !== null && 'gapAfter' in ended) throw new RunLogGapError(runId, ended.gapAfter + 1, events[0]!.seq)
+    return ended
   }
 
   async get (runId: string): Promise<RunRecord | null> {
@@ -409,12 +411,9 @@ export class RedisRunStore implements RunStore {
       const record = toRecord(hash)
       if (isEnded(record.status)) return { outcome: 'ended', record }
       if (record.status === 'queued') {
-        // a gap means an event came in meanwhile: read again
-        const ended = await this.#end(client, runId, 'queued', [endedBeforeStartEvent(record, end)], end, retentionMs).catch((error: unknown) => {
-          if ((error as { code?: string }).code === 'FA_RUN_LOG_GAP') return null
-          throw error
-        })
-        if (ended !== null) return { outcome: 'cancelled', record: ended }
+        // null or a gap: it started, or an event came in, meanwhile
+        const ended = await this.#end(client, runId, 'queued', [endedBeforeStartEvent(record, end)], end, retentionMs)
+        if (ended !== null && !('gapAfter' in ended)) return { outcome: 'cancelled', record: ended }
       } else {
         const requested = await REQUEST_CANCEL.run(client, [this.prefix, runId, this.channel]) as string[] | null
         if (requested !== null) {

@@ -41,7 +41,7 @@ t.test('--db file: backs every store and the health probe with SQLite', async (t
   const plan = buildServeOptions({ db: `file:${join(dir, 'data.db')}` }, { echo })
   t.teardown(() => closeStores(plan.stores))
   t.equal(plan.stores.length, 1)
-  t.ok(plan.options.auditStore && plan.options.sessionStore && plan.options.approvalStore && plan.options.checkpointStore && plan.options.idempotency?.store)
+  t.ok(plan.options.auditStore && plan.options.sessionStore && plan.options.approvalStore && plan.options.checkpointStore && plan.options.idempotency?.store && plan.options.runStore)
   t.equal(await (plan.options.db as { health: () => Promise<boolean> }).health(), true)
 })
 
@@ -52,6 +52,7 @@ t.test('--db postgres:// and --redis', async (t) => {
   t.equal(plan.stores.length, 2)
   t.equal(plan.options.sessionStore, plan.stores[1]!.sessionStore, 'redis backs sessions')
   t.equal(plan.options.idempotency?.store, plan.stores[1]!.idempotency!.store, 'and idempotency')
+  t.equal(plan.options.runStore, plan.stores[1]!.runStore, 'and runs')
   t.equal(plan.options.auditStore, plan.stores[0]!.auditStore, 'postgres backs the audit log')
 })
 
@@ -60,6 +61,9 @@ t.test('closeStores closes each store once', async (t) => {
   const shared = { close: async () => { closed++ } }
   await closeStores([{ auditStore: shared as never, sessionStore: shared as never, checkpointStore: {} as never }, { idempotency: { store: shared as never } }])
   t.equal(closed, 1)
+  const runs = { close: async () => { closed++ } }
+  await closeStores([{ runStore: runs as never }, { runStore: runs as never }])
+  t.equal(closed, 2, 'the run store too')
 })
 
 t.test('--pretty log lines', async (t) => {
