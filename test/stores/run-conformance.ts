@@ -3,6 +3,7 @@
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
+import { encodeKeyCursor } from '../../lib/stores/common.js'
 import type { NewRun, RunChange, RunEnd, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
 import type { StoreFactory } from './conformance.js'
 
@@ -87,6 +88,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(run, { exclusive: false }), { outcome: 'created' })
     t.same(await store.get(run.record.runId), run.record)
     t.same(await store.spec(run.record.runId), run.spec)
+    const background = newRun({ background: true, attempt: 2 }, true)
+    await store.create(background, { exclusive: true })
+    t.same(await store.get(background.record.runId), background.record, 'background, attempt, ephemeral: kept as given')
     t.equal(await store.get('nope'), null)
     t.equal(await store.spec('nope'), null)
     t.same(await store.events('nope', 0, 10), [])
@@ -274,6 +278,8 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.list({ limit: 10, agent: 'other' })).runs.map((r) => r.runId), [others[0]!.record.runId])
     t.same((await store.list({ limit: 10, status: 'queued', sessionId: 'elsewhere' })).runs.map((r) => r.runId), [others[1]!.record.runId])
     t.same((await store.list({ limit: 10, sessionId: 'listed', status: 'running' })).runs.length, 5)
+    t.same((await store.list({ limit: 10, status: 'queued' })).runs.map((r) => r.runId), [others[1]!.record.runId])
+    t.same((await store.list({ limit: 10, agent: 'other', status: 'queued' })).runs, [])
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(store.list({ limit: 0 }), RangeError)
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
@@ -400,7 +406,13 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
           t.equal(await store.get(run.record.runId), null, 'nothing stored')
         }
       }
-      // reads and writes naming what cannot be stored find nothing, and never fail
+      // reads and writes naming what cannot be stored find nothing, and never fail (a cursor may be refused)
+      for (const filter of [{ sessionId: value }, { agent: value }]) {
+        const page = await store.list({ limit: 10, ...filter })
+        t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value), `list ${JSON.stringify(filter)}`)
+      }
+      const cursor = encodeKeyCursor(Date.now(), value)
+      await store.list({ limit: 10, cursor }).then((page) => t.ok(page), (error: { code?: string }) => t.equal(error.code, 'FA_INVALID_CURSOR'))
       t.equal(await store.get(value), null)
       t.equal(await store.spec(value), null)
       t.same(await store.events(value, 0, 10), [])
