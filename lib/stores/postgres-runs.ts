@@ -7,17 +7,16 @@ import pg from 'pg'
 import type { Notification, Pool, PoolClient, QueryResultRow } from 'pg'
 import { RunLogGapError } from '../core/errors.js'
 import {
-  checkIdentifier, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, invalidCursorError, iso,
-  storeClosedError, toMs
+  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs
 } from './common.js'
-import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, isEnded, storable } from './run-common.js'
+import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { PostgresConnection } from './postgres.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus, RunStore,
-  StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
+  RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -141,25 +140,25 @@ export class PostgresRunStore implements RunStore {
     // instances starting together queue on it. Several statements in one simple query run as one transaction.
     const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
     const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
-    // `owner` and `lease_until` are for the leases of background runs (contract §16), unused until then.
-    // COLLATE "C": lists page by (created_at, run_id), in byte order whatever the database's locale.
+    // `created_seq` is the order of creation lists follow (runs created in one millisecond too). `owner` and
+    // `lease_until` are for the leases of background runs (contract §16), unused until then.
     try {
       await pool.query(`
         SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
         CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
         CREATE TABLE IF NOT EXISTS ${this.#runs} (
-          run_id text COLLATE "C" PRIMARY KEY, agent text NOT NULL, session_id text, principal text NOT NULL,
+          run_id text PRIMARY KEY, created_seq bigserial NOT NULL, agent text NOT NULL, session_id text, principal text NOT NULL,
           status text NOT NULL, background boolean NOT NULL, attempt integer NOT NULL, last_seq integer NOT NULL,
           created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
           request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
           cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz);
-        CREATE INDEX IF NOT EXISTS ${index('runs_created')} ON ${this.#runs} (created_at, run_id);
-        CREATE INDEX IF NOT EXISTS ${index('runs_session')} ON ${this.#runs} (session_id, created_at, run_id);
-        CREATE INDEX IF NOT EXISTS ${index('runs_agent')} ON ${this.#runs} (agent, created_at, run_id);
-        CREATE INDEX IF NOT EXISTS ${index('runs_status')} ON ${this.#runs} (status, created_at, run_id);
+        CREATE INDEX IF NOT EXISTS ${index('runs_created')} ON ${this.#runs} (created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_session')} ON ${this.#runs} (session_id, created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_agent')} ON ${this.#runs} (agent, created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_status')} ON ${this.#runs} (status, created_seq);
         CREATE INDEX IF NOT EXISTS ${index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
         CREATE TABLE IF NOT EXISTS ${this.#events} (
-          run_id text COLLATE "C" NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
+          run_id text NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
         CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`)
     } catch (error) {
       this.#ready = null
@@ -233,6 +232,28 @@ export class PostgresRunStore implements RunStore {
     }
     /* c8 ignore next 2: the lock changed hands under every attempt, a race no test provokes on purpose */
     throw lockRaceError(record.sessionId)
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    this.#check()
+    const { record } = run
+    if (!storable(record.runId, false)) return { outcome: 'not_found' }
+    checkText(BACKEND, false, 'requestId', record.requestId)
+    checkText(BACKEND, false, 'traceId', record.traceId)
+    const startedAt = new Date(toMs('startedAt', record.startedAt!))
+    return this.#transaction(async (client): Promise<ReopenRunResult> => {
+      const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [record.runId, new Date()])
+      if (row === undefined) return { outcome: 'not_found' }
+      if (!isEnded(row.status)) return { outcome: 'in_progress' }
+      if (options.exclusive && row.session_id !== null) {
+        const holder = await this.#takeSession(client, row.session_id, record.runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
+        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec)
+      ])
+      return { outcome: 'reopened', record: toRecord(reopened!) }
+    })
   }
 
   async start (runId: string, startedAt: string): Promise<StartRunResult> {
@@ -363,8 +384,7 @@ export class PostgresRunStore implements RunStore {
   async #page (filters: Record<string, string | undefined>, limitOption: number, cursor: string | undefined): Promise<RunPage> {
     this.#check()
     const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
-    const after = cursor === undefined ? null : decodeKeyCursor(cursor)
-    if (after !== null && !storable(after.id, false)) throw invalidCursorError()
+    const before = cursor === undefined ? null : decodeSeqCursor(cursor)
     const values: unknown[] = [new Date(), limit + 1]
     let where = ''
     for (const [column, value] of Object.entries(filters)) {
@@ -374,18 +394,18 @@ export class PostgresRunStore implements RunStore {
       values.push(value)
       where += ` AND ${column} = $${values.length}`
     }
-    if (after !== null) {
-      values.push(new Date(after.ms), after.id)
-      where += ` AND (created_at, run_id) < ($${values.length - 1}, $${values.length})`
+    if (before !== null) {
+      values.push(before)
+      where += ` AND created_seq < $${values.length}`
     }
-    const rows = await this.#query<RunRow>(`
-      SELECT ${COLUMNS} FROM ${this.#runs} WHERE (expires_at IS NULL OR expires_at > $1)${where}
-      ORDER BY created_at DESC, run_id DESC LIMIT $2`, values)
+    const rows = await this.#query<RunRow & { created_seq: string }>(`
+      SELECT ${COLUMNS}, created_seq FROM ${this.#runs} WHERE (expires_at IS NULL OR expires_at > $1)${where}
+      ORDER BY created_seq DESC LIMIT $2`, values)
     const page = rows.slice(0, limit)
     const last = page.at(-1)
     return {
       runs: page.map(toRecord),
-      nextCursor: rows.length > limit && last !== undefined ? encodeKeyCursor(last.created_at.getTime(), last.run_id) : null
+      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
     }
   }
 
@@ -469,9 +489,9 @@ function statements (runs: string, events: string, sessions: string, channel: st
       request_id, trace_id, spec, ephemeral)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
       $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean`
-  // a run created again under its id (a resumed run) starts afresh: new record, empty log
+  // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
-    ON CONFLICT (run_id) DO UPDATE SET agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
+    ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
       status = EXCLUDED.status, background = EXCLUDED.background, attempt = EXCLUDED.attempt, last_seq = EXCLUDED.last_seq,
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
@@ -504,6 +524,11 @@ function statements (runs: string, events: string, sessions: string, channel: st
     spec: `SELECT spec FROM ${runs} WHERE run_id = $1 AND ${live}`,
     lockRun: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
     start: `UPDATE ${runs} SET status = 'running', started_at = $2 WHERE run_id = $1 RETURNING ${COLUMNS}`,
+    // a resumed run: its next attempt, its log going on, its end forgotten
+    reopen: `
+      UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = $2, request_id = $3, trace_id = $4, spec = $5,
+        ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, owner = NULL, lease_until = NULL
+      WHERE run_id = $1 RETURNING ${COLUMNS}`,
     // the batch goes in only if it follows the log: last_seq is checked and moved in the same statement
     append: `
       WITH run AS (

@@ -1,21 +1,22 @@
 // The Redis run store, shared by every instance on the server. A run is a hash (`run:<id>`) and a list of its
 // events (`run-events:<id>`); a session's lock is a key (`run-session:<id>`) naming the run that holds it; sorted
-// sets by creation time list the runs (all, per session, per agent, per status) and `runs:expiring` the ended ones
-// by expiry. Every write is one Lua script, which publishes what it changed on the store's channel; each store
+// sets by order of creation (a counter, `runs:seq`) list the runs (all, per session, per agent, per status) and
+// `runs:expiring` the ended ones by expiry. The hash fields `owner` and `leaseUntil` are kept for the leases of
+// background runs (contract §16). Every write is one Lua script, which publishes what it changed on the store's channel; each store
 // listens on a connection of its own (a duplicate of the client) and polls for what a lost message did not tell.
 // The scripts derive the keys of other runs from the prefix: one Redis server, not a Cluster.
 import { createHash } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { RunLogGapError } from '../core/errors.js'
-import { checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
-import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, isEnded, storable } from './run-common.js'
+import { checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
+import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { RedisConnection } from './redis.js'
 import type { RedisSource, RedisStoreOptions } from './redis.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus, RunStore,
-  StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
+  RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 export interface RedisRunStoreOptions extends RedisStoreOptions {
@@ -90,8 +91,8 @@ local function push (key, from)
 end
 `
 
-// ARGV: prefix, runId, exclusive, session ('' and hasSession '0' for none), hasSession, agent, status, createdMs,
-// base, spec, ephemeral, startedAt ('' for none), lastSeq. Returns the holder when the session is busy.
+// ARGV: prefix, runId, exclusive, session ('' and hasSession '0' for none), hasSession, agent, status, base, spec,
+// ephemeral, startedAt ('' for none), lastSeq, attempt, requestId, traceId. Returns the holder when the session is busy.
 const CREATE = new Script(`
 local id = ARGV[2]
 local session = nil
@@ -102,18 +103,19 @@ if ARGV[3] == '1' and session then
   redis.call('SET', lockKey(session), id)
 end
 local key = runKey(id)
--- a run created again under its id (a resumed run) starts afresh: new record, empty log
+-- a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
 local old = redis.call('HMGET', key, 'agent', 'session', 'status', 'expiring')
 if old[1] then
   unlist(id, old[1], old[2], old[3])
   if old[4] then redis.call('ZREM', P .. 'runs:expiring', old[4]) end
 end
 redis.call('DEL', key, eventsKey(id))
-redis.call('HSET', key, 'base', ARGV[9], 'status', ARGV[7], 'lastSeq', ARGV[13], 'createdMs', ARGV[8], 'agent', ARGV[6],
-  'spec', ARGV[10], 'ephemeral', ARGV[11])
+local seq = redis.call('INCR', P .. 'runs:seq')
+redis.call('HSET', key, 'base', ARGV[8], 'status', ARGV[7], 'lastSeq', ARGV[12], 'seq', seq, 'agent', ARGV[6],
+  'spec', ARGV[9], 'ephemeral', ARGV[10], 'attempt', ARGV[13], 'requestId', ARGV[14], 'traceId', ARGV[15])
 if session then redis.call('HSET', key, 'session', session) end
-if ARGV[12] ~= '' then redis.call('HSET', key, 'startedAt', ARGV[12]) end
-list(id, ARGV[6], session, ARGV[7], ARGV[8])
+if ARGV[11] ~= '' then redis.call('HSET', key, 'startedAt', ARGV[11]) end
+list(id, ARGV[6], session, ARGV[7], seq)
 return false
 `)
 
@@ -121,7 +123,7 @@ return false
 const START = new Script(`
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'session', 'createdMs')
+local run = redis.call('HMGET', key, 'status', 'session', 'seq')
 if run[1] ~= 'queued' then return { 'gone' } end
 if run[2] then
   local holder = holding(run[2])
@@ -132,6 +134,31 @@ redis.call('HSET', key, 'status', 'running', 'startedAt', ARGV[3])
 redis.call('ZREM', P .. 'runs:status:queued', id)
 redis.call('ZADD', P .. 'runs:status:running', run[3], id)
 return { 'started', redis.call('HGETALL', key) }
+`)
+
+// A run that ended is resumed: its next attempt, its log going on (its keys no longer expire), its end forgotten.
+// ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec.
+// Returns { 'not_found' }, { 'in_progress' }, { 'busy', holder } or { 'reopened', hash }.
+const REOPEN = new Script(`
+local id = ARGV[2]
+local key = runKey(id)
+local run = redis.call('HMGET', key, 'status', 'session', 'expiresAt', 'expiring', 'seq', 'attempt')
+if not run[1] or (run[3] and tonumber(run[3]) <= tonumber(ARGV[4])) then return { 'not_found' } end
+if active(run[1]) then return { 'in_progress' } end
+if ARGV[3] == '1' and run[2] then
+  local holder = holding(run[2])
+  if holder then return { 'busy', holder } end
+  redis.call('SET', lockKey(run[2]), id)
+end
+redis.call('HSET', key, 'status', 'running', 'attempt', tonumber(run[6]) + 1, 'startedAt', ARGV[5], 'requestId', ARGV[6],
+  'traceId', ARGV[7], 'spec', ARGV[8])
+redis.call('HDEL', key, 'endedAt', 'result', 'error', 'expiresAt', 'expiring', 'cancel')
+redis.call('PERSIST', key)
+redis.call('PERSIST', eventsKey(id))
+redis.call('ZREM', P .. 'runs:expiring', run[4])
+redis.call('ZREM', P .. 'runs:status:' .. run[1], id)
+redis.call('ZADD', P .. 'runs:status:running', run[5], id)
+return { 'reopened', redis.call('HGETALL', key) }
 `)
 
 // ARGV: prefix, runId, channel, the seq expected first, then the events. Returns the new lastSeq, { lastSeq } when the
@@ -157,7 +184,7 @@ return last
 const END = new Script(`
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'createdMs')
+local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq')
 if run[1] ~= ARGV[4] then return nil end
 local last = tonumber(run[2])
 if #ARGV > 11 then
@@ -227,7 +254,7 @@ return purged
 type Hash = Record<string, string>
 
 /** The parts of a record that never change after create(), stored as one JSON field. */
-type RunBase = Pick<RunRecord, 'runId' | 'agent' | 'sessionId' | 'principal' | 'background' | 'attempt' | 'createdAt' | 'requestId' | 'traceId'>
+type RunBase = Pick<RunRecord, 'runId' | 'agent' | 'sessionId' | 'principal' | 'background' | 'createdAt'>
 
 function pairs (flat: string[]): Hash {
   const hash: Hash = {}
@@ -242,7 +269,10 @@ function live (hash: Hash, now: number): boolean {
 function toRecord (hash: Hash): RunRecord {
   const record = JSON.parse(hash.base!) as RunRecord
   record.status = hash.status as RunStatus
+  record.attempt = Number(hash.attempt)
   record.lastSeq = Number(hash.lastSeq)
+  record.requestId = hash.requestId!
+  record.traceId = hash.traceId!
   if (hash.startedAt !== undefined) record.startedAt = hash.startedAt
   if (hash.endedAt !== undefined) record.endedAt = hash.endedAt
   if (hash.result !== undefined) record.result = JSON.parse(hash.result) as RunRecord['result']
@@ -259,11 +289,6 @@ function decodeEvent (seq: number, text: string): StoredEvent {
   const colon = text.indexOf(':')
   const end = colon + 1 + Number(text.slice(0, colon))
   return { seq, type: text.slice(colon + 1, end), data: text.slice(end) }
-}
-
-/** The order Redis gives members of equal score: their bytes. */
-function bytesBefore (a: string, b: string): boolean {
-  return Buffer.compare(Buffer.from(a), Buffer.from(b)) < 0
 }
 
 function noop (): void {}
@@ -314,17 +339,34 @@ export class RedisRunStore implements RunStore {
       sessionId: record.sessionId,
       principal: record.principal,
       background: record.background,
-      attempt: record.attempt,
-      createdAt: record.createdAt,
-      requestId: record.requestId,
-      traceId: record.traceId
+      createdAt: record.createdAt
     }
+    toMs('createdAt', record.createdAt)
     const holder = await CREATE.run(this.#client(), [
       this.prefix, record.runId, options.exclusive ? '1' : '0', record.sessionId ?? '', record.sessionId === null ? '0' : '1',
-      record.agent, record.status, toMs('createdAt', record.createdAt), JSON.stringify(base), JSON.stringify(run.spec),
-      run.ephemeral ? '1' : '0', record.startedAt ?? '', record.lastSeq
+      record.agent, record.status, JSON.stringify(base), JSON.stringify(run.spec), run.ephemeral ? '1' : '0', record.startedAt ?? '',
+      record.lastSeq, record.attempt, record.requestId, record.traceId
     ]) as string | null
     return holder === null ? { outcome: 'created' } : { outcome: 'session_busy', holder }
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    const { record } = run
+    toMs('startedAt', record.startedAt!)
+    const client = this.#client()
+    if (!storable(record.runId, true)) return { outcome: 'not_found' }
+    checkText(BACKEND, true, 'requestId', record.requestId)
+    checkText(BACKEND, true, 'traceId', record.traceId)
+    const [outcome, value] = await REOPEN.run(client, [
+      this.prefix, record.runId, options.exclusive ? '1' : '0', Date.now(), record.startedAt!, record.requestId, record.traceId,
+      JSON.stringify(run.spec)
+    ]) as [string, string | string[]]
+    switch (outcome) {
+      case 'not_found': return { outcome: 'not_found' }
+      case 'in_progress': return { outcome: 'in_progress' }
+      case 'busy': return { outcome: 'session_busy', holder: value as string }
+      default: return { outcome: 'reopened', record: toRecord(pairs(value as string[])) }
+    }
   }
 
   async start (runId: string, startedAt: string): Promise<StartRunResult> {
@@ -451,7 +493,7 @@ export class RedisRunStore implements RunStore {
   async #page (filters: { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined }, limitOption: number, cursor: string | undefined): Promise<RunPage> {
     const client = this.#client()
     const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
-    const after = cursor === undefined ? null : decodeKeyCursor(cursor)
+    const before = cursor === undefined ? null : decodeSeqCursor(cursor)
     const { sessionId, agent, status } = filters
     if ((sessionId !== undefined && !storable(sessionId, true)) || (agent !== undefined && !storable(agent, true))) return { runs: [], nextCursor: null }
     const [index, belongs] = sessionId !== undefined
@@ -463,26 +505,22 @@ export class RedisRunStore implements RunStore {
           : ['runs', () => true]
     const matches = (r: RunRecord): boolean => (agent === undefined || r.agent === agent) && (status === undefined || r.status === status)
     const key = this.prefix + index
-    const found: Array<{ record: RunRecord, ms: number }> = []
+    const found: Array<{ record: RunRecord, seq: string }> = []
     const stale: string[] = []
     const batch = limit + 1
     const now = Date.now()
     for (let offset = 0; found.length <= limit; offset += batch) {
-      const flat = await client.zrevrangebyscore(key, after === null ? '+inf' : after.ms, '-inf', 'WITHSCORES', 'LIMIT', offset, batch)
-      const candidates: Array<{ id: string, ms: number }> = []
-      for (let i = 0; i < flat.length; i += 2) {
-        const id = flat[i]!
-        const ms = Number(flat[i + 1])
-        if (after === null || ms < after.ms || bytesBefore(id, after.id)) candidates.push({ id, ms })
-      }
+      const flat = await client.zrevrangebyscore(key, before === null ? '+inf' : `(${before}`, '-inf', 'WITHSCORES', 'LIMIT', offset, batch)
+      const candidates: Array<{ id: string, seq: string }> = []
+      for (let i = 0; i < flat.length; i += 2) candidates.push({ id: flat[i]!, seq: flat[i + 1]! })
       const pipeline = client.pipeline()
       for (const { id } of candidates) pipeline.hgetall(this.#key(id))
       const replies = candidates.length === 0 ? [] : await pipeline.exec() as Array<[Error | null, Hash]>
       replies.forEach(([, hash], i) => {
-        const { id, ms } = candidates[i]!
+        const { id, seq } = candidates[i]!
         const record = live(hash, now) ? toRecord(hash) : null
         if (record === null || !belongs(record)) stale.push(id)
-        else if (matches(record) && found.length <= limit) found.push({ record, ms })
+        else if (matches(record) && found.length <= limit) found.push({ record, seq })
       })
       if (flat.length < batch * 2) break
     }
@@ -491,7 +529,7 @@ export class RedisRunStore implements RunStore {
     const last = page.at(-1)
     return {
       runs: page.map((entry) => entry.record),
-      nextCursor: found.length > limit && last !== undefined ? encodeKeyCursor(last.ms, last.record.runId) : null
+      nextCursor: found.length > limit && last !== undefined ? encodeSeqCursor(last.seq) : null
     }
   }
 

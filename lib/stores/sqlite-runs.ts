@@ -4,15 +4,15 @@
 // notifications across connections.
 import type Database from 'better-sqlite3'
 import { RunLogGapError } from '../core/errors.js'
-import { checkIdentifier, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, endedBeforeStartEvent, iso, storeClosedError, toMs } from './common.js'
-import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, isEnded, storable } from './run-common.js'
+import { checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs } from './common.js'
+import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { SqliteConnection } from './sqlite.js'
 import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus, RunStore,
-  StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
+  RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 type Db = Database.Database
@@ -75,18 +75,18 @@ function runStatements (db: Db, prefix: string) {
   const runs = `"${prefix}runs"`
   const events = `"${prefix}run_events"`
   const sessions = `"${prefix}run_sessions"`
-  // `owner` and `lease_until` are for the leases of background runs (contract §16), unused until then.
+  // `created_seq` is the order of creation lists follow (runs created in one millisecond too; AUTOINCREMENT: never
+  // reused). `owner` and `lease_until` are for the leases of background runs (contract §16), unused until then.
   db.exec(`
     CREATE TABLE IF NOT EXISTS ${runs} (
-      run_id TEXT PRIMARY KEY, agent TEXT NOT NULL, session_id TEXT, principal TEXT NOT NULL, status TEXT NOT NULL,
+      created_seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, agent TEXT NOT NULL, session_id TEXT, principal TEXT NOT NULL, status TEXT NOT NULL,
       background INTEGER NOT NULL, attempt INTEGER NOT NULL, last_seq INTEGER NOT NULL, created_at INTEGER NOT NULL,
       started_at INTEGER, ended_at INTEGER, result TEXT, error TEXT, request_id TEXT NOT NULL, trace_id TEXT NOT NULL,
       spec TEXT NOT NULL, ephemeral INTEGER NOT NULL, cancel_requested INTEGER NOT NULL DEFAULT 0, expires_at INTEGER,
       owner TEXT, lease_until INTEGER);
-    CREATE INDEX IF NOT EXISTS "${prefix}runs_created" ON ${runs} (created_at, run_id);
-    CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_at, run_id);
-    CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_at, run_id);
-    CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_at, run_id);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_expires" ON ${runs} (expires_at) WHERE expires_at IS NOT NULL;
     CREATE TABLE IF NOT EXISTS ${events} (
       run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
@@ -97,7 +97,7 @@ function runStatements (db: Db, prefix: string) {
   for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
     inserts.set(rows, db.prepare(`INSERT INTO ${events} (run_id, seq, type, data) VALUES ${Array(rows).fill('(?, ?, ?, ?)').join(', ')}`))
   }
-  const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow>>()
+  const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }>>()
   const statements = {
     run: db.prepare<[{ runId: string, now: number }], RunRow>(`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = @runId AND ${live}`),
     spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
@@ -112,6 +112,12 @@ function runStatements (db: Db, prefix: string) {
       SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = ?`),
     take: db.prepare<[string, string]>(`INSERT OR REPLACE INTO ${sessions} (session_id, run_id) VALUES (?, ?)`),
     release: db.prepare<[string, string]>(`DELETE FROM ${sessions} WHERE session_id = ? AND run_id = ?`),
+    // a resumed run: its next attempt, its log going on, its end forgotten
+    reopen: db.prepare<[Record<string, unknown>], RunRow>(`
+      UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = @startedAt, request_id = @requestId,
+        trace_id = @traceId, spec = @spec, ended_at = NULL, result = NULL, error = NULL, cancel_requested = 0, expires_at = NULL,
+        owner = NULL, lease_until = NULL
+      WHERE run_id = @runId RETURNING ${COLUMNS}`),
     start: db.prepare<[number, string], RunRow>(`UPDATE ${runs} SET status = 'running', started_at = ? WHERE run_id = ? RETURNING ${COLUMNS}`),
     lastSeq: db.prepare<[number, string]>(`UPDATE ${runs} SET last_seq = ? WHERE run_id = ?`),
     end: db.prepare<[Record<string, unknown>], RunRow>(`
@@ -134,18 +140,18 @@ function runStatements (db: Db, prefix: string) {
         }
       }
     },
-    list (filters: ListFilters): Database.Statement<[Record<string, unknown>], RunRow> {
+    list (filters: ListFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
       const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}`
       let statement = lists.get(key)
       if (statement === undefined) {
         // one statement per combination of filters: `(@x IS NULL OR x = @x)` would keep SQLite off the indexes
         statement = db.prepare(`
-          SELECT ${COLUMNS} FROM ${runs}
-          WHERE ${live} AND (created_at, run_id) < (@ms, @id)
+          SELECT ${COLUMNS}, created_seq FROM ${runs}
+          WHERE ${live} AND created_seq < @before
             ${filters.sessionId === undefined ? '' : 'AND session_id = @sessionId'}
             ${filters.agent === undefined ? '' : 'AND agent = @agent'}
             ${filters.status === undefined ? '' : 'AND status = @status'}
-          ORDER BY created_at DESC, run_id DESC LIMIT @limit`)
+          ORDER BY created_seq DESC LIMIT @limit`)
         lists.set(key, statement)
       }
       return statement
@@ -246,12 +252,38 @@ export class SqliteRunStore implements RunStore {
         const holder = this.#take(statements, record.sessionId, record.runId)
         if (holder !== null) return holder
       }
-      // a run created again under its id (a resumed run) starts a new log
+      // a run created under the id of one past its retention (not purged yet) starts afresh: new record (and place
+      // in the lists), empty log
       statements.clearEvents.run(record.runId)
       statements.insert.run(values)
       return null
     })
     return holder === null ? { outcome: 'created' } : { outcome: 'session_busy', holder }
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    const { record } = run
+    const values = {
+      runId: record.runId,
+      startedAt: toMs('startedAt', record.startedAt!),
+      requestId: record.requestId,
+      traceId: record.traceId,
+      spec: JSON.stringify(run.spec)
+    }
+    this.#use()
+    if (!storable(record.runId, true)) return { outcome: 'not_found' }
+    checkText(BACKEND, true, 'requestId', record.requestId)
+    checkText(BACKEND, true, 'traceId', record.traceId)
+    return this.#write((statements, now): ReopenRunResult => {
+      const row = statements.run.get({ runId: record.runId, now })
+      if (row === undefined) return { outcome: 'not_found' }
+      if (!isEnded(row.status)) return { outcome: 'in_progress' }
+      if (options.exclusive && row.session_id !== null) {
+        const holder = this.#take(statements, row.session_id, record.runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      return { outcome: 'reopened', record: toRecord(statements.reopen.get(values)!) }
+    })
   }
 
   async start (runId: string, startedAt: string): Promise<StartRunResult> {
@@ -377,15 +409,15 @@ export class SqliteRunStore implements RunStore {
   #page (filters: ListFilters, limitOption: number, cursor: string | undefined): RunPage {
     const statements = this.#statements()
     const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
-    const after = cursor === undefined ? { ms: Number.MAX_SAFE_INTEGER, id: '' } : decodeKeyCursor(cursor)
-    const values: Record<string, unknown> = { now: Date.now(), ms: after.ms, id: after.id, limit: limit + 1 }
+    const before = cursor === undefined ? Number.MAX_SAFE_INTEGER : Number(decodeSeqCursor(cursor))
+    const values: Record<string, unknown> = { now: Date.now(), before, limit: limit + 1 }
     for (const [name, value] of Object.entries(filters)) if (value !== undefined) values[name] = value
     const rows = statements.list(filters).all(values)
     const page = rows.slice(0, limit)
     const last = page.at(-1)
     return {
       runs: page.map(toRecord),
-      nextCursor: rows.length > limit && last !== undefined ? encodeKeyCursor(last.created_at, last.run_id) : null
+      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
     }
   }
 

@@ -257,12 +257,12 @@ if (await pgReachable()) {
     t.same(defs, {
       app_run_events_pkey: '(run_id, seq)',
       app_run_sessions_pkey: '(session_id)',
-      app_runs_agent: '(agent, created_at, run_id)',
-      app_runs_created: '(created_at, run_id)',
+      app_runs_agent: '(agent, created_seq)',
+      app_runs_created: '(created_seq)',
       app_runs_expires: '(expires_at) WHERE (expires_at IS NOT NULL)',
       app_runs_pkey: '(run_id)',
-      app_runs_session: '(session_id, created_at, run_id)',
-      app_runs_status: '(status, created_at, run_id)'
+      app_runs_session: '(session_id, created_seq)',
+      app_runs_status: '(status, created_seq)'
     })
     const columns = await admin.query('SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2', [schema, 'app_runs'])
     t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (§16)')

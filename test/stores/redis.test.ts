@@ -209,8 +209,10 @@ if (await redisReachable()) {
     t.same(await admin.zrange(`${prefix}runs`, '0', '-1'), [kept.record.runId])
     t.same(await admin.zrange(`${prefix}runs:agent:echo`, '0', '-1'), [kept.record.runId])
     const left = await admin.keys(`${prefix}*`)
-    t.same(left.sort(), [`${prefix}run:${kept.record.runId}`, `${prefix}runs`, `${prefix}runs:agent:echo`, `${prefix}runs:status:running`, `${prefix}runs:session:${kept.record.sessionId}`].sort(),
-      'nothing else left: no session, status or expiry set, no log')
+    t.same(left.sort(), [
+      `${prefix}run:${kept.record.runId}`, `${prefix}runs`, `${prefix}runs:agent:echo`, `${prefix}runs:status:running`,
+      `${prefix}runs:session:${kept.record.sessionId}`, `${prefix}runs:seq`
+    ].sort(), 'nothing else left: no session, status or expiry set, no log')
   })
 
   t.test('runs: lists drop members whose run is gone or no longer belongs; a clock ahead of Redis hides expired runs', async (t) => {

@@ -3,7 +3,6 @@
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { encodeKeyCursor } from '../../lib/stores/common.js'
 import type { NewRun, RunChange, RunEnd, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
 import type { StoreFactory } from './conformance.js'
 
@@ -319,19 +318,35 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.get(long.record.runId), null)
   })
 
-  t.test('runs: a run created again under its id (a resumed run) starts a new record and log', async (t) => {
+  t.test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'reopen-shared' })
+    await store.create(run, { exclusive: true })
+    await store.finish(run.record.runId, [event(1, 'run.failed')], cancelled(), HOUR)
+    const holder = newRun({ sessionId: 'reopen-shared' })
+    await store.create(holder, { exclusive: true })
+    t.match(await store.reopen(newRun({ runId: run.record.runId }), { exclusive: false }), {
+      outcome: 'reopened', record: { status: 'running', attempt: 2, lastSeq: 1, sessionId: 'reopen-shared' }
+    })
+    t.same(await store.create(newRun({ sessionId: 'reopen-shared' }), { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
+  })
+
+  t.test('runs: a run created under the id of one past its retention starts a new record and log', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     const id = run.record.runId
     await store.create(run, { exclusive: true })
     await store.append(id, [event(1), event(2)])
-    await store.finish(id, [event(3, 'run.failed')], cancelled(), HOUR)
-    const again = newRun({ runId: id, sessionId: run.record.sessionId, attempt: 1 })
+    await store.finish(id, [event(3, 'run.failed')], { ...cancelled(), endedAt: new Date(Date.now() - 1_000).toISOString() }, 500)
+    t.equal(await store.get(id), null, 'gone (not purged yet)')
+    t.same(await store.reopen(newRun({ runId: id }), { exclusive: true }), { outcome: 'not_found' }, 'nothing to resume')
+    const again = newRun({ runId: id, sessionId: run.record.sessionId })
     t.same(await store.create(again, { exclusive: true }), { outcome: 'created' }, 'its session was given back')
     t.same(await store.get(id), again.record)
     t.same(await store.events(id, 0, 10), [])
     await store.append(id, [event(1, 'run.started')])
     t.same(await store.events(id, 0, 10), [event(1, 'run.started')])
+    t.same((await store.list({ limit: 1 })).runs.map((r) => r.runId), [id], 'the newest in the lists')
     t.match(await store.finish(id, [event(2, 'run.completed')], completed(again.record), HOUR), { status: 'completed', lastSeq: 2 })
   })
 
@@ -372,7 +387,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const store = await open(t, factory)
     const base = Date.parse('2030-01-01T00:00:00.000Z')
     const at = (ms: number): Partial<RunRecord> => ({ sessionId: 'paged', createdAt: new Date(ms).toISOString(), startedAt: new Date(ms).toISOString() })
-    // three runs per millisecond: the ties are ordered by id
+    // three runs per millisecond
     const first = Array.from({ length: 12 }, (_, i) => newRun({ ...at(base + Math.floor(i / 3)), runId: `paged-${String(i).padStart(2, '0')}` }))
     for (const run of first) await store.create(run, { exclusive: false })
     const seen: string[] = []
@@ -406,18 +421,17 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
           t.equal(await store.get(run.record.runId), null, 'nothing stored')
         }
       }
-      // reads and writes naming what cannot be stored find nothing, and never fail (a cursor may be refused)
+      // reads and writes naming what cannot be stored find nothing, and never fail
       for (const filter of [{ sessionId: value }, { agent: value }]) {
         const page = await store.list({ limit: 10, ...filter })
         t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value), `list ${JSON.stringify(filter)}`)
       }
-      const cursor = encodeKeyCursor(Date.now(), value)
-      await store.list({ limit: 10, cursor }).then((page) => t.ok(page), (error: { code?: string }) => t.equal(error.code, 'FA_INVALID_CURSOR'))
       t.equal(await store.get(value), null)
       t.equal(await store.spec(value), null)
       t.same(await store.events(value, 0, 10), [])
       t.same(await store.cancel(value, cancelled(), HOUR), { outcome: 'not_found' })
       t.same(await store.start(value, new Date().toISOString()), { outcome: 'gone' })
+      t.same(await store.reopen(newRun({ runId: value }), { exclusive: true }), { outcome: 'not_found' })
       t.equal(await store.finish(value, [], cancelled(), HOUR), null)
       await store.append(value, [event(1)])
     }
