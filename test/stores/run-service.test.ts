@@ -6,7 +6,7 @@ import { setTimeout as delay } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
-import { listen, parseSse } from '../helper.js'
+import { build, listen, parseSse } from '../helper.js'
 import type { ParsedEvent } from '../helper.js'
 import type { Agent } from '../../lib/core/types.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
@@ -28,6 +28,15 @@ const ticker: Agent = {
       await delay(20, undefined, { signal: ctx.signal })
       yield `tick ${i} `
     }
+  }
+}
+
+// checkpoints, then fails unless resumed or told not to
+const flaky: Agent<{ fail?: boolean }> = {
+  async run (input, ctx) {
+    if (ctx.resume === undefined) await ctx.checkpoint({ half: 'done' })
+    if (input.fail === true && ctx.resume === undefined) throw new Error('crash after the checkpoint')
+    return { output: { resumed: ctx.resume !== undefined } }
   }
 }
 
@@ -144,6 +153,27 @@ for (const backend of backends) {
       t.equal(eventText(middle.text()), eventText(run.text()).split('\n\n').slice(50).join('\n\n'), 'from a cursor, the rest of them')
       const record = await (await fetch(`${url}/v1/runs/${runId}`)).json()
       t.match(record, { runId, status: 'completed', lastSeq: 102, result: { runId, status: 'completed' } })
+    })
+
+    t.test('a resumed run goes on in its record and log; one whose record is gone starts afresh', async (t) => {
+      const [store] = await backend.stores(t)
+      t.teardown(() => store.close?.())
+      const { app } = build(t, { agents: { flaky }, runStore: store })
+      const start = async (payload: Record<string, unknown>) =>
+        parseSse((await app.inject({ method: 'POST', url: '/v1/agents/flaky/runs', payload: { ...payload, stream: true } })).body)
+      const first = await start({ input: { fail: true } })
+      t.same(first.map((e) => e.event), ['run.started', 'checkpoint.saved', 'run.failed'])
+      const runId = first[0]!.data.runId as string
+      const resumed = await start({ input: {}, resumeRunId: runId })
+      t.same(resumed.map((e) => [e.id, e.event]), [[4, 'run.started'], [5, 'run.completed']], 'its seqs go on from its log')
+      t.match(await store.get(runId), { status: 'completed', attempt: 2, lastSeq: 5 })
+
+      const second = await start({ input: { fail: true } })
+      const gone = second[0]!.data.runId as string
+      t.ok(await store.purge(Date.now() + 2 * 3_600_000, 100) >= 1, 'its record purged, its checkpoint kept')
+      const afresh = await start({ input: {}, resumeRunId: gone })
+      t.same(afresh.map((e) => [e.id, e.event]), [[1, 'run.started'], [2, 'run.completed']])
+      t.match(await store.get(gone), { status: 'completed', attempt: 1, lastSeq: 2 })
     })
 
     t.test('a second service follows a run live and cancels it: it ends on the first within a second', async (t) => {
