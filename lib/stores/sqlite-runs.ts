@@ -300,7 +300,7 @@ export class SqliteRunStore implements RunStore {
     })
   }
 
-  /** Appends to a run not ended; returns its new lastSeq (null: unknown or ended, nothing written). */
+  /** Inserts a batch that follows the run's log (else RunLogGapError); returns the new lastSeq (the caller stores it). */
   #append (statements: Statements, row: RunRow, events: readonly StoredEvent[]): number {
     const expected = row.last_seq + 1
     if (events.length > 0 && events[0]!.seq !== expected) throw new RunLogGapError(row.run_id, expected, events[0]!.seq)
@@ -322,7 +322,7 @@ export class SqliteRunStore implements RunStore {
     if (lastSeq !== null) this.#tell({ runId, lastSeq })
   }
 
-  /** Ends a run of status `from` in the same transaction as its last events, and gives its session back. */
+  /** Ends the run (its status checked by the caller) with its last events, and gives its session back: one transaction. */
   #end (statements: Statements, row: RunRow, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): { record: RunRecord, heard: Heard } {
     const lastSeq = this.#append(statements, row, events)
     const endedAt = toMs('endedAt', end.endedAt)
