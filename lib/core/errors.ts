@@ -70,3 +70,5 @@ export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected ev
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
 /** A store backend whose driver (an optional peer dependency) is not installed. */
 export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)
+/** A string a durable store cannot keep as it is (PostgreSQL text holds no NUL; no backend keeps a lone surrogate). */
+export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored in %s: it holds %s', 400)

@@ -211,6 +211,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     // the same rule as the audit store: the service writes where the admin API reads
     checkpointStore: options.checkpointStore ?? admin?.checkpointStore ?? defaults.checkpointStore,
     idempotencyStore: options.idempotency?.store ?? defaults.idempotency.store,
+    runStore: options.runStore ?? defaults.runStore,
     adminAuditStore: admin?.auditStore,
     adminCheckpointStore: admin?.checkpointStore
   }
@@ -241,7 +242,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     // waitForDecision waits for a person, as long as the approval allows: it has no deadline
     approvalStore: withDeadline(given.approvalStore, storeMethods.approvalStore.filter((m) => m !== 'waitForDecision'), 'approvalStore'),
     checkpointStore,
-    runStore: options.runStore ?? defaults.runStore,
+    // watch and watchSession answer at once (they only register a listener): no deadline
+    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession'), 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
     maxStreamBufferBytes: options.maxStreamBufferBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES,
     idempotency: options.idempotency === undefined

@@ -8,6 +8,7 @@ import {
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { PostgresRunStore } from './postgres-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -692,10 +693,10 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
 }
 
 /**
- * All five stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
+ * All six stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
  * `postgresStores({ connectionString, max, schema })`.
  */
-export function postgresStores (source: string | PgPool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
+export function postgresStores (source: string | PgPool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
   let connection: PostgresConnection
   let storeOptions = options
   if (typeof source === 'object' && source !== null && !isPool(source)) {
@@ -710,6 +711,7 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
     sessionStore: new PostgresSessionStore(connection, storeOptions),
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
-    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) }
+    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
+    runStore: new PostgresRunStore(connection, storeOptions)
   }
 }

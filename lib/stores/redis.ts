@@ -6,6 +6,7 @@ import {
   SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { RedisRunStore } from './redis-runs.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -357,11 +358,12 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
   }
 }
 
-/** Idempotency and sessions on one client (opened from a URL, or yours). */
-export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency'> {
+/** Sessions, idempotency and runs on one client (opened from a URL, or yours). */
+export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
-    idempotency: { store: new RedisIdempotencyStore(connection, options) }
+    idempotency: { store: new RedisIdempotencyStore(connection, options) },
+    runStore: new RedisRunStore(connection, options)
   }
 }

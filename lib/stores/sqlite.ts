@@ -7,6 +7,7 @@ import {
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { SqliteRunStore } from './sqlite-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -632,14 +633,15 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
   }
 }
 
-/** All five stores on one Database (opened from a filename, or yours). */
-export function sqliteStores (source: string | SqliteDatabase, options: SqliteStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
+/** All six stores on one Database (opened from a filename, or yours). */
+export function sqliteStores (source: string | SqliteDatabase, options: SqliteStoreOptions = {}): Required<StoreSet> {
   const connection = new SqliteConnection(source)
   return {
     auditStore: new SqliteAuditStore(connection, options),
     sessionStore: new SqliteSessionStore(connection, options),
     approvalStore: new SqliteApprovalStore(connection, options),
     checkpointStore: new SqliteCheckpointStore(connection, options),
-    idempotency: { store: new SqliteIdempotencyStore(connection, options) }
+    idempotency: { store: new SqliteIdempotencyStore(connection, options) },
+    runStore: new SqliteRunStore(connection, options)
   }
 }

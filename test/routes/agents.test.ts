@@ -1,5 +1,5 @@
 import t from 'tap'
-import { build, listen, parseSse, sleep } from '../helper.js'
+import { build, eventually, listen, parseSse, sleep } from '../helper.js'
 import type { Agent, RunContext } from '../../lib/core/types.js'
 
 t.test('a JSON run answers the contract result', async (t) => {
@@ -344,12 +344,14 @@ t.test('a session deleted while its run goes on: the run completes, its turn is 
   const stream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
   let release!: () => void
   const gate = new Promise<void>((resolve) => { release = resolve })
-  const waiter: Agent = { async run (input) { await gate; return { output: input } } }
+  let started = false
+  const waiter: Agent = { async run (input) { started = true; await gate; return { output: input } } }
   const { app } = build(t, { agents: { waiter }, logger: { level: 'warn', stream } as never })
   const created = await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })
   const sessionId = created.json().id as string
   const running = app.inject({ method: 'POST', url: '/v1/agents/waiter/runs', payload: { input: 'x', sessionId } })
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // the run has found its session (it is running): deleting the session now is deleting it under the run
+  await eventually(() => started)
   t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${sessionId}` })).statusCode, 204)
   release()
   const res = await running

@@ -87,6 +87,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(run, { exclusive: false }), { outcome: 'created' })
     t.same(await store.get(run.record.runId), run.record)
     t.same(await store.spec(run.record.runId), run.spec)
+    const background = newRun({ background: true, attempt: 2 }, true)
+    await store.create(background, { exclusive: true })
+    t.same(await store.get(background.record.runId), background.record, 'background, attempt, ephemeral: kept as given')
     t.equal(await store.get('nope'), null)
     t.equal(await store.spec('nope'), null)
     t.same(await store.events('nope', 0, 10), [])
@@ -274,6 +277,8 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.list({ limit: 10, agent: 'other' })).runs.map((r) => r.runId), [others[0]!.record.runId])
     t.same((await store.list({ limit: 10, status: 'queued', sessionId: 'elsewhere' })).runs.map((r) => r.runId), [others[1]!.record.runId])
     t.same((await store.list({ limit: 10, sessionId: 'listed', status: 'running' })).runs.length, 5)
+    t.same((await store.list({ limit: 10, status: 'queued' })).runs.map((r) => r.runId), [others[1]!.record.runId])
+    t.same((await store.list({ limit: 10, agent: 'other', status: 'queued' })).runs, [])
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(store.list({ limit: 0 }), RangeError)
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
@@ -311,6 +316,137 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.purge(Date.now() + 2 * HOUR, 0), 0, 'a batch of 0 deletes nothing')
     t.equal(await store.purge(Date.now() + 2 * HOUR, 1), 1)
     t.equal(await store.get(long.record.runId), null)
+  })
+
+  t.test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'reopen-shared' })
+    await store.create(run, { exclusive: true })
+    await store.finish(run.record.runId, [event(1, 'run.failed')], cancelled(), HOUR)
+    const holder = newRun({ sessionId: 'reopen-shared' })
+    await store.create(holder, { exclusive: true })
+    t.match(await store.reopen(newRun({ runId: run.record.runId }), { exclusive: false }), {
+      outcome: 'reopened', record: { status: 'running', attempt: 2, lastSeq: 1, sessionId: 'reopen-shared' }
+    })
+    t.same(await store.create(newRun({ sessionId: 'reopen-shared' }), { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
+  })
+
+  t.test('runs: a run created under the id of one past its retention starts a new record and log', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1), event(2)])
+    await store.finish(id, [event(3, 'run.failed')], { ...cancelled(), endedAt: new Date(Date.now() - 1_000).toISOString() }, 500)
+    t.equal(await store.get(id), null, 'gone (not purged yet)')
+    t.same(await store.reopen(newRun({ runId: id }), { exclusive: true }), { outcome: 'not_found' }, 'nothing to resume')
+    const again = newRun({ runId: id, sessionId: run.record.sessionId })
+    t.same(await store.create(again, { exclusive: true }), { outcome: 'created' }, 'its session was given back')
+    t.same(await store.get(id), again.record)
+    t.same(await store.events(id, 0, 10), [])
+    await store.append(id, [event(1, 'run.started')])
+    t.same(await store.events(id, 0, 10), [event(1, 'run.started')])
+    t.same((await store.list({ limit: 1 })).runs.map((r) => r.runId), [id], 'the newest in the lists')
+    t.match(await store.finish(id, [event(2, 'run.completed')], completed(again.record), HOUR), { status: 'completed', lastSeq: 2 })
+  })
+
+  t.test('runs: a refused finish changes nothing; only a running run finishes', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'finish-gap' })
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1)])
+    await t.rejects(store.finish(id, [event(3, 'run.completed')], completed(run.record), HOUR), { code: 'FA_RUN_LOG_GAP' })
+    await t.rejects(store.finish(id, [event(2), event(4, 'run.completed')], completed(run.record), HOUR), { code: 'FA_RUN_LOG_GAP' })
+    t.match(await store.get(id), { status: 'running', lastSeq: 1 })
+    t.same(await store.events(id, 0, 10), [event(1)])
+    t.match(await store.create(newRun({ sessionId: 'finish-gap' }), { exclusive: true }), { outcome: 'session_busy', holder: id }, 'still held')
+    t.match(await store.finish(id, [], cancelled(), HOUR), { status: 'cancelled', lastSeq: 1 }, 'a finish may add no event')
+    const queued = newRun({ status: 'queued' })
+    delete queued.record.startedAt
+    await store.create(queued, { exclusive: false })
+    t.equal(await store.finish(queued.record.runId, [event(1, 'run.completed')], completed(queued.record), HOUR), null)
+    t.match(await store.get(queued.record.runId), { status: 'queued', lastSeq: 0 })
+  })
+
+  t.test('runs: a batch of 5,000 events goes in one call and reads back in pages', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: false })
+    const batch = Array.from({ length: 5_000 }, (_, i) => event(i + 1, 'message.delta', { text: `delta ${i + 1}`, escaped: '\u0000\u2028"\\' }))
+    await store.append(id, batch)
+    t.equal((await store.get(id))!.lastSeq, 5_000)
+    const read: StoredEvent[] = []
+    for (let after = 0; after < 5_000; after = read.at(-1)!.seq) read.push(...await store.events(id, after, 1_000))
+    t.same(read, batch)
+    t.same(await store.events(id, 4_999, 1_000), [batch[4_999]])
+  })
+
+  t.test('runs: pages stay stable while runs are created', async (t) => {
+    const store = await open(t, factory)
+    const base = Date.parse('2030-01-01T00:00:00.000Z')
+    const at = (ms: number): Partial<RunRecord> => ({ sessionId: 'paged', createdAt: new Date(ms).toISOString(), startedAt: new Date(ms).toISOString() })
+    // three runs per millisecond
+    const first = Array.from({ length: 12 }, (_, i) => newRun({ ...at(base + Math.floor(i / 3)), runId: `paged-${String(i).padStart(2, '0')}` }))
+    for (const run of first) await store.create(run, { exclusive: false })
+    const seen: string[] = []
+    let cursor: string | undefined
+    let later = 0
+    do {
+      const page = await store.listBySession('paged', cursor === undefined ? { limit: 5 } : { limit: 5, cursor })
+      seen.push(...page.runs.map((r) => r.runId))
+      cursor = page.nextCursor ?? undefined
+      // newer runs arrive between pages: they are not in this listing, and nothing is seen twice or skipped
+      await store.create(newRun({ ...at(base + 1_000 + later), runId: `paged-new-${later++}` }), { exclusive: false })
+    } while (cursor !== undefined)
+    t.same(seen, first.map((r) => r.record.runId).reverse())
+    const all = await store.list({ limit: 500, sessionId: 'paged' })
+    t.equal(all.runs.length, 12 + later)
+    t.equal(all.runs[0]!.runId, `paged-new-${later - 1}`)
+  })
+
+  t.test('runs: a string a store cannot keep as it is is refused (FA_UNSTORABLE_TEXT, 400), or kept faithfully', async (t) => {
+    const store = await open(t, factory)
+    const odd = ['nul\u0000inside', 'lone \ud800 surrogate', 'lone \udc00 low']
+    for (const value of odd) {
+      for (const field of ['runId', 'sessionId', 'principal', 'agent'] as const) {
+        const run = newRun({ [field]: field === 'runId' ? `${value}-${Math.random()}` : value })
+        const created = await store.create(run, { exclusive: true }).catch((error: { code?: string, statusCode?: number }) => error)
+        if ('outcome' in created) {
+          t.same(await store.get(run.record.runId), run.record, `${field} ${JSON.stringify(value)} kept as it is`)
+          if (field === 'sessionId') t.same((await store.listBySession(value, { limit: 10 })).runs.map((r) => r.runId), [run.record.runId])
+        } else {
+          t.match(created, { code: 'FA_UNSTORABLE_TEXT', statusCode: 400 }, `${field} ${JSON.stringify(value)} refused`)
+          t.equal(await store.get(run.record.runId), null, 'nothing stored')
+        }
+      }
+      // reads and writes naming what cannot be stored find nothing, and never fail
+      for (const filter of [{ sessionId: value }, { agent: value }]) {
+        const page = await store.list({ limit: 10, ...filter })
+        t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value), `list ${JSON.stringify(filter)}`)
+      }
+      t.equal(await store.get(value), null)
+      t.equal(await store.spec(value), null)
+      t.same(await store.events(value, 0, 10), [])
+      t.same(await store.cancel(value, cancelled(), HOUR), { outcome: 'not_found' })
+      t.same(await store.start(value, new Date().toISOString()), { outcome: 'gone' })
+      t.same(await store.reopen(newRun({ runId: value }), { exclusive: true }), { outcome: 'not_found' })
+      t.equal(await store.finish(value, [], cancelled(), HOUR), null)
+      await store.append(value, [event(1)])
+    }
+    const events: StoredEvent[] = [event(1, 'custom.nul\u0000'), event(1, 'custom.lone\ud800'), { seq: 1, type: 'custom.x', data: '"raw \ud800"' }]
+    for (const odd of events) {
+      const run = newRun()
+      await store.create(run, { exclusive: false })
+      const appended = await store.append(run.record.runId, [odd]).then(() => null, (error: { code?: string }) => error)
+      if (appended === null) {
+        t.same(await store.events(run.record.runId, 0, 1), [odd], `event ${JSON.stringify(odd)} kept as it is`)
+      } else {
+        t.match(appended, { code: 'FA_UNSTORABLE_TEXT' }, `event ${JSON.stringify(odd)} refused`)
+        t.equal((await store.get(run.record.runId))!.lastSeq, 0)
+      }
+    }
   })
 
   if (factories.twin !== undefined) {
