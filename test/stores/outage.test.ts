@@ -39,19 +39,19 @@ t.test('Redis frozen, thawed, killed', async (t) => {
   console.error = (...args: unknown[]) => { printed.push(args) }
   t.teardown(() => { console.error = consoleError })
   const stores = redisStores(redis.url)
-  const { app, logs } = service(t, { sessionStore: stores.sessionStore, idempotency: { store: stores.idempotency.store } })
+  const { app, logs } = service(t, { sessionStore: stores.sessionStore, idempotency: { store: stores.idempotency.store }, runStore: stores.runStore })
 
   t.equal((await app.inject(run)).statusCode, 200)
   const healthy = await app.inject({ method: 'GET', url: '/health' })
   t.equal(healthy.statusCode, 200)
-  t.match(healthy.json().checks, { sessionStore: { status: 'ok' }, idempotencyStore: { status: 'ok' } })
+  t.match(healthy.json().checks, { sessionStore: { status: 'ok' }, idempotencyStore: { status: 'ok' }, runStore: { status: 'ok' } })
 
   await redis.freeze()
   const frozen = await failingRun(t, app, /^sessionStore\.create\(\) did not answer within 500 ms$/)
   t.comment(`frozen Redis: 503 after ${frozen} ms`)
   const degraded = await app.inject({ method: 'GET', url: '/v1/health' })
   t.equal(degraded.statusCode, 503)
-  t.match(degraded.json(), { status: 'degraded', checks: { sessionStore: { status: 'error', error: /timed out/ }, idempotencyStore: { status: 'error' } } })
+  t.match(degraded.json(), { status: 'degraded', checks: { sessionStore: { status: 'error', error: /timed out/ }, idempotencyStore: { status: 'error' }, runStore: { status: 'error' } } })
 
   await redis.thaw()
   await eventually(async () => (await app.inject(run)).statusCode === 200, 5_000, 'runs after SIGCONT')
@@ -77,7 +77,7 @@ t.test('PostgreSQL frozen and thawed', async (t) => {
   t.equal((await app.inject(run)).statusCode, 200)
   const healthy = await app.inject({ method: 'GET', url: '/health' })
   t.equal(healthy.statusCode, 200)
-  t.same(Object.keys(healthy.json().checks), ['auditStore', 'sessionStore', 'approvalStore', 'checkpointStore'],
+  t.same(Object.keys(healthy.json().checks), ['auditStore', 'sessionStore', 'approvalStore', 'checkpointStore', 'runStore'],
     'every store the service uses (idempotency here is the memory default)')
 
   await pg.freeze()
