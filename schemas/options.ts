@@ -19,7 +19,10 @@ export const storeMethods = {
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
   idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
-  runStore: ['create', 'reopen', 'start', 'append', 'finish', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'listBySession', 'list', 'purge']
+  runStore: [
+    'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
+    'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
+  ]
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -93,6 +96,9 @@ export const AgentServiceOptions = Type.Object({
   approvalStore: Type.Optional(ApprovalStoreOption),
   runStore: Type.Optional(RunStoreOption),
   runRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a run\'s record and events are kept after it ends (default 1 h)' })),
+  runLeaseMs: Type.Optional(Type.Integer({ minimum: 100, description: 'how long a run\'s lease lasts unless renewed: another instance takes over within this + 5 s of an instance\'s death (default 30 s)' })),
+  runConcurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'the most background (and handed-off) runs one instance runs at once (default 64)' })),
+  maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),

@@ -25,7 +25,8 @@ export const RunOptionsFields = {
 export const RunRequest = Type.Object({
   input: Type.Unknown({ description: 'anything JSON, checked against the input schema of the agent, when it has one; passed to the agent as is' }),
   ...RunOptionsFields,
-  stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
+  stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' })),
+  background: Type.Optional(Type.Boolean({ description: 'queue the run and answer 202 at once: any instance sharing the run store runs it; follow it at /v1/runs/:runId/events' }))
 }, { title: 'RunRequest', additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
@@ -119,3 +120,13 @@ export const AdminRunPage = Type.Object({
   runs: Type.Array(Type.Omit(RunRecord, ['result']), { description: 'every principal\'s, most recent first, without results' }),
   nextCursor: NextCursor
 })
+
+/** The answer to a background run request: 202, with `Location: /v1/runs/<runId>`. */
+export const QueuedRun = Type.Object({
+  runId: Type.String(),
+  sessionId: SessionIdOrNull,
+  status: Type.Literal('queued'),
+  requestId: Type.String(),
+  traceId: Type.String()
+}, { title: 'QueuedRun' })
+export type QueuedRun = Static<typeof QueuedRun>

@@ -15,6 +15,7 @@ export const RunAlreadyEndedError = createError('RUN_ALREADY_ENDED', 'Run "%s" h
 export const SessionBusyError = createError('SESSION_BUSY', 'Session "%s" has a run in progress (%s): send multitask "interrupt" or "enqueue" to go on anyway', 409)
 export const RunCancelledWhileQueuedError = createError('CANCELLED', 'Run "%s" was cancelled while it waited for its session', 409)
 export const InvalidCursorParamError = createError('FST_ERR_VALIDATION', '%s must be a non-negative integer', 400)
+export const EphemeralBackgroundError = createError('FST_ERR_VALIDATION', 'body/background cannot be combined with store: false (a background run is kept to be followed)', 400)
 export const EphemeralSessionError = createError('FST_ERR_VALIDATION', 'body/sessionId is not allowed with store: false (an ephemeral run has no session)', 400)
 export const RunSessionMismatchError = createError('RUN_SESSION_MISMATCH', 'Run "%s" belongs to another session', 400)
 export const ApprovalAlreadyDecidedError = createError('APPROVAL_ALREADY_DECIDED', 'Approval "%s" was already decided', 409)
@@ -47,6 +48,9 @@ export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'in
 /** A JSON run whose client went away before its answer: nobody reads it (logged and audited as 499). */
 export const ClientClosedError = createError('CANCELLED', '%s', 499)
 
+/** A JSON run taken over by another instance (its lease lapsed here): its answer is not this instance's to give. */
+export const RunLostError = createError('INSTANCE_LOST', 'The run was taken over by another instance: follow it at /v1/runs/:runId/events', 503)
+
 /** A JSON run cancelled (`POST /v1/runs/:runId/cancel`, another run's `multitask: 'interrupt'`) while its client waits. */
 export const RunCancelledError = createError('CANCELLED', '%s', 409)
 
@@ -55,6 +59,7 @@ export function runFailureError (failure: { code: string, message: string, error
   switch (failure.code) {
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
+    case 'INSTANCE_LOST': return new RunLostError()
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
     // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
     default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)
@@ -66,6 +71,7 @@ export function runFailureError (failure: { code: string, message: string, error
 export const StoreClosedError = createError('FA_STORE_CLOSED', 'the store is closed', 0)
 export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid cursor', 400, TypeError)
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
+export const RunLeaseLostError = createError('FA_RUN_LEASE_LOST', 'run %s is no longer this instance\'s: its lease was lost', 0)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
 /** A store backend whose driver (an optional peer dependency) is not installed. */

@@ -4,6 +4,7 @@ import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
 import { jwtAlgorithms } from './auth.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
+import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS } from '../runs/worker.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import { compileInputValidator } from './validation.js'
@@ -44,6 +45,9 @@ export interface Settings {
   readonly checkpointStore: CheckpointStore
   readonly runStore: RunStore
   readonly runRetentionMs: number
+  readonly runLeaseMs: number
+  readonly runConcurrency: number
+  readonly maxRunAttempts: number
   readonly maxStreamBufferBytes: number
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
@@ -243,8 +247,11 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     approvalStore: withDeadline(given.approvalStore, storeMethods.approvalStore.filter((m) => m !== 'waitForDecision'), 'approvalStore'),
     checkpointStore,
     // watch and watchSession answer at once (they only register a listener): no deadline
-    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession'), 'runStore'),
+    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
+    runLeaseMs: options.runLeaseMs ?? DEFAULT_RUN_LEASE_MS,
+    runConcurrency: options.runConcurrency ?? DEFAULT_RUN_CONCURRENCY,
+    maxRunAttempts: options.maxRunAttempts ?? DEFAULT_MAX_RUN_ATTEMPTS,
     maxStreamBufferBytes: options.maxStreamBufferBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES,
     idempotency: options.idempotency === undefined
       ? null
