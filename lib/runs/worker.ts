@@ -124,6 +124,9 @@ export class RunWorker {
       if (checkpoint !== null) resume = { step: checkpoint.step, state: checkpoint.state }
     }
     const session = record.sessionId === null ? null : await settings.sessionStore.get(record.sessionId)
+    // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
+    // before the next attempt starts, so that the run is never run twice at once, here either.
+    service.runs.get(record.runId)?.detach('INSTANCE_LOST')
     const sink = new RunLog({
       store: settings.runStore,
       runId: record.runId,
@@ -157,6 +160,8 @@ export class RunWorker {
       detachable: true
     })
     run.start()
+    // its end makes room for the next
+    void run.done.then(() => this.claim())
   }
 
   async #renew (): Promise<void> {

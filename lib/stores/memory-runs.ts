@@ -263,6 +263,8 @@ export class MemoryRunStore implements RunStore {
     if (sessionId !== null && this.#holders.get(sessionId) === record.runId) {
       this.#holders.delete(sessionId)
       this.#hub.sessionFree(sessionId)
+      // a queued background run may have waited for this session
+      this.#notifyQueue()
     }
     while (this.#ended.size > this.maxRetainedRuns) this.#delete(this.#ended.values().next().value!)
   }

@@ -1,0 +1,257 @@
+// Background runs, leases and recovery (contract §16), with instances in one process sharing memory stores: a run
+// queued on one is claimed by another, a lapsed lease is found and its run requeued or ended, a drain hands runs
+// off. The same across processes, killed with SIGKILL, on PostgreSQL and Redis: test/stores/.
+import t from 'tap'
+import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
+import { memoryStores } from '../../lib/stores/memory.js'
+import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
+import { build, eventually, parseSse, sleep } from '../helper.js'
+
+type Service = ReturnType<typeof build>
+
+function gate (): { promise: Promise<void>, release: () => void } {
+  let release!: () => void
+  const promise = new Promise<void>((resolve) => { release = resolve })
+  return { promise, release }
+}
+
+/** Waits for `promise` unless the run is aborted first. */
+function orAbort (promise: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
+  return Promise.race([promise, new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))])
+}
+
+/** Two instances on shared stores (runs, sessions, checkpoints…), each with its own worker. */
+function pair (t: Parameters<typeof build>[0], options: Partial<AgentServiceOptions>): [Service, Service] {
+  const stores = memoryStores()
+  return [build(t, { ...stores, ...options }), build(t, { ...stores, ...options })]
+}
+
+/** The workers' timers never hold a process; with inject() (no sockets) a test waiting on them needs one that does. */
+function keepAlive (t: Parameters<typeof build>[0]): void {
+  const timer = setInterval(() => {}, 1_000)
+  t.teardown(() => clearInterval(timer))
+}
+
+async function events (app: Service['app'], runId: string) {
+  return parseSse((await app.inject({ url: `/v1/runs/${runId}/events` })).body)
+}
+
+t.test('background: 202 with Location at once; the run runs with nobody connected; the record says background', async (t) => {
+  const held = gate()
+  let ran = 0
+  const { app } = build(t, {
+    idempotency: {},
+    agents: { later: { async run (input) { ran++; await held.promise; return { output: input } } } }
+  })
+  await app.ready()
+  const res = await app.inject({ method: 'POST', url: '/v1/agents/later/runs', payload: { input: 7, background: true }, headers: { 'idempotency-key': 'bg-1' } })
+  t.equal(res.statusCode, 202)
+  const body = res.json()
+  t.same(Object.keys(body).sort(), ['requestId', 'runId', 'sessionId', 'status', 'traceId'])
+  t.match(body, { status: 'queued', requestId: res.headers['x-request-id'], traceId: /^[0-9a-f]{32}$/, sessionId: String })
+  t.equal(res.headers.location, `/v1/runs/${body.runId}`)
+  await eventually(() => ran === 1)
+  t.match((await app.inject({ url: `/v1/runs/${body.runId}` })).json(), { status: 'running', background: true, attempt: 1 })
+  const replay = await app.inject({ method: 'POST', url: '/v1/agents/later/runs', payload: { input: 7, background: true }, headers: { 'idempotency-key': 'bg-1' } })
+  t.equal(replay.statusCode, 202)
+  t.equal(replay.headers['idempotent-replayed'], 'true')
+  t.same(replay.json(), body, 'the key replays the 202')
+  held.release()
+  await eventually(async () => (await app.inject({ url: `/v1/runs/${body.runId}` })).json().status === 'completed')
+  t.equal(ran, 1, 'run once')
+  t.same((await events(app, body.runId)).map((e) => e.event), ['run.started', 'run.completed'])
+  const ephemeral = await app.inject({ method: 'POST', url: '/v1/agents/later/runs', payload: { input: 1, background: true, store: false } })
+  t.equal(ephemeral.statusCode, 400)
+  t.match(ephemeral.json(), { code: 'FST_ERR_VALIDATION', message: /background cannot be combined with store: false/ })
+})
+
+t.test('background runs in a busy session: reject (409), enqueue (waits in the queue), interrupt', async (t) => {
+  const held = gate()
+  const { app } = build(t, { agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'held' } } }, quick: { async run () { return { output: 'quick' } } } } })
+  await app.ready()
+  const first = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true } })).json()
+  await eventually(async () => (await app.inject({ url: `/v1/runs/${first.runId}` })).json().status === 'running')
+  const busy = await app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null, background: true, sessionId: first.sessionId } })
+  t.equal(busy.statusCode, 409)
+  t.match(busy.json(), { code: 'SESSION_BUSY' })
+  const queued = (await app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null, background: true, sessionId: first.sessionId, multitask: 'enqueue' } })).json()
+  await sleep(50)
+  t.match((await app.inject({ url: `/v1/runs/${queued.runId}` })).json(), { status: 'queued' }, 'waits while the session is busy')
+  held.release()
+  await eventually(async () => (await app.inject({ url: `/v1/runs/${queued.runId}` })).json().status === 'completed')
+  const third = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true, sessionId: first.sessionId } })).json()
+  t.ok(third.runId, 'free again')
+})
+
+t.test('runConcurrency bounds the background runs an instance runs at once; the rest wait queued', async (t) => {
+  const held = gate()
+  let running = 0
+  let most = 0
+  const { app } = build(t, {
+    runConcurrency: 2,
+    agents: { held: { async run () { running++; most = Math.max(most, running); await held.promise; running--; return { output: null } } } }
+  })
+  await app.ready()
+  const ids: string[] = []
+  for (let i = 0; i < 5; i++) ids.push((await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: i, background: true } })).json().runId)
+  await eventually(() => running === 2)
+  await sleep(50)
+  const statuses = await Promise.all(ids.map(async (id) => (await app.inject({ url: `/v1/runs/${id}` })).json().status))
+  t.same(statuses.filter((s) => s === 'queued').length, 3)
+  held.release()
+  await eventually(async () => (await Promise.all(ids.map(async (id) => (await app.inject({ url: `/v1/runs/${id}` })).json().status))).every((s) => s === 'completed'))
+  t.equal(most, 2)
+})
+
+t.test('a run queued on one instance is claimed by another that has room', async (t) => {
+  let ranOn: string | null = null
+  const [a, b] = pair(t, { agents: { where: { async run (_i, ctx) { ranOn = ctx.requestId; return { output: 'done' } } } } })
+  await a.app.ready()
+  await b.app.ready()
+  // A takes no runs of the queue (as while it drains); B does
+  a.app.agentService.worker.stopClaiming()
+  const res = (await a.app.inject({ method: 'POST', url: '/v1/agents/where/runs', payload: { input: null, background: true } })).json()
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${res.runId}` })).json().status === 'completed')
+  t.equal(ranOn, res.requestId, 'with the request id of the request that queued it')
+  t.equal(a.app.agentService.runs.size, 0)
+})
+
+t.test('an instance that stops renewing: its resumable background run is requeued and goes on elsewhere from its checkpoint', async (t) => {
+  const steps: string[] = []
+  const never = gate()
+  const stepper: Agent = {
+    resumable: true,
+    async run (_input, ctx) {
+      let step = (ctx.resume?.state as { step: number } | undefined)?.step ?? 0
+      for (; step < 3; step++) {
+        steps.push(`${ctx.requestId}:${step}`)
+        // the first attempt's instance hangs here for good (as a dead one would, without the noise)
+        if (step === 1 && ctx.resume === undefined) await orAbort(never.promise, ctx.signal)
+        await ctx.checkpoint({ step: step + 1 })
+      }
+      return { output: { steps: step } }
+    }
+  }
+  const [a, b] = pair(t, { runLeaseMs: 300, agents: { stepper } })
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/stepper/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => steps.length === 2)
+  // A dies (as far as the store can tell): its leases are never renewed again
+  a.app.agentService.worker.stop()
+  b.app.agentService.worker.start(b.app.log)
+  const started = Date.now()
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${queued.runId}` })).json().status === 'completed', 10_000)
+  t.ok(Date.now() - started < 300 + 5_000, 'found within runLeaseMs + 5 s')
+  const log = await events(b.app, queued.runId)
+  t.same(log.map((e) => e.id), log.map((_e, i) => i + 1), 'one unbroken sequence of seqs')
+  const types = log.map((e) => e.event)
+  t.same(types.slice(types.indexOf('run.requeued')), ['run.requeued', 'run.started', 'checkpoint.saved', 'checkpoint.saved', 'run.completed'])
+  t.same(log.find((e) => e.event === 'run.requeued')!.data, { attempt: 2, reason: 'INSTANCE_LOST' })
+  t.match(log.filter((e) => e.event === 'run.started').map((e) => e.data.attempt), [1, 2])
+  t.same(steps, [`${queued.requestId}:0`, `${queued.requestId}:1`, `${queued.requestId}:1`, `${queued.requestId}:2`], 'step 0 was not done again')
+  t.match(log.at(-1)!.data, { output: { steps: 3 } })
+})
+
+t.test('a lost instance\'s run that cannot go on elsewhere ends INSTANCE_LOST; so does one out of attempts', async (t) => {
+  const store = new MemoryRunStore()
+  const forever = gate()
+  const agents = {
+    plain: { async run (_i: unknown, ctx: { signal: AbortSignal }) { await orAbort(forever.promise, ctx.signal); return { output: null } } },
+    tired: { resumable: true, async run (_i: unknown, ctx: { signal: AbortSignal }) { await orAbort(forever.promise, ctx.signal); return { output: null } } }
+  } as Record<string, Agent>
+  const [a, b] = [build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents }), build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents })]
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  const plain = (await a.app.inject({ method: 'POST', url: '/v1/agents/plain/runs', payload: { input: null, background: true } })).json()
+  const tired = (await a.app.inject({ method: 'POST', url: '/v1/agents/tired/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => a.app.agentService.runs.size === 2)
+  a.app.agentService.worker.stop()
+  await eventually(async () => (await store.get(plain.runId))!.status === 'failed', 5_000)
+  t.match(await store.get(plain.runId), { error: { code: 'INSTANCE_LOST', message: 'The instance running the run was lost' } })
+  // the resumable one is requeued; B claims it, then B is lost too: two attempts, none left
+  await eventually(async () => (await store.get(tired.runId))!.status === 'queued', 5_000)
+  b.app.agentService.worker.start(b.app.log)
+  await eventually(async () => (await store.get(tired.runId))!.attempt === 2 && (await store.get(tired.runId))!.status === 'running', 5_000)
+  b.app.agentService.worker.stop()
+  const c = build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents })
+  await c.app.ready()
+  c.app.agentService.worker.stopClaiming()
+  c.app.agentService.worker.start(c.app.log)
+  await eventually(async () => (await store.get(tired.runId))!.status === 'failed', 5_000)
+  t.match(await store.get(tired.runId), { attempt: 2, error: { code: 'INSTANCE_LOST', message: 'The instance running the run was lost, after 2 attempts' } })
+  const log = await events(c.app, tired.runId)
+  t.same(log.map((e) => e.event), ['run.started', 'run.requeued', 'run.started', 'run.failed'])
+  forever.release()
+})
+
+t.test('a drain hands off what can go on elsewhere, and ends the rest with SHUTDOWN', async (t) => {
+  const release = gate()
+  const ran: string[] = []
+  const agents: Record<string, Agent> = {
+    moving: { resumable: true, async run (_i, ctx) { ran.push(`moving:${ctx.requestId}`); await orAbort(release.promise, ctx.signal); return { output: 'moved' } } },
+    staying: { async run (_i, ctx) { await orAbort(release.promise, ctx.signal); return { output: 'stayed' } } }
+  }
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents })
+  const b = build(t, { ...stores, agents })
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  const moving = (await a.app.inject({ method: 'POST', url: '/v1/agents/moving/runs', payload: { input: null, background: true } })).json()
+  const staying = (await a.app.inject({ method: 'POST', url: '/v1/agents/staying/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => a.app.agentService.runs.size === 2)
+  await a.close(50)
+  b.app.agentService.worker.start(b.app.log)
+  release.release()
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${moving.runId}` })).json().status === 'completed')
+  const log = await events(b.app, moving.runId)
+  t.same(log.map((e) => e.event), ['run.started', 'run.requeued', 'run.started', 'run.completed'])
+  t.same(log[1]!.data, { attempt: 2, reason: 'SHUTDOWN' })
+  t.match((await b.app.inject({ url: `/v1/runs/${staying.runId}` })).json(), { status: 'failed', error: { code: 'SHUTDOWN' } })
+  t.equal(ran.length, 2, 'the handed-off run started again, once, on B')
+})
+
+t.test('resuming a run in progress on another instance is RUN_IN_PROGRESS; a JSON client of a run taken over gets 503', async (t) => {
+  const held = gate()
+  const agents: Record<string, Agent> = {
+    stepper: { async run (_i, ctx) { await ctx.checkpoint({ n: 1 }); await orAbort(held.promise, ctx.signal); return { output: 'ok' } } }
+  }
+  keepAlive(t)
+  const [a, b] = pair(t, { runLeaseMs: 300, agents })
+  await a.app.ready()
+  await b.app.ready()
+  const answer = a.app.inject({ method: 'POST', url: '/v1/agents/stepper/runs', payload: { input: null } })
+  const runId = await eventually(async () => (await a.app.agentService.settings.runStore.list({ limit: 1 })).runs[0]?.runId)
+  await eventually(async () => await a.app.agentService.settings.checkpointStore.load(runId) !== null)
+  const resume = await b.app.inject({ method: 'POST', url: '/v1/agents/stepper/runs', payload: { input: null, resumeRunId: runId } })
+  t.equal(resume.statusCode, 409)
+  t.match(resume.json(), { code: 'RUN_IN_PROGRESS' })
+  // A's renewals fail from now on (its store is unreachable, say): past two thirds of a lease, A stops the run itself
+  const store = a.app.agentService.settings.runStore
+  store.renew = async () => { throw new Error('store down') }
+  const res = await answer
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { code: 'INSTANCE_LOST' })
+  held.release()
+})
+
+t.test('a renewal that finds a run no longer this instance\'s stops it here', async (t) => {
+  const held = gate()
+  let aborted: unknown = null
+  keepAlive(t)
+  const store = new MemoryRunStore()
+  const { app } = build(t, { runStore: store, runLeaseMs: 150, agents: { held: { async run (_i, ctx) { try { await orAbort(held.promise, ctx.signal) } catch (err) { aborted = err } return { output: null } } } } })
+  await app.ready()
+  const stream = app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, stream: true, onDisconnect: 'continue' } })
+  const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
+  // another instance took it over: the store says so
+  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  await eventually(() => aborted !== null)
+  t.match(aborted, { code: 'INSTANCE_LOST', message: 'The run was taken over by another instance' })
+  const body = parseSse((await stream).body)
+  t.same(body.map((e) => e.event), ['run.started'], 'the stream ends without an end of its own: the run goes on elsewhere')
+  held.release()
+})
