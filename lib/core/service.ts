@@ -8,6 +8,7 @@ import { AuditLog } from './audit.js'
 import type { Access } from './auth.js'
 import { Drain } from './drain.js'
 import type { Settings } from './settings.js'
+import type { StoredEvent } from '../stores/types.js'
 import { ServiceStats } from './stats.js'
 
 // Every augmentation of Fastify's types the service makes, in one place.
@@ -27,6 +28,16 @@ declare module 'fastify' {
     idempotency?: boolean
   }
 }
+
+/** Who a run is: what a listener of its stored events (webhooks) needs beside the events. */
+export interface RunIdentity {
+  runId: string
+  agent: string
+  sessionId: string | null
+  principal: string
+}
+/** Told of a run's events once the run store has them (in order, each once per instance that stored it). */
+export type StoredEventsListener = (run: RunIdentity, events: readonly StoredEvent[]) => void
 
 export type AccessCheck = (request: FastifyRequest, access: Access, agent?: string) => boolean
 /** Settles what a streamed run's request holds (an idempotency key) before its stream ends. */
@@ -109,6 +120,18 @@ export class AgentServiceCore {
   openApiDocument (): Record<string, unknown> {
     if (this.#openApiDocument === null) throw new Error('the OpenAPI document is built by the fastify-agents plugin, after ready()')
     return this.#openApiDocument()
+  }
+
+  readonly #storedEventsListeners: StoredEventsListener[] = []
+
+  /** Listens to every run's events once stored (the webhooks' outbox is filled from here). */
+  onStoredEvents (listener: StoredEventsListener): void {
+    this.#storedEventsListeners.push(listener)
+  }
+
+  /** For the run log (and the recovery, whose events the store writes itself): these events are stored. */
+  eventsStored (run: RunIdentity, events: readonly StoredEvent[]): void {
+    for (const listener of this.#storedEventsListeners) listener(run, events)
   }
 
   useOpenApiDocument (build: () => Record<string, unknown>): void {

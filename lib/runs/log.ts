@@ -14,6 +14,8 @@ export interface RunLogOptions {
   onFailure: () => void
   /** the store says the run is no longer this instance's (its lease lapsed and someone took it over) */
   onLost: () => void
+  /** told of each batch once stored */
+  onStored?: (events: readonly StoredEvent[]) => void
 }
 
 function stored (event: RunEvent): StoredEvent {
@@ -56,6 +58,7 @@ export class RunLog implements RunSink {
       this.#pending = []
       try {
         await this.#options.store.append(this.#options.runId, batch, this.#options.owner)
+        this.#options.onStored?.(batch)
       } catch (err) {
         if (this.#taken(err)) break
         this.#failed(err, 'append')
@@ -75,7 +78,7 @@ export class RunLog implements RunSink {
     events.push(stored(event))
     const { store, runId, retentionMs, owner } = this.#options
     try {
-      await store.finish(runId, events, runEnd(outcome), retentionMs, owner)
+      if (await store.finish(runId, events, runEnd(outcome), retentionMs, owner) !== null) this.#options.onStored?.(events)
     } catch (err) {
       if (!this.#taken(err)) this.#failed(err, 'finish')
     }

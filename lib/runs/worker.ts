@@ -134,7 +134,8 @@ export class RunWorker {
       log,
       owner: this.owner,
       onFailure: () => { service.stats.runLogFailures++ },
-      onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST') }
+      onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST') },
+      onStored: (events) => { service.eventsStored(record, events) }
     })
     const run = service.runs.create({
       runId: record.runId,
@@ -207,8 +208,10 @@ export class RunWorker {
     const store = settings.runStore
     const resumable = settings.agents.get(record.agent)?.resumable === true
     if (!cancelRequested && detachable && resumable && record.attempt < settings.maxRunAttempts) {
-      if (await store.requeue(record.runId, { lapsedBefore: now }, 'INSTANCE_LOST') !== null) {
-        this.#log?.info({ runId: record.runId, attempt: record.attempt + 1 }, 'run requeued: its instance was lost')
+      const requeued = await store.requeue(record.runId, { lapsedBefore: now }, 'INSTANCE_LOST')
+      if (requeued !== null) {
+        this.#log?.info({ runId: record.runId, attempt: requeued.attempt }, 'run requeued: its instance was lost')
+        await this.#told(requeued)
       }
       return
     }
@@ -216,9 +219,16 @@ export class RunWorker {
       ? { code: 'CANCELLED', message: 'The run was cancelled' }
       : { code: 'INSTANCE_LOST', message: record.attempt >= settings.maxRunAttempts && detachable && resumable ? `The instance running the run was lost, after ${record.attempt} attempts` : 'The instance running the run was lost' }
     const end = { status: cancelledOrFailed(error.code), endedAt: iso(Date.now()), error }
-    if (await store.abandon(record.runId, now, end, settings.runRetentionMs) !== null) {
+    const ended = await store.abandon(record.runId, now, end, settings.runRetentionMs)
+    if (ended !== null) {
       this.#log?.warn({ runId: record.runId, code: error.code }, 'run ended: its instance was lost')
+      await this.#told(ended)
     }
+  }
+
+  /** The listeners of stored events (webhooks) hear the event the store wrote itself (requeued, ended). */
+  async #told (record: RunRecord): Promise<void> {
+    this.#service.eventsStored(record, await this.#service.settings.runStore.events(record.runId, record.lastSeq - 1, 1))
   }
 
   /**
@@ -232,7 +242,8 @@ export class RunWorker {
       // its last events first: the log goes on, without a gap, where the next attempt picks it up
       await (run.options.sink as RunLog | null)?.flush()
       try {
-        await settings.runStore.requeue(run.runId, { owner: this.owner }, 'SHUTDOWN')
+        const requeued = await settings.runStore.requeue(run.runId, { owner: this.owner }, 'SHUTDOWN')
+        if (requeued !== null) await this.#told(requeued)
       } catch (err) {
         // its lease lapses, and another instance requeues it then
         this.#log?.warn({ err, runId: run.runId }, 'could not hand a run off at shutdown')
