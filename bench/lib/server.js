@@ -204,12 +204,39 @@ async function serviceOptions (preset) {
     case 'no-sessions': return { sessionStore: nullSessionStore() }
     case 'null-stores': return { sessionStore: nullSessionStore(), auditStore: nullAuditStore() }
     case 'no-audit': return { auditStore: nullAuditStore() }
+    // the run's record and event log (bench/run-log.js): none at all, or each backend
+    case 'no-log': return { runStore: nullRunStore() }
+    case 'runs-sqlite': return { runStore: lib.sqliteStores(preset.file).runStore }
+    case 'runs-postgres': return { runStore: lib.postgresStores(preset.url, { schema: preset.schema }).runStore }
+    case 'runs-redis': return { runStore: lib.redisStores(preset.url, { prefix: preset.prefix }).runStore }
     default: throw new Error(`unknown preset ${preset.name}`)
   }
 }
 
 function nullAuditStore () {
   return { append: async () => {}, query: async () => ({ entries: [], nextCursor: null }), count: async () => 0, close: async () => {} }
+}
+
+/** A run store that keeps nothing: what a run costs without its record and event log. */
+function nullRunStore () {
+  const none = async () => null
+  return {
+    create: async () => ({ outcome: 'created' }),
+    reopen: async () => ({ outcome: 'not_found' }),
+    start: async () => ({ outcome: 'gone' }),
+    append: async () => {},
+    finish: none,
+    get: none,
+    spec: none,
+    events: async () => [],
+    cancel: async () => ({ outcome: 'not_found' }),
+    watch: () => () => {},
+    watchSession: () => () => {},
+    listBySession: async () => ({ runs: [], nextCursor: null }),
+    list: async () => ({ runs: [], nextCursor: null }),
+    purge: async () => 0,
+    close: async () => {}
+  }
 }
 
 function nullSessionStore () {

@@ -1,0 +1,189 @@
+// Runs as resources (issue #14): what the run's record and event log cost. An SSE run of 100 deltas and a JSON
+// run with the log in each backend, against the same runs with a run store that keeps nothing; and how soon a
+// follower on another instance sees each event (PostgreSQL, Redis), measured in one process with two services.
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import pg from 'pg'
+import { Redis } from 'ioredis'
+import { alternate, throughputRound } from './lib/harness.js'
+import { jsonBody } from './lib/agents.js'
+import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
+import { checkEcho, checkSseRun } from './lib/checks.js'
+
+export const name = 'run-log'
+export const title = 'The run record and event log: SSE and JSON runs with each backend vs none; cross-instance follower lag'
+
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const DELTAS = 100
+
+async function reachable () {
+  const status = { pg: false, redis: false }
+  const client = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 2000 })
+  try { await client.connect(); status.pg = true } catch {} finally { await client.end().catch(() => {}) }
+  const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  try { await redis.connect(); status.redis = true } catch {} finally { redis.disconnect() }
+  return status
+}
+
+async function cleanUp (schemas, prefixes) {
+  if (schemas.length > 0) {
+    const client = new pg.Client({ connectionString: PG_URL })
+    await client.connect()
+    try { for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`) } finally { await client.end() }
+  }
+  if (prefixes.length > 0) {
+    const redis = new Redis(REDIS_URL)
+    try {
+      for (const prefix of prefixes) {
+        const keys = await redis.keys(`${prefix}*`)
+        if (keys.length > 0) await redis.del(...keys)
+      }
+    } finally { redis.disconnect() }
+  }
+}
+
+function contendersOf (status, dir, schemas, prefixes) {
+  const list = [
+    { name: 'no log', spec: { kind: 'service', preset: { name: 'no-log' } } },
+    { name: 'memory', spec: { kind: 'service', preset: { name: 'default' } } },
+    { name: 'sqlite', spec: (round) => ({ kind: 'service', preset: { name: 'runs-sqlite', file: join(dir, `runs-${round}-${Math.random()}.db`) } }) }
+  ]
+  if (status.pg) {
+    list.push({
+      name: 'postgres',
+      spec: (round) => {
+        const schema = `fa_bench_runs_${process.pid}_${round}_${schemas.length}`
+        schemas.push(schema)
+        return { kind: 'service', preset: { name: 'runs-postgres', url: PG_URL, schema } }
+      }
+    })
+  }
+  if (status.redis) {
+    list.push({
+      name: 'redis',
+      spec: (round) => {
+        const prefix = `fa-bench-${process.pid}-${round}-${prefixes.length}:`
+        prefixes.push(prefix)
+        return { kind: 'service', preset: { name: 'runs-redis', url: REDIS_URL, prefix } }
+      }
+    })
+  }
+  return list
+}
+
+/** Two services on one shared store: a run streams on A, B follows it; lag = arrival on B − emission on A. */
+async function followerLag (lib, stores, log) {
+  const { createAgentService } = lib
+  const times = new Map()
+  const agents = {
+    paced: {
+      async * run (input) {
+        for (let i = 0; i < input.events; i++) {
+          times.set(i + 2, performance.now())
+          yield 'x'
+          await new Promise((resolve) => setTimeout(resolve, 2))
+        }
+      }
+    }
+  }
+  const a = createAgentService({ logger: false, agents, runStore: stores[0] })
+  const b = createAgentService({ logger: false, agents, runStore: stores[1] })
+  const urlA = (await a.listen({ port: 0, host: '127.0.0.1' })).url
+  const urlB = (await b.listen({ port: 0, host: '127.0.0.1' })).url
+  const lags = []
+  try {
+    for (let round = 0; round < 5; round++) {
+      const res = await fetch(`${urlA}/v1/agents/paced/runs`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { events: 200 }, onDisconnect: 'continue' }) })
+      const reader = res.body.getReader()
+      const first = new TextDecoder().decode((await reader.read()).value)
+      const runId = /"runId":"([^"]+)"/.exec(first)[1]
+      const follow = await fetch(`${urlB}/v1/runs/${runId}/events`)
+      const decoder = new TextDecoder()
+      let buffer = ''
+      for await (const chunk of follow.body) {
+        const now = performance.now()
+        buffer += decoder.decode(chunk, { stream: true })
+        for (const match of buffer.matchAll(/id: (\d+)\nevent: message\.delta/g)) {
+          const sent = times.get(Number(match[1]))
+          if (sent !== undefined) { lags.push(now - sent); times.delete(Number(match[1])) }
+        }
+        buffer = buffer.slice(buffer.lastIndexOf('\n\n') + 2)
+      }
+      await reader.cancel()
+    }
+  } finally {
+    await a.close(0)
+    await b.close(0)
+  }
+  lags.sort((x, y) => x - y)
+  const pick = (q) => lags[Math.min(lags.length - 1, Math.floor(q * lags.length))]
+  log(`  follower lag over ${lags.length} events: p50 ${pick(0.5).toFixed(1)} ms, p99 ${pick(0.99).toFixed(1)} ms`)
+  return { events: lags.length, p50: pick(0.5), p99: pick(0.99) }
+}
+
+export async function run ({ log }) {
+  const status = await reachable()
+  const dir = mkdtempSync(join(tmpdir(), 'fastify-agents-bench-runs-'))
+  const schemas = []
+  const prefixes = []
+  const sse = { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: DELTAS } }), connections: 50 }
+  const json = { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: jsonBody(1024), connections: 50 }
+  try {
+    log('SSE, 100 deltas')
+    const sseResults = await alternate(contendersOf(status, dir, schemas, prefixes), async (server, _c, round) => {
+      if (round === 1) await checkSseRun(server.url, sse, DELTAS)
+      return throughputRound(server, sse)
+    }, { log })
+    log('JSON')
+    const jsonResults = await alternate(contendersOf(status, dir, schemas, prefixes).slice(0, 2), async (server, _c, round) => {
+      if (round === 1) await checkEcho(server.url, json)
+      return throughputRound(server, json)
+    }, { log })
+    const rows = [
+      ...metricRows(sseResults, 'rps', { unit: 'streams/s', baseline: 'no log' }),
+      ...metricRows(sseResults, 'cpuUsPerRequest', { unit: 'µs', baseline: 'no log' }),
+      ...metricRows(jsonResults, 'rps', { unit: 'req/s', baseline: 'no log' }).map((r) => ({ ...r, contender: `JSON ${r.contender}` })),
+      ...metricRows(jsonResults, 'cpuUsPerRequest', { unit: 'µs', baseline: 'no log' }).map((r) => ({ ...r, contender: `JSON ${r.contender}` }))
+    ]
+    const ratio = (contender) => rows.find((r) => r.contender === contender && r.metric === 'rps')?.ratio
+    const targets = [
+      target('14a', 'SSE with the log in memory / without', ratio('memory'), '>=', 0.90),
+      target('14b', 'SSE with the log in SQLite / without', ratio('sqlite'), '>=', 0.75),
+      target('14e', 'JSON with the log in memory / without', ratio('JSON memory'), '>=', 0.90)
+    ]
+    if (status.redis) targets.push(target('14c', 'SSE with the log in Redis / without', ratio('redis'), '>=', 0.75))
+    if (status.pg) targets.push(target('14d', 'SSE with the log in PostgreSQL / without', ratio('postgres'), '>=', 0.60))
+    const notes = [
+      `by CPU per stream: memory ${cpuRatio(rows, 'memory', 'no log')?.toFixed(2)}, sqlite ${cpuRatio(rows, 'sqlite', 'no log')?.toFixed(2)}` +
+        (status.pg ? `, postgres ${cpuRatio(rows, 'postgres', 'no log')?.toFixed(2)}` : '') + (status.redis ? `, redis ${cpuRatio(rows, 'redis', 'no log')?.toFixed(2)}` : '')
+    ]
+    const lag = {}
+    const lib = await import('fastify-agents')
+    if (status.pg) {
+      log('follower lag, PostgreSQL')
+      const schema = `fa_bench_lag_${process.pid}`
+      schemas.push(schema)
+      lag.postgres = await followerLag(lib, [lib.postgresStores(PG_URL, { schema }).runStore, lib.postgresStores(PG_URL, { schema }).runStore], log)
+      targets.push(target('14f', 'cross-instance follower lag p99, PostgreSQL (ms)', lag.postgres.p99, '<', 50))
+    }
+    if (status.redis) {
+      log('follower lag, Redis')
+      const prefix = `fa-bench-lag-${process.pid}:`
+      prefixes.push(prefix)
+      lag.redis = await followerLag(lib, [lib.redisStores(REDIS_URL, { prefix }).runStore, lib.redisStores(REDIS_URL, { prefix }).runStore], log)
+      targets.push(target('14g', 'cross-instance follower lag p99, Redis (ms)', lag.redis.p99, '<', 50))
+    }
+    const jsonNoise = noiseOf(jsonResults)
+    const sseNoise = noiseOf(sseResults)
+    return {
+      title, rows, targets, notes, lag,
+      noise: { rounds: sseNoise.rounds + jsonNoise.rounds, noisy: sseNoise.noisy + jsonNoise.noisy, max: Math.max(sseNoise.max ?? 0, jsonNoise.max ?? 0) },
+      errors: errorsOf(sseResults) + errorsOf(jsonResults)
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+    await cleanUp(schemas, prefixes)
+  }
+}
