@@ -1,76 +1,24 @@
-// The run event vocabulary of CONTRACT §14, as the projections read it. Kept here, free of any
-// protocol package, so the projections stay pure and the route layer can feed them its own log.
+// What the projections read of a run: its events (the pipeline's own RunEvent, without the serialized copy a
+// projection has no use for) and their data, whose shapes are the schemas'.
+import type { Static } from '@sinclair/typebox'
+import type { RunEvent as PipelineEvent } from '../runs/run.js'
+import { RESERVED_EVENT_PREFIXES } from '../runs/events.js'
+
+export type { Approval } from '../../schemas/approvals.js'
+export type {
+  ApprovalEventData, RunStartedData, TextDeltaData, ToolCallData, ToolCallDeltaData, ToolResultData
+} from '../../schemas/events.js'
+export type { RunResult as RunCompletedData } from '../../schemas/runs.js'
+import type { RunFailedEvent } from '../../schemas/runs.js'
 
 /** One event of a run's log: `seq` from 1, ending with exactly one terminal event. */
-export interface RunEvent {
-  seq: number
-  type: string
-  data: unknown
-}
+export type RunEvent = Pick<PipelineEvent, 'seq' | 'type' | 'data'>
 
-export interface RunStartedData {
-  runId: string
-  agent: string
-  /** null for an ephemeral run (`store: false`) */
-  sessionId: string | null
-  requestId: string
-  traceId: string
-  attempt: number
-}
+export type RunFailedData = Static<typeof RunFailedEvent>
 
-export interface TextDeltaData { text: string }
-export interface ToolCallDeltaData { toolCallId: string, name: string, delta: string }
-export interface ToolCallData { toolCallId: string, name: string, input: unknown }
-export interface ToolResultData { toolCallId: string, name: string, output: unknown, isError: boolean }
-
-export interface ApprovalDecision {
-  approved: boolean
-  comment?: string | null
-  decidedBy?: string | null
-  decidedAt?: string
-}
-
-export interface Approval {
-  id: string
-  runId: string
-  agent: string
-  sessionId: string | null
-  principal: string
-  action: string
-  payload?: unknown
-  reason?: string | null
-  status: 'pending' | 'approved' | 'rejected' | 'expired' | 'cancelled'
-  requestedAt: string
-  expiresAt: string
-  decision?: ApprovalDecision | null
-}
-
-export interface ApprovalEventData { approval: Approval }
-
-export interface Usage { inputTokens: number, outputTokens: number, totalTokens: number }
-
-export interface RunCompletedData {
-  runId: string
-  agent: string
-  sessionId: string | null
-  status: 'completed'
-  output: unknown
-  usage: Usage
-  finishReason: string
-  requestId: string
-  traceId: string
-}
-
-export interface RunFailedData {
-  error: { code: string, message: string }
-  traceId: string
-}
-
-/** Prefixes the service keeps for itself (§14); anything else that is not a built-in is a custom event. */
-const RESERVED_PREFIXES = ['run.', 'approval.', 'checkpoint.']
-
+/** Anything but a built-in type or one of the service's reserved prefixes (§14) is a custom event. */
 export function isCustomEventType (type: string): boolean {
-  return !RESERVED_PREFIXES.some((prefix) => type.startsWith(prefix)) &&
+  return !RESERVED_EVENT_PREFIXES.some((prefix) => type.startsWith(prefix)) &&
     type !== 'message.delta' && type !== 'reasoning.delta' && !type.startsWith('tool.')
 }
 

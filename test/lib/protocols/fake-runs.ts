@@ -56,7 +56,7 @@ export class FakeRuns implements A2ARunPort {
       emit: (type, data) => { this.#append(runId, type, data) },
       approval: (action, payload, reason) => new Promise((resolve) => {
         const approval: Approval = {
-          id: `appr-${runId}`, runId, agent: 'helper', sessionId: run.sessionId, principal: 'alice', action, payload, reason,
+          id: `appr-${runId}`, runId, agent: 'helper', sessionId: run.sessionId ?? runId, principal: 'alice', action, payload, reason,
           status: 'pending', requestedAt: '2030-01-01T00:00:00.000Z', expiresAt: '2030-01-01T00:10:00.000Z'
         }
         this.#pending.set(approval.id, { runId, approval, resolve })
