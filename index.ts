@@ -27,6 +27,8 @@ export type { RunsPluginOptions } from './routes/runs.js'
 export type { ApprovalsPluginOptions } from './routes/approvals.js'
 export { websocketPlugin } from './routes/websocket.js'
 export type { WebsocketPluginOptions } from './routes/websocket.js'
+export { chatPlugin } from './routes/chat.js'
+export type { ChatPluginOptions } from './routes/chat.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 

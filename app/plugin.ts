@@ -18,6 +18,7 @@ import { requestContextPlugin } from '../plugins/request-context.js'
 import { adminApiPlugin } from '../routes/admin.js'
 import { agentsPlugin } from '../routes/agents.js'
 import { approvalsPlugin } from '../routes/approvals.js'
+import { chatPlugin } from '../routes/chat.js'
 import { healthPlugin } from '../routes/health.js'
 import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
@@ -70,6 +71,8 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
     await v1.register(runsPlugin)
+    // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
+    await v1.register(chatPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

@@ -51,9 +51,13 @@ export class UiMessageStreamProjection {
     return this.#ended
   }
 
-  /** The SSE text for one live event ('' when it maps to nothing). */
-  push (event: RunEvent): string {
-    return this.#project(event, false)
+  /**
+   * The SSE text for one event ('' when it maps to nothing). `approvalDecided`: the event is an
+   * `approval.requested` already decided (a replay that reads the decision from the approval store rather
+   * than from the events that follow), so it does not end the response.
+   */
+  push (event: RunEvent, approvalDecided = false): string {
+    return this.#project(event, approvalDecided)
   }
 
   /**
