@@ -29,6 +29,8 @@ export { websocketPlugin } from './routes/websocket.js'
 export type { WebsocketPluginOptions } from './routes/websocket.js'
 export { chatPlugin } from './routes/chat.js'
 export type { ChatPluginOptions } from './routes/chat.js'
+export { agUiPlugin } from './routes/ag-ui.js'
+export type { AgUiPluginOptions } from './routes/ag-ui.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 

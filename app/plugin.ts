@@ -16,6 +16,7 @@ import { idempotencyPlugin } from '../plugins/idempotency.js'
 import { rateLimitPlugin } from '../plugins/rate-limit.js'
 import { requestContextPlugin } from '../plugins/request-context.js'
 import { adminApiPlugin } from '../routes/admin.js'
+import { agUiPlugin } from '../routes/ag-ui.js'
 import { agentsPlugin } from '../routes/agents.js'
 import { approvalsPlugin } from '../routes/approvals.js'
 import { chatPlugin } from '../routes/chat.js'
@@ -73,6 +74,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(runsPlugin)
     // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
     await v1.register(chatPlugin)
+    await v1.register(agUiPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 
