@@ -31,6 +31,8 @@ export { chatPlugin } from './routes/chat.js'
 export type { ChatPluginOptions } from './routes/chat.js'
 export { agUiPlugin } from './routes/ag-ui.js'
 export type { AgUiPluginOptions } from './routes/ag-ui.js'
+export { a2aPlugin } from './routes/a2a.js'
+export type { A2APluginOptions } from './routes/a2a.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 

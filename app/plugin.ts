@@ -15,6 +15,7 @@ import { drainPlugin } from '../plugins/drain.js'
 import { idempotencyPlugin } from '../plugins/idempotency.js'
 import { rateLimitPlugin } from '../plugins/rate-limit.js'
 import { requestContextPlugin } from '../plugins/request-context.js'
+import { a2aPlugin } from '../routes/a2a.js'
 import { adminApiPlugin } from '../routes/admin.js'
 import { agUiPlugin } from '../routes/ag-ui.js'
 import { agentsPlugin } from '../routes/agents.js'
@@ -75,6 +76,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
     await v1.register(chatPlugin)
     await v1.register(agUiPlugin)
+    await v1.register(a2aPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

@@ -66,3 +66,7 @@ export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid curs
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
+
+// The front-end protocols (§17).
+/** A2A needs its optional peer dependency, loaded on the first A2A request. */
+export const A2aUnavailableError = createError('A2A_UNAVAILABLE', 'A2A needs the optional peer dependency @a2a-js/sdk: npm install @a2a-js/sdk', 501)
