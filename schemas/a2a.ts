@@ -24,10 +24,11 @@ export const A2AJsonRpcResponse = Type.Object({
   error: Type.Optional(Type.Object({ code: Type.Integer(), message: Type.String(), data: Type.Optional(Type.Unknown()) }))
 }, { description: 'A JSON-RPC 2.0 response (errors are JSON-RPC errors, answered 200)' })
 
+// (the v1.0 document leaves out empty strings, as proto3 JSON does)
 export const A2AAgentCard = Type.Object({
   name: Type.String(),
-  description: Type.String(),
-  version: Type.String()
+  description: Type.Optional(Type.String()),
+  version: Type.Optional(Type.String())
 }, { additionalProperties: true, description: 'The A2A agent card: v1.0 with `A2A-Version: 1.0`, else v0.3' })
 export type A2AAgentCard = Static<typeof A2AAgentCard>
 

@@ -91,6 +91,8 @@ export class ProjectedStream implements RunListener {
   /** A run in progress here or elsewhere: its events from the log, then live ones. */
   follow (runId: string, options: FollowOptions): void {
     this.#runId = runId
+    // the head goes now: a client waiting for the run's next event should not wait for its headers too
+    this.#stream.raw.flushHeaders()
     this.#pump(runId, options).catch((err: unknown) => {
       // the client sees its connection fail rather than a clean end: a resume can pick up from there
       this.#request.log.error({ err, runId }, 'could not read the run\'s events')
@@ -180,8 +182,9 @@ export async function writeFrames (
   })
   try {
     for await (const frame of frames) {
-      if (!stream.write(frame)) await drained(raw)
+      // the client left (while the socket drained): nothing more is pulled
       if (!stream.open) break
+      if (!stream.write(frame)) await drained(raw)
     }
   } finally {
     ended = true

@@ -19,7 +19,8 @@ const KEYS = { alice: 'alice-key-0123456789', bob: 'bob-key-0123456789' }
 
 async function serve (t: Test) {
   const helper = scripted()
-  const { service, url } = await listen(t, { agents: { helper: helper.agent }, auth: { strategy: 'api-key', keys: [KEYS.alice, KEYS.bob] } })
+  const bare = { async run () { return { output: 'bare' } } }
+  const { service, url } = await listen(t, { agents: { helper: helper.agent, bare }, auth: { strategy: 'api-key', keys: [KEYS.alice, KEYS.bob] } })
   return { ...helper, service, url, app: service.app, base: `${url}/v1/a2a/helper` }
 }
 
@@ -104,6 +105,9 @@ t.test('the agent card: v1.0 for the v1.0 client, v0.3 without A2A-Version; both
   t.match(parseLegacyAgentCard(legacy), { name: 'helper', supportedInterfaces: [{ url: base }] })
   t.equal((await fetch(`${base}/.well-known/agent-card.json`)).status, 401, 'the card needs a credential like every route')
   t.equal((await fetch(`${url}/v1/a2a/nope/.well-known/agent-card.json`, { headers: { 'x-api-key': KEYS.alice } })).status, 404)
+  const bare = await fetch(`${url}/v1/a2a/bare/.well-known/agent-card.json`, { headers: { 'x-api-key': KEYS.alice, 'a2a-version': '1.0' } })
+  t.equal(bare.status, 200)
+  t.match(new DefaultAgentCardResolver().normalizeAgentCard(await bare.json()), { name: 'bare', description: '' }, 'an agent without a description')
 })
 
 t.test('SendMessage and GetTask: the task is the run, its context the session; another message in the context has its history', async (t) => {
@@ -124,6 +128,11 @@ t.test('SendMessage and GetTask: the task is the run, its context the session; a
   t.match(seen[1]!.history, [{ role: 'user', content: 'hello' }, { role: 'assistant', content: 'echo: hello' }])
   const audit = await auditEntries(app)
   t.match(audit.find((entry) => entry.route === '/v1/a2a/:name' && entry.runId === task.id), { agent: 'helper', sessionId: task.contextId, status: 200 })
+
+  // any run of the caller's is a task, one started over HTTP without a session (store: false) too: its own context
+  const ephemeral = await app.inject({ method: 'POST', url: '/v1/agents/helper/runs', headers: { 'x-api-key': KEYS.alice }, payload: { input: 'x', store: false } })
+  const runId = ephemeral.json().runId
+  t.match(await client.getTask({ tenant: '', id: runId }), { id: runId, contextId: runId, status: { state: TaskState.TASK_STATE_COMPLETED } })
 })
 
 t.test('SendStreamingMessage: task, working, text chunks and progress, the whole output, completed', async (t) => {

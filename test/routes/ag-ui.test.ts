@@ -181,6 +181,9 @@ t.test('requests the route refuses', async (t) => {
   t.match((await post({ ...input, messages: [{ id: 'a', role: 'user', content: [{ type: 'binary', mimeType: 'image/png', data: 'x' }] }] })).json(), {
     statusCode: 400, message: 'body/messages/0/content must be a string or have a text part'
   })
+  t.match((await post({ ...input, messages: [{ id: 'a', role: 'user' }] })).json(), {
+    statusCode: 400, message: 'body/messages/0/content must be a string or have a text part'
+  })
   t.match((await post({ ...input, resume: [{ interruptId: 'x', status: 'resolved', payload: { yes: true } }] })).json(), {
     statusCode: 400, message: 'body/resume/0/payload must be { approved: boolean, comment?: string (at most 2000 characters) }'
   })
