@@ -361,3 +361,29 @@ t.test('without auth every caller is anonymous and shares chats by id; an approv
   const record = await app.inject({ url: `/v1/approvals/${approvalId}` })
   t.match(record.json(), { status: 'approved', decision: { decidedBy: null, comment: null } })
 })
+
+t.test('timeouts, the drain and the rate limit apply to chat runs as to any run', async (t) => {
+  const helper = scripted()
+  const { url } = await listen(t, { agents: { helper: helper.agent }, requestTimeoutMs: 200, rateLimit: { maxRequests: 2, intervalMs: 60_000 } })
+  const timed = chatWith(url, { id: 't' })
+  await timed.chat.sendMessage({ text: 'wait' })
+  t.equal(timed.chat.status, 'error')
+  t.match(timed.chat.error?.message, /did not finish within 200 ms/)
+  t.match(assistant(timed.chat).metadata, { error: { code: 'AGENT_TIMEOUT' } })
+
+  const limited = await fetch(`${url}/v1/agents/helper/chat/t/stream`)
+  t.equal(limited.status, 204)
+  const over = await fetch(`${url}/v1/agents/helper/chat/t/stream`)
+  t.equal(over.status, 429)
+  t.equal(over.headers.get('x-ratelimit-limit'), '2')
+
+  const draining = await serve(t, { auth: false })
+  const { chat } = chatWith(draining.url, { id: 'd' })
+  const sent = chat.sendMessage({ text: 'wait' })
+  await eventually(() => chat.messages.length === 2 && assistant(chat).parts.length > 0)
+  const closed = draining.service.close(100)
+  await sent
+  await closed
+  t.equal(chat.status, 'error')
+  t.match(assistant(chat).metadata, { error: { code: 'SHUTDOWN' } })
+})
