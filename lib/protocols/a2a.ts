@@ -49,6 +49,8 @@ function outputParts (output: unknown): Part[] {
 export class A2ATaskProjection {
   readonly #task: Task
   #text = ''
+  /** The artifact as it stands: undefined before the first chunk, null while it is the streamed text so far. */
+  #artifact: Artifact | null | undefined = undefined
   #pending: Approval | null = null
   #lastSeq = 0
 
@@ -83,7 +85,10 @@ export class A2ATaskProjection {
   }
 
   task (): Task {
-    return structuredClone(this.#task)
+    const task = structuredClone(this.#task)
+    // the whole artifact is made when asked for: a stream of deltas needs only its chunks
+    if (this.#artifact !== undefined) task.artifacts = [structuredClone(this.#artifact ?? this.#chunk([textPart(this.#text)]))]
+    return task
   }
 
   push (event: RunEvent): StreamResponse[] {
@@ -95,7 +100,7 @@ export class A2ATaskProjection {
         const { text } = event.data as TextDeltaData
         const append = this.#text !== ''
         this.#text += text
-        return [this.#artifact([textPart(text)], append, false)]
+        return [this.#artifactUpdate([textPart(text)], append, false)]
       }
       case 'approval.requested': {
         const { approval } = event.data as ApprovalEventData
@@ -107,7 +112,7 @@ export class A2ATaskProjection {
       case 'run.completed': {
         const { output, usage, finishReason } = event.data as RunCompletedData
         // The whole output replaces the streamed text: an agent's result need not be its text deltas.
-        const artifact = this.#artifact(outputParts(output), false, true)
+        const artifact = this.#artifactUpdate(outputParts(output), false, true)
         return [artifact, this.#status(TaskState.TASK_STATE_COMPLETED, undefined, { usage, finishReason })]
       }
       case 'run.failed': {
@@ -144,14 +149,18 @@ export class A2ATaskProjection {
     const status: TaskStatus = { state, message, timestamp: undefined }
     this.#task.status = status
     if (Object.keys(metadata).length > 0) this.#task.metadata = { ...this.#task.metadata, ...metadata }
-    return { payload: { $case: 'statusUpdate', value: { taskId: this.#task.id, contextId: this.#task.contextId, status: structuredClone(status), metadata } } }
+    // made for this update alone (task() hands out copies of the task): nothing to clone
+    return { payload: { $case: 'statusUpdate', value: { taskId: this.#task.id, contextId: this.#task.contextId, status: { ...status }, metadata } } }
   }
 
-  #artifact (parts: Part[], append: boolean, lastChunk: boolean): StreamResponse {
-    const chunk: Artifact = { artifactId: RESPONSE_ARTIFACT_ID, name: RESPONSE_ARTIFACT_ID, description: '', parts, metadata: {}, extensions: [] }
-    const whole: Artifact = append ? { ...chunk, parts: [textPart(this.#text)] } : chunk
-    this.#task.artifacts = [whole]
-    return { payload: { $case: 'artifactUpdate', value: { taskId: this.#task.id, contextId: this.#task.contextId, artifact: structuredClone(chunk), append, lastChunk, metadata: {} } } }
+  #chunk (parts: Part[]): Artifact {
+    return { artifactId: RESPONSE_ARTIFACT_ID, name: RESPONSE_ARTIFACT_ID, description: '', parts, metadata: {}, extensions: [] }
+  }
+
+  #artifactUpdate (parts: Part[], append: boolean, lastChunk: boolean): StreamResponse {
+    const chunk = this.#chunk(parts)
+    this.#artifact = append ? null : chunk
+    return { payload: { $case: 'artifactUpdate', value: { taskId: this.#task.id, contextId: this.#task.contextId, artifact: chunk, append, lastChunk, metadata: {} } } }
   }
 }
 
