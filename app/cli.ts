@@ -1,8 +1,10 @@
+import { execFile } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { resolve } from 'node:path'
 import { Writable } from 'node:stream'
 import { pathToFileURL } from 'node:url'
-import { parseArgs } from 'node:util'
+import { parseArgs, promisify } from 'node:util'
 import closeWithGrace from 'close-with-grace'
 import { demoAgents } from './demo-agents.js'
 import { buildOpenApiDocument } from './openapi.js'
@@ -12,14 +14,20 @@ import { postgresStores } from '../lib/stores/postgres.js'
 import { redisStores } from '../lib/stores/redis.js'
 import { sqliteStores } from '../lib/stores/sqlite.js'
 import type { StoreSet } from '../lib/stores/types.js'
+import { DEFAULT_STORE_TIMEOUT_MS } from '../lib/core/settings.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]
-                       [--redis redis://…] [--admin-token T] [--api-key K]... [--websocket] [--drain-timeout 30000] [--pretty]
-  fastify-agents openapi [--agents ./agents.js] [--out openapi.json]
+                       [--redis redis://…] [--admin-token T] [--api-key K]... [--jwt-secret S | --jwt-public-key FILE]
+                       [--cors ORIGIN] [--docs] [--public-url URL] [--request-timeout MS] [--rate-limit N/MS]
+                       [--store-timeout MS] [--drain-timeout MS] [--websocket] [--pretty]
+  fastify-agents openapi [--agents ./agents.js] [--out openapi.json] [--public-url URL]
+                         [--api-key K | --jwt-secret S | --auth api-key|jwt] [--admin-token T | --admin] [--websocket]
 
-Environment: PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated), WEBSOCKET=true, DRAIN_TIMEOUT_MS.`
+Environment (a flag wins over its variable): PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated),
+JWT_SECRET, JWT_PUBLIC_KEY_FILE, CORS_ORIGIN, DOCS=true, PUBLIC_URL, REQUEST_TIMEOUT_MS, RATE_LIMIT (N/MS),
+STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, WEBSOCKET=true.`
 
 /** The serve command's settings, from flags first and environment variables second. */
 export interface ServeFlags {
@@ -29,8 +37,65 @@ export interface ServeFlags {
   redis?: string | undefined
   adminToken?: string | undefined
   apiKeys?: string[] | undefined
+  jwtSecret?: string | undefined
+  jwtPublicKey?: string | undefined
+  cors?: string | undefined
+  docs?: boolean | undefined
+  publicUrl?: string | undefined
+  requestTimeout?: string | undefined
+  rateLimit?: string | undefined
+  storeTimeout?: string | undefined
   drainTimeout?: string | undefined
   websocket?: boolean | undefined
+}
+
+/** Where each setting came from, for the error messages: `--port` or `PORT` (default: the flag). */
+export type FlagSources = Partial<Record<keyof ServeFlags, string>>
+
+const flagNames: Record<keyof ServeFlags, string> = {
+  port: '--port',
+  host: '--host',
+  db: '--db',
+  redis: '--redis',
+  adminToken: '--admin-token',
+  apiKeys: '--api-key',
+  jwtSecret: '--jwt-secret',
+  jwtPublicKey: '--jwt-public-key',
+  cors: '--cors',
+  docs: '--docs',
+  publicUrl: '--public-url',
+  requestTimeout: '--request-timeout',
+  rateLimit: '--rate-limit',
+  storeTimeout: '--store-timeout',
+  drainTimeout: '--drain-timeout',
+  websocket: '--websocket'
+}
+
+const envNames: Record<keyof ServeFlags, string> = {
+  port: 'PORT',
+  host: 'HOST',
+  db: 'DATABASE_URL',
+  redis: 'REDIS_URL',
+  adminToken: 'ADMIN_TOKEN',
+  apiKeys: 'API_KEYS',
+  jwtSecret: 'JWT_SECRET',
+  jwtPublicKey: 'JWT_PUBLIC_KEY_FILE',
+  cors: 'CORS_ORIGIN',
+  docs: 'DOCS',
+  publicUrl: 'PUBLIC_URL',
+  requestTimeout: 'REQUEST_TIMEOUT_MS',
+  rateLimit: 'RATE_LIMIT',
+  storeTimeout: 'STORE_TIMEOUT_MS',
+  drainTimeout: 'DRAIN_TIMEOUT_MS',
+  websocket: 'WEBSOCKET'
+}
+
+/** A store set opened from a flag, and the flag (or variable) that named it. */
+export interface OpenedStores {
+  source: string
+  /** the URL without its password, for messages */
+  url: string
+  set: StoreSet
 }
 
 export interface ServePlan {
@@ -38,57 +103,111 @@ export interface ServePlan {
   port: number
   host: string
   drainTimeoutMs: number
-  /** stores opened from URLs: the server owns them and closes them after draining */
-  stores: StoreSet[]
+  /** what the port came from (`--port`, `PORT`), for the message when it cannot be bound */
+  portSource: string
+  /** stores opened from URLs: probed before listening, closed by the service after its drain */
+  stores: OpenedStores[]
 }
 
-function integer (name: string, value: string | undefined, fallback: number, min: number): number {
+/** A connection string without its password. */
+export function redact (url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*):[^@/]*@/i, '$1:***@')
+}
+
+function integer (name: string, value: string | undefined, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
   if (value === undefined || value === '') return fallback
   const parsed = Number(value)
-  if (!Number.isInteger(parsed) || parsed < min) throw new Error(`${name} must be an integer >= ${min}, got "${value}"`)
+  if (!/^\s*\d+\s*$/.test(value) || !Number.isSafeInteger(parsed) || parsed < min || parsed > max) {
+    throw new Error(`${name} must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? ' up' : ` to ${max}`}, got "${value}"`)
+  }
   return parsed
 }
 
-/** Turns flags into service options; every store named by a URL is opened here. */
-export function buildServeOptions (flags: ServeFlags, agents: Record<string, Agent>): ServePlan {
-  const port = integer('--port', flags.port, 3000, 0)
-  const drainTimeoutMs = integer('--drain-timeout', flags.drainTimeout, 30_000, 0)
+function given (value: string | undefined): value is string {
+  return value !== undefined && value !== ''
+}
+
+/** Turns flags into service options; every store named by a URL is opened here (lazily: probe them before serving). */
+export function buildServeOptions (flags: ServeFlags, agents: Record<string, Agent>, sources: FlagSources = {}): ServePlan {
+  const name = (key: keyof ServeFlags): string => sources[key] ?? flagNames[key]
+  const port = integer(name('port'), flags.port, 3000, 0, 65535)
+  const drainTimeoutMs = integer(name('drainTimeout'), flags.drainTimeout, 30_000, 0)
   const options: AgentServiceOptions = { agents }
-  const stores: StoreSet[] = []
+  const stores: OpenedStores[] = []
 
   const db = flags.db
-  if (db !== undefined && db !== '') {
+  if (given(db)) {
     let set: StoreSet
     if (db.startsWith('file:')) set = sqliteStores(db)
     else if (/^postgres(ql)?:\/\//.test(db)) set = postgresStores(db)
-    else throw new Error(`--db must be file:<path> or postgres://…, got "${db}"`)
-    stores.push(set)
+    else throw new Error(`${name('db')} must be file:<path> or postgres://…, got "${redact(db)}"`)
+    stores.push({ source: name('db'), url: redact(db), set })
     Object.assign(options, set)
-    // The probe goes through the store itself: what it reports is what runs will meet.
-    const audit = set.auditStore!
-    options.db = { health: async () => { await audit.count(); return true } }
+    // checks.db: the database behind every store, probed through the stores themselves (one SELECT 1)
+    const probe = set.auditStore as unknown as { probe (): Promise<void> }
+    options.db = { health: async () => { await probe.probe(); return true } }
   }
-  if (flags.redis !== undefined && flags.redis !== '') {
+  if (given(flags.redis)) {
+    if (!/^rediss?:\/\//.test(flags.redis)) throw new Error(`${name('redis')} must be redis://… or rediss://…, got "${redact(flags.redis)}"`)
     const set = redisStores(flags.redis)
-    stores.push(set)
+    stores.push({ source: name('redis'), url: redact(flags.redis), set })
     Object.assign(options, set)
   }
   // Retried requests must not run an agent twice: the standalone server always honours Idempotency-Key.
   options.idempotency ??= {}
-  if (flags.apiKeys !== undefined && flags.apiKeys.length > 0) options.auth = { strategy: 'api-key', keys: flags.apiKeys }
-  if (flags.adminToken !== undefined && flags.adminToken !== '') options.adminApi = { enabled: true, bearerToken: flags.adminToken }
+
+  const jwt = given(flags.jwtSecret) || given(flags.jwtPublicKey)
+  if (flags.apiKeys !== undefined && flags.apiKeys.length > 0) {
+    if (jwt) throw new Error(`${name('apiKeys')} and ${given(flags.jwtSecret) ? name('jwtSecret') : name('jwtPublicKey')} are two auth strategies: choose one`)
+    options.auth = { strategy: 'api-key', keys: flags.apiKeys }
+  }
+  if (given(flags.jwtSecret) && given(flags.jwtPublicKey)) throw new Error(`${name('jwtSecret')} and ${name('jwtPublicKey')}: choose one`)
+  if (given(flags.jwtSecret)) options.auth = { strategy: 'jwt', secret: flags.jwtSecret }
+  if (given(flags.jwtPublicKey)) {
+    let publicKey: string
+    try {
+      publicKey = readFileSync(flags.jwtPublicKey, 'utf8')
+    } catch (error) {
+      throw new Error(`${name('jwtPublicKey')} ${flags.jwtPublicKey}: ${(error as Error).message}`)
+    }
+    options.auth = { strategy: 'jwt', publicKey }
+  }
+  if (given(flags.adminToken)) options.adminApi = { enabled: true, bearerToken: flags.adminToken }
+  if (given(flags.cors)) options.cors = flags.cors
+  if (flags.docs === true) options.docs = true
+  if (given(flags.publicUrl)) options.publicUrl = flags.publicUrl
+  if (given(flags.requestTimeout)) options.requestTimeoutMs = integer(name('requestTimeout'), flags.requestTimeout, 0, 1)
+  if (given(flags.storeTimeout)) options.storeTimeoutMs = integer(name('storeTimeout'), flags.storeTimeout, 0, 1)
+  if (given(flags.rateLimit)) {
+    const match = /^(\d+)\/(\d+)$/.exec(flags.rateLimit.trim())
+    if (match === null || Number(match[1]) < 1 || Number(match[2]) < 1) {
+      throw new Error(`${name('rateLimit')} must be <requests>/<milliseconds>, e.g. 100/60000, got "${flags.rateLimit}"`)
+    }
+    options.rateLimit = { maxRequests: Number(match[1]), intervalMs: Number(match[2]) }
+  }
   if (flags.websocket === true) options.websocket = true
-  return { options, port, host: flags.host ?? '0.0.0.0', drainTimeoutMs, stores }
+  return { options, port, host: flags.host ?? '0.0.0.0', drainTimeoutMs, portSource: name('port'), stores }
 }
 
-/** Closes each distinct store once (a store set may hand the same object out twice). */
-export async function closeStores (sets: StoreSet[]): Promise<void> {
-  const seen = new Set<object>()
-  for (const set of sets) {
-    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store]) {
-      if (store === undefined || seen.has(store)) continue
-      seen.add(store)
-      await store.close?.()
+/**
+ * Probes every store opened from a flag, each within `timeoutMs`: a database that is unreachable, refuses us, or a
+ * file that cannot be opened is an error naming the flag, before anything listens.
+ */
+export async function probeStores (stores: OpenedStores[], timeoutMs: number): Promise<void> {
+  for (const { source, url, set } of stores) {
+    const distinct = new Set(Object.values(set).map((store) => 'store' in store ? store.store : store) as Array<{ probe (): Promise<void> }>)
+    for (const store of distinct) {
+      let timer: NodeJS.Timeout | undefined
+      const deadline = new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)
+      })
+      try {
+        await Promise.race([store.probe(), deadline])
+      } catch (error) {
+        throw new Error(`${source} ${url} cannot be used: ${(error as Error).message}`)
+      } finally {
+        clearTimeout(timer)
+      }
     }
   }
 }
@@ -118,20 +237,48 @@ export function prettyLogStream (out: NodeJS.WritableStream): Writable {
   })
 }
 
-async function loadAgents (path: string | undefined): Promise<Record<string, Agent>> {
+/** `file:line` of a syntax error, from `node --check` (an ES module's SyntaxError does not say where it is). */
+async function syntaxErrorLine (file: string): Promise<string | null> {
+  // null when the file parses: a SyntaxError thrown while it runs (JSON.parse, say) has no line of the file to show
+  const check = await promisify(execFile)(process.execPath, ['--check', file]).then(() => '', (error: { stderr: string }) => error.stderr)
+  const match = /^(.*):(\d+)\s*$/m.exec(check)
+  return match === null ? null : match[2]!
+}
+
+/** The agents of an `--agents` module; every error names the file (and the line of a syntax error). */
+export async function loadAgents (path: string | undefined): Promise<Record<string, Agent>> {
   if (path === undefined) return demoAgents
-  const module = await import(pathToFileURL(resolve(path)).href) as { default?: unknown, agents?: unknown }
+  const file = resolve(path)
+  if (!existsSync(file)) throw new Error(`--agents ${path}: no such file (${file})`)
+  let module: { default?: unknown, agents?: unknown }
+  try {
+    module = await import(pathToFileURL(file).href) as typeof module
+  } catch (error) {
+    const line = (error as Error).name === 'SyntaxError' ? await syntaxErrorLine(file) : null
+    throw new Error(`--agents ${path}${line === null ? '' : `:${line}`}: ${(error as Error).name}: ${(error as Error).message}`)
+  }
   const agents = module.agents ?? module.default
-  if (typeof agents !== 'object' || agents === null) throw new Error(`${path} must export its agents as \`agents\` or as the default export`)
+  if (typeof agents !== 'object' || agents === null) throw new Error(`--agents ${path} must export its agents as \`agents\` or as the default export`)
   return agents as Record<string, Agent>
 }
 
 export interface RunningServer {
   service: AgentService
   url: string
-  /** drains, closes the stores it opened and removes the signal handlers */
+  /** drains (the service closes the stores it opened afterwards) and removes the signal handlers */
   stop(): Promise<void>
 }
+
+/** One setting from its flag, else its environment variable; `sources` records which was used. */
+function fromFlagOrEnv<K extends keyof ServeFlags> (key: K, flag: ServeFlags[K], sources: FlagSources, read: (text: string) => ServeFlags[K] = (text) => text as ServeFlags[K]): ServeFlags[K] {
+  if (flag !== undefined) return flag
+  const text = process.env[envNames[key]]
+  if (text === undefined) return undefined
+  sources[key] = envNames[key]
+  return read(text)
+}
+
+const envBoolean = (text: string): boolean => text === 'true' || text === '1'
 
 /** The `fastify-agents` command. `serve` resolves once listening; SIGINT/SIGTERM drain and exit 0. */
 export async function run (argv: string[], out: NodeJS.WritableStream = process.stdout): Promise<RunningServer | null> {
@@ -145,7 +292,17 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
       db: { type: 'string' },
       redis: { type: 'string' },
       'admin-token': { type: 'string' },
+      admin: { type: 'boolean' },
       'api-key': { type: 'string', multiple: true },
+      'jwt-secret': { type: 'string' },
+      'jwt-public-key': { type: 'string' },
+      auth: { type: 'string' },
+      cors: { type: 'string' },
+      docs: { type: 'boolean' },
+      'public-url': { type: 'string' },
+      'request-timeout': { type: 'string' },
+      'rate-limit': { type: 'string' },
+      'store-timeout': { type: 'string' },
       'drain-timeout': { type: 'string' },
       websocket: { type: 'boolean' },
       pretty: { type: 'boolean' },
@@ -163,41 +320,71 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
 
   if (command === 'openapi') {
     const file = values.out ?? 'openapi.json'
-    await writeFile(file, JSON.stringify(await buildOpenApiDocument({ agents }), null, 2) + '\n')
+    await writeFile(file, JSON.stringify(await buildOpenApiDocument(openApiOptions(values, agents)), null, 2) + '\n')
     out.write(`wrote ${file}\n`)
     return null
   }
 
-  const env = process.env
+  const sources: FlagSources = {}
   const plan = buildServeOptions({
-    port: values.port ?? env.PORT,
-    host: values.host ?? env.HOST,
-    db: values.db ?? env.DATABASE_URL,
-    redis: values.redis ?? env.REDIS_URL,
-    adminToken: values['admin-token'] ?? env.ADMIN_TOKEN,
-    apiKeys: values['api-key'] ?? env.API_KEYS?.split(',').map((k) => k.trim()).filter((k) => k !== ''),
-    drainTimeout: values['drain-timeout'] ?? env.DRAIN_TIMEOUT_MS,
-    websocket: values.websocket ?? env.WEBSOCKET === 'true'
-  }, agents)
+    port: fromFlagOrEnv('port', values.port, sources),
+    host: fromFlagOrEnv('host', values.host, sources),
+    db: fromFlagOrEnv('db', values.db, sources),
+    redis: fromFlagOrEnv('redis', values.redis, sources),
+    adminToken: fromFlagOrEnv('adminToken', values['admin-token'], sources),
+    apiKeys: fromFlagOrEnv('apiKeys', values['api-key'], sources, (text) => text.split(',').map((k) => k.trim()).filter((k) => k !== '')),
+    jwtSecret: fromFlagOrEnv('jwtSecret', values['jwt-secret'], sources),
+    jwtPublicKey: fromFlagOrEnv('jwtPublicKey', values['jwt-public-key'], sources),
+    cors: fromFlagOrEnv('cors', values.cors, sources),
+    docs: fromFlagOrEnv('docs', values.docs, sources, envBoolean),
+    publicUrl: fromFlagOrEnv('publicUrl', values['public-url'], sources),
+    requestTimeout: fromFlagOrEnv('requestTimeout', values['request-timeout'], sources),
+    rateLimit: fromFlagOrEnv('rateLimit', values['rate-limit'], sources),
+    storeTimeout: fromFlagOrEnv('storeTimeout', values['store-timeout'], sources),
+    drainTimeout: fromFlagOrEnv('drainTimeout', values['drain-timeout'], sources),
+    websocket: fromFlagOrEnv('websocket', values.websocket, sources, envBoolean)
+  }, agents, sources)
   const service = createAgentService({
     ...plan.options,
     logger: values.pretty === true ? { level: 'info', stream: prettyLogStream(out) } : { level: 'info', stream: out }
   })
-  const shutdown = async (): Promise<void> => {
-    await service.close(plan.drainTimeoutMs)
-    await closeStores(plan.stores)
+  let url: string
+  try {
+    await probeStores(plan.stores, plan.options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS)
+    try {
+      url = (await service.listen({ port: plan.port, host: plan.host })).url
+    } catch (error) {
+      throw new Error(`${plan.portSource} ${plan.port}: cannot listen on ${plan.host}:${plan.port}: ${(error as Error).message}`)
+    }
+  } catch (error) {
+    // nothing is served: close what was opened, so that the process can exit with the error
+    await service.close(0)
+    throw error
   }
+  // Installed once listening: close-with-grace also drains on `beforeExit`, which a failed start would reach.
   const grace = closeWithGrace({ delay: plan.drainTimeoutMs + 5_000, logger: service.app.log }, async ({ signal, err }) => {
     service.app.log.info({ signal, err, drainTimeoutMs: plan.drainTimeoutMs }, 'draining')
-    await shutdown()
+    await service.close(plan.drainTimeoutMs)
   })
-  const { url } = await service.listen({ port: plan.port, host: plan.host })
   return {
     service,
     url,
     async stop () {
       grace.uninstall()
-      await shutdown()
+      await service.close(plan.drainTimeoutMs)
     }
   }
+}
+
+/** The options the `openapi` command documents: auth and the Admin API only when asked. */
+function openApiOptions (values: Record<string, string | boolean | string[] | undefined>, agents: Record<string, Agent>): AgentServiceOptions {
+  const options: AgentServiceOptions = { agents }
+  const strategy = values.auth ?? (values['api-key'] !== undefined ? 'api-key' : values['jwt-secret'] !== undefined ? 'jwt' : undefined)
+  if (strategy === 'api-key') options.auth = { strategy: 'api-key', keys: (values['api-key'] as string[] | undefined) ?? ['documented'] }
+  else if (strategy === 'jwt') options.auth = { strategy: 'jwt', secret: (values['jwt-secret'] as string | undefined) ?? 'documented' }
+  else if (strategy !== undefined) throw new Error(`--auth must be api-key or jwt, got "${String(strategy)}"`)
+  if (values.admin === true || values['admin-token'] !== undefined) options.adminApi = { enabled: true, bearerToken: (values['admin-token'] as string | undefined) ?? 'documented' }
+  if (values.websocket === true) options.websocket = true
+  if (typeof values['public-url'] === 'string') options.publicUrl = values['public-url']
+  return options
 }

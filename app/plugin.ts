@@ -57,9 +57,23 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   await scope.register(rateLimitPlugin)
   await scope.register(idempotencyPlugin)
 
-  await scope.register(swagger, openApiOptions(settings))
+  // what needs no credential (health) shows no lock in the document
+  const publicRoutes = new Set<string>()
+  scope.addHook('onRoute', (route) => {
+    if (route.config?.public !== true) return
+    const path = route.url.replace(/:([A-Za-z0-9_]+)/g, '{$1}')
+    for (const method of [route.method].flat()) publicRoutes.add(`${method} ${path}`)
+  })
+  await scope.register(swagger, openApiOptions(settings, publicRoutes))
   service.useOpenApiDocument(() => scope.swagger() as unknown as Record<string, unknown>)
-  if (settings.docs) await scope.register(swaggerUi, { routePrefix: '/docs' })
+  if (settings.docs) {
+    await scope.register(async (docs) => {
+      // The page, its assets and the document load without credentials; the calls the page makes carry the
+      // ones typed into its Authorize dialog (kept across reloads).
+      docs.addHook('onRoute', (route) => { route.config = { ...route.config, public: true } })
+      await docs.register(swaggerUi, { routePrefix: '/docs', uiConfig: { persistAuthorization: true } })
+    })
+  }
 
   await scope.register(async (health) => {
     health.setNotFoundHandler(notFound)

@@ -1,17 +1,206 @@
 import type { SwaggerOptions } from '@fastify/swagger'
+import type { TSchema } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
 import type { Settings } from '../lib/core/settings.js'
 import { packageVersion as version } from '../lib/core/version.js'
 
-/** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas. */
-export function openApiOptions (settings: Settings): SwaggerOptions {
+type Json = Record<string, any> // eslint-disable-line @typescript-eslint/no-explicit-any
+const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
+
+// Stable operation ids, matched on the end of the path (a host app may mount the service under a prefix of its own).
+const serviceOperations: Array<[string, RegExp, string]> = [
+  ['get', /\/v1\/health$/, 'getV1Health'],
+  ['get', /\/v1\/agents$/, 'listAgents'],
+  ['get', /\/v1\/agents\/\{name\}$/, 'getAgent'],
+  ['post', /\/v1\/agents\/\{name\}\/runs$/, 'runAgent'],
+  ['post', /\/v1\/sessions$/, 'createSession'],
+  ['get', /\/v1\/sessions\/\{id\}$/, 'getSession'],
+  ['delete', /\/v1\/sessions\/\{id\}$/, 'deleteSession'],
+  ['get', /\/v1\/approvals$/, 'listApprovals'],
+  ['get', /\/v1\/approvals\/\{id\}$/, 'getApproval'],
+  ['post', /\/v1\/approvals\/\{id\}$/, 'decideApproval'],
+  ['get', /\/v1\/ws$/, 'openWebSocket']
+]
+const adminOperations: Record<string, string> = {
+  health: 'getAdminHealth',
+  agents: 'listAdminAgents',
+  audit: 'listAuditEntries',
+  sessions: 'listAdminSessions',
+  approvals: 'listAdminApprovals',
+  checkpoints: 'listCheckpoints',
+  stats: 'getStats'
+}
+
+function pascal (text: string): string {
+  return text.split(/[^A-Za-z0-9]+/).filter((part) => part !== '').map((part) => part[0]!.toUpperCase() + part.slice(1)).join('')
+}
+
+/** The operation id of `method path`: the table's, else the method and the path's segments (`getV1RunsByRunIdEvents`). */
+export function operationIdOf (method: string, path: string, adminPrefix: string | null): string {
+  for (const [m, pattern, id] of serviceOperations) if (m === method && pattern.test(path)) return id
+  if (adminPrefix !== null && method === 'get') {
+    const match = /\/([a-z]+)$/.exec(path)
+    if (match !== null && path.endsWith(`${adminPrefix}/${match[1]!}`) && adminOperations[match[1]!] !== undefined) return adminOperations[match[1]!]!
+  }
+  if (method === 'get' && /(^|\/)health$/.test(path)) return 'getHealth'
+  const segments = path.split('/').filter((s) => s !== '').map((s) => s.startsWith('{') ? `By${pascal(s.slice(1, -1))}` : pascal(s))
+  return method + segments.join('')
+}
+
+/** A value for `schema` from its own examples or default, an object's from its properties'; undefined when none is given. */
+function givenExample (schema: TSchema): unknown {
+  const given = (schema.examples as unknown[] | undefined)?.[0] ?? schema.default
+  if (given !== undefined || schema.type !== 'object' || schema.properties === undefined) return given
+  const value: Record<string, unknown> = {}
+  for (const [key, property] of Object.entries(schema.properties as Record<string, TSchema>)) {
+    const example = givenExample(property)
+    if (example !== undefined) value[key] = example
+  }
+  return Object.keys(value).length > 0 ? value : undefined
+}
+
+/** An input the agent's schema accepts, for the example body: from the schema's examples, else one TypeBox makes. */
+function exampleInput (schema: TSchema | undefined): unknown {
+  if (schema === undefined) return 'hello'
+  for (const make of [() => givenExample(schema), () => Value.Create(schema)]) {
+    try {
+      const value = make()
+      if (value !== undefined && Value.Check(schema, value)) return value
+    } catch {}
+  }
+  return undefined
+}
+
+/** A TypeBox schema as plain JSON (its symbols dropped). */
+function plain (schema: TSchema): Json {
+  return JSON.parse(JSON.stringify(schema)) as Json
+}
+
+/**
+ * One run operation per agent (`POST …/agents/echo/runs`, `runEchoAgent`), with the agent's own input and output
+ * schemas: JSON only, so that a generated client types `data.output` at once. Streaming stays on `runAgent`,
+ * which documents both answers.
+ */
+function addAgentOperations (document: Json, settings: Settings): void {
+  // the service always mounts the run route (the document is the whole service's)
+  const [genericPath, item] = Object.entries(document.paths as Json).find(([path, item]) => /\/agents\/\{name\}\/runs$/.test(path) && item.post !== undefined)!
+  const base = genericPath.slice(0, -'/agents/{name}/runs'.length)
+  const run = item.post as Json
+  const request = run.requestBody.content['application/json']
+  const firstAgent = settings.agents.keys().next().value as string
+  request.example = { input: 'hello' }
+  for (const parameter of run.parameters as Json[]) if (parameter.name === 'name') parameter.example = firstAgent
+
+  for (const [name, agent] of settings.agents) {
+    const id = pascal(name)
+    const operation = structuredClone(run)
+    operation.operationId = `run${id}Agent`
+    operation.summary = `Run ${name}`
+    operation.description = (agent.description ?? '') + (agent.description === undefined ? '' : '\n\n') +
+      `Answers JSON. For Server-Sent Events use runAgent (\`POST ${base}/agents/{name}/runs\`) with \`Accept: text/event-stream\`.`
+    operation.parameters = (operation.parameters as Json[]).filter((parameter) => parameter.name !== 'name')
+    if (operation.parameters.length === 0) delete operation.parameters
+    const body = operation.requestBody.content['application/json']
+    delete body.schema.properties.stream
+    // without `stream`: this operation answers JSON only
+    body.schema.title = 'AgentRunRequest'
+    if (agent.input !== undefined) {
+      body.schema.properties.input = plain(agent.input)
+      body.schema.title = `${id}RunRequest`
+    }
+    const input = exampleInput(agent.input)
+    if (input === undefined) delete body.example
+    else body.example = { input }
+    const ok = operation.responses['200']
+    ok.description = 'The run result'
+    const result = structuredClone(ok.content['application/json'])
+    if (agent.output !== undefined) {
+      result.schema.properties.output = plain(agent.output)
+      result.schema.title = `${id}RunResult`
+    }
+    ok.content = { 'application/json': result }
+    document.paths[`${base}/agents/${name}/runs`] = { post: operation }
+  }
+}
+
+/**
+ * Every schema with a title (the TypeBox schemas of schemas/ name themselves) moves to `components.schemas` and is
+ * referenced with `$ref`; two different shapes under one title get numbered names.
+ */
+function extractNamedSchemas (document: Json): void {
+  const components: Json = document.components.schemas ??= {}
+  const shapes = new Map<string, string>()
+  const descriptions = new Map<string, Set<string | undefined>>()
+  const shapeOf = (node: Json): string => JSON.stringify({ ...node, description: undefined })
+  const visit = (node: unknown): unknown => {
+    if (Array.isArray(node)) return node.map(visit)
+    if (typeof node !== 'object' || node === null) return node
+    const object = node as Json
+    for (const key of Object.keys(object)) object[key] = visit(object[key])
+    if (typeof object.title !== 'string') return object
+    const shape = shapeOf(object)
+    let name: string = object.title
+    for (let n = 2; shapes.has(name) && shapes.get(name) !== shape; n++) name = `${object.title as string}${n}`
+    if (!shapes.has(name)) {
+      shapes.set(name, shape)
+      components[name] = object
+    }
+    const seen = descriptions.get(name) ?? new Set()
+    seen.add(object.description as string | undefined)
+    descriptions.set(name, seen)
+    return { $ref: `#/components/schemas/${name}` }
+  }
+  for (const item of Object.values(document.paths as Json)) {
+    for (const method of METHODS) {
+      const operation = (item as Json)[method]
+      if (operation === undefined) continue
+      for (const parameter of operation.parameters ?? []) if (parameter.schema !== undefined) parameter.schema = visit(parameter.schema)
+      for (const media of Object.values(operation.requestBody?.content ?? {})) (media as Json).schema = visit((media as Json).schema)
+      for (const response of Object.values(operation.responses)) {
+        for (const media of Object.values((response as Json).content ?? {})) (media as Json).schema = visit((media as Json).schema)
+      }
+    }
+  }
+  // a description that differs between uses (each error status says its own) belongs to the response, not the schema
+  for (const [name, seen] of descriptions) if (seen.size > 1) delete components[name].description
+}
+
+/** The document as @fastify/swagger builds it from the routes, completed: ids, public operations, per-agent runs, components. */
+export function completeDocument (generated: Json, settings: Settings, publicRoutes: ReadonlySet<string>): Json {
+  const document = structuredClone(generated)
+  addAgentOperations(document, settings)
+  const adminPrefix = settings.adminApi?.prefix ?? null
+  const used = new Set<string>()
+  for (const [path, item] of Object.entries(document.paths as Json)) {
+    for (const method of METHODS) {
+      const operation = (item as Json)[method]
+      if (operation === undefined) continue
+      const wanted: string = operation.operationId ?? operationIdOf(method, path, adminPrefix)
+      let id = wanted
+      for (let n = 2; used.has(id); n++) id = `${wanted}${n}`
+      used.add(id)
+      operation.operationId = id
+      // no lock on what needs no credential (health): the document's security would otherwise apply
+      if (publicRoutes.has(`${method.toUpperCase()} ${path}`)) operation.security = []
+    }
+  }
+  extractNamedSchemas(document)
+  return document
+}
+
+/** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas, then completed. */
+export function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): SwaggerOptions {
   return {
     openapi: {
       openapi: '3.1.0',
       info: {
         title: 'fastify-agents',
         version,
-        description: 'Named AI agents over JSON, Server-Sent Events and WebSocket.'
+        description: 'Named AI agents over JSON, Server-Sent Events and WebSocket.',
+        license: { name: 'MIT', identifier: 'MIT' }
       },
+      // the `publicUrl` option; without it, the origin the document was read from (Swagger UI's own)
+      servers: [{ url: settings.publicUrl ?? '/', description: 'fastify-agents' }],
       components: {
         securitySchemes: {
           apiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'api-key auth (also accepted as Authorization: Bearer <key>)' },
@@ -21,6 +210,7 @@ export function openApiOptions (settings: Settings): SwaggerOptions {
       },
       security: settings.auth === null ? [] : settings.auth.strategy === 'api-key' ? [{ apiKey: [] }] : [{ bearerJwt: [] }]
     },
-    hideUntagged: false
+    hideUntagged: false,
+    transformObject: (documentObject) => completeDocument((documentObject as { openapiObject: Json }).openapiObject, settings, publicRoutes)
   }
 }

@@ -27,6 +27,8 @@ const requestContext: FastifyPluginCallback<RequestContextOptions> = (fastify, o
 
   fastify.addHook('onRequest', (request, reply, next) => {
     const requestId = trustRequestId ? request.id : genRequestId(request)
+    // Mounted in a host app, Fastify's own id (reqId) is the host's: our lines carry the id the client sees too.
+    if (!trustRequestId) request.log = reply.log = request.log.child({ requestId })
     request.agentsContext = new RequestContext(requestId, request.headers.traceparent, request.headers.tracestate, request.routeOptions)
     reply.header('x-request-id', requestId)
     // A credential in the query string (a browser's WebSocket access_token) is never recorded: the audit

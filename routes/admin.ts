@@ -103,7 +103,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   fastify.get('/health', route('Deep health: process, event loop, database', {
     response: { 200: AdminHealth, 503: Type.Union([AdminHealth, ErrorResponse], { description: 'Degraded, or shutting down' }), ...errorResponses(401, 429) }
   }), async (_request, reply) => {
-    const report = await healthReport(settings.dbProbe, settings.healthTimeoutMs)
+    const report = await healthReport(settings.checks, settings.healthTimeoutMs)
     const memory = process.memoryUsage()
     const body: AdminHealth = {
       status: report.status,

@@ -8,10 +8,10 @@ import { requestContextOf } from '../lib/core/request-context.js'
 import type { Agent } from '../lib/core/types.js'
 import type { AgentRun } from '../lib/runs/run.js'
 import { SseRun } from '../lib/runs/sse.js'
-import { prepareRun } from '../lib/runs/start.js'
+import { prepareRun, queueRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
-import { RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
+import { QueuedRun, RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
 
 export type AgentsPluginOptions = Record<never, never>
 
@@ -57,6 +57,11 @@ function closeSignal (raw: ServerResponse): AbortSignal {
   return controller.signal
 }
 
+/** The path under which the runs routes sit beside this plugin's (`/v1`). */
+function prefixOf (prefix: string): string {
+  return prefix.endsWith('/') ? prefix.slice(0, -1) : prefix
+}
+
 function wantsStream (request: FastifyRequest, stream: boolean | undefined): boolean {
   if (stream !== undefined) return stream
   return request.headers.accept?.includes('text/event-stream') === true
@@ -92,11 +97,17 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
       body: RunRequest,
       response: {
         200: RunResultSchema,
+        202: QueuedRun,
         ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
       }
     }
   }, async (request, reply) => {
     const body = request.body
+    if (body.background === true) {
+      const queued = await queueRun({ service, agent: request.params.name, request: body, caller: requestContextOf(request), log: request.log, auditedRequest: request })
+      const { runId, sessionId, requestId, traceId } = queued
+      return reply.code(202).header('location', `${prefixOf(fastify.prefix)}/runs/${runId}`).send({ runId, sessionId, status: 'queued' as const, requestId, traceId })
+    }
     const run = await prepareRun({
       service,
       agent: request.params.name,

@@ -17,7 +17,7 @@ const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) =
       response: { 200: HealthResponse, 503: HealthResponse, ...errorResponses(404, 405) }
     }
   }, async (_request, reply) => {
-    const report = await healthReport(settings.dbProbe, settings.healthTimeoutMs)
+    const report = await healthReport(settings.checks, settings.healthTimeoutMs)
     return reply.code(report.status === 'ok' ? 200 : 503).send(report)
   })
 }

@@ -3,7 +3,7 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
 import { Metadata } from './common.js'
-import { DbCheck } from './health.js'
+import { HealthChecks } from './health.js'
 import { Session } from './sessions.js'
 import { Approval } from './approvals.js'
 
@@ -29,11 +29,11 @@ export const AdminHealth = Type.Object({
     memory: Type.Object({ rss: Count, heapTotal: Count, heapUsed: Count, external: Count }, { description: 'bytes' }),
     eventLoopDelayMs: Type.Object({ p50: Type.Number(), p99: Type.Number() }, { description: 'over the last minute or so' })
   }),
-  checks: Type.Object({ db: Type.Optional(DbCheck) })
-})
+  checks: HealthChecks
+}, { title: 'AdminHealth' })
 export type AdminHealth = Static<typeof AdminHealth>
 
-export const AdminAgentStats = Type.Object({ runs: Count, failed: Count, inFlight: Count, tokens: Tokens })
+export const AdminAgentStats = Type.Object({ runs: Count, failed: Count, inFlight: Count, tokens: Tokens }, { title: 'AdminAgentStats' })
 
 export const AdminAgentList = Type.Object({
   agents: Type.Array(Type.Object({
@@ -42,7 +42,7 @@ export const AdminAgentList = Type.Object({
     metadata: Metadata,
     stats: AdminAgentStats
   }))
-})
+}, { title: 'AdminAgentList' })
 export type AdminAgentList = Static<typeof AdminAgentList>
 
 export const AdminAuditQuery = Type.Object({
@@ -71,12 +71,12 @@ export const AdminAuditEntry = Type.Object({
   idempotencyKey: Type.Optional(Type.String()),
   replayed: Type.Optional(Type.Boolean()),
   admin: Type.Optional(Type.Boolean({ description: 'an Admin API request (counted apart from the service\'s figures)' }))
-})
+}, { title: 'AdminAuditEntry' })
 
 export const AdminAuditPage = Type.Object({
   entries: Type.Array(AdminAuditEntry, { description: 'most recent first' }),
   nextCursor: NextCursor
-})
+}, { title: 'AdminAuditPage' })
 export type AdminAuditPage = Static<typeof AdminAuditPage>
 
 export const AdminPageQuery = Type.Object({
@@ -88,7 +88,7 @@ export type AdminPageQuery = Static<typeof AdminPageQuery>
 export const AdminSessionList = Type.Object({
   sessions: Type.Array(Session, { description: 'unexpired, most recently active first' }),
   nextCursor: NextCursor
-})
+}, { title: 'AdminSessionList' })
 
 export const AdminApprovalsQuery = Type.Object({
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
@@ -101,7 +101,7 @@ export const AdminApproval = Approval
 
 export const AdminApprovalList = Type.Object({
   approvals: Type.Array(AdminApproval, { description: 'pending and unexpired, oldest first' })
-})
+}, { title: 'AdminApprovalList' })
 
 export const AdminCheckpointList = Type.Object({
   checkpoints: Type.Array(Type.Object({
@@ -113,7 +113,7 @@ export const AdminCheckpointList = Type.Object({
     updatedAt: DateTime,
     bytes: Type.Integer({ minimum: 0, description: 'size of the JSON-encoded state (the state itself is not shown)' })
   }), { description: 'runs that have not completed (resumable), most recently updated first' })
-})
+}, { title: 'AdminCheckpointList' })
 
 export const AdminAgentFigures = Type.Object({
   runs: Count,
@@ -122,7 +122,7 @@ export const AdminAgentFigures = Type.Object({
   inFlight: Count,
   tokens: Tokens,
   latencyMs: Percentiles
-})
+}, { title: 'AdminAgentFigures' })
 
 export const AdminStats = Type.Object({
   since: DateTime,
@@ -144,5 +144,5 @@ export const AdminStats = Type.Object({
   admin: Type.Object({ requests: Count }),
   auditFailures: Type.Integer({ minimum: 0, description: 'audit entries lost because the audit store failed' }),
   agents: Type.Record(Type.String(), AdminAgentFigures)
-})
+}, { title: 'AdminStats' })
 export type AdminStats = Static<typeof AdminStats>

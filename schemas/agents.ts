@@ -6,9 +6,9 @@ export const AgentInfo = Type.Object({
   name: Type.String(),
   description: Type.String(),
   metadata: Metadata
-})
+}, { title: 'AgentInfo' })
 export type AgentInfo = Static<typeof AgentInfo>
 
-export const AgentList = Type.Object({ agents: Type.Array(AgentInfo) })
+export const AgentList = Type.Object({ agents: Type.Array(AgentInfo) }, { title: 'AgentList' })
 
 export const AgentParams = Type.Object({ name: AgentName }, { additionalProperties: false })

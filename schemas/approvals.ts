@@ -14,7 +14,7 @@ export const ApprovalDecision = Type.Object({
   comment: NullableString(),
   decidedBy: NullableString({ description: 'as given, else the principal that decided (null when auth is off)' }),
   decidedAt: Type.String({ format: 'date-time' })
-})
+}, { title: 'ApprovalDecision' })
 export type ApprovalDecision = Static<typeof ApprovalDecision>
 
 export const Approval = Type.Object({
@@ -30,12 +30,12 @@ export const Approval = Type.Object({
   requestedAt: Type.String({ format: 'date-time' }),
   expiresAt: Type.String({ format: 'date-time' }),
   decision: Type.Optional(ApprovalDecision)
-}, { description: 'A request for a human decision, made by a run through ctx.requestApproval()' })
+}, { title: 'Approval', description: 'A request for a human decision, made by a run through ctx.requestApproval()' })
 export type Approval = Static<typeof Approval>
 
 export const ApprovalList = Type.Object({
   approvals: Type.Array(Approval, { description: 'pending and unexpired, oldest first' })
-})
+}, { title: 'ApprovalList' })
 export type ApprovalList = Static<typeof ApprovalList>
 
 export const ApprovalParams = Type.Object({ id: Id })
@@ -51,5 +51,5 @@ export const DecideApprovalRequest = Type.Object({
   approved: Type.Boolean(),
   comment: Type.Optional(Type.String({ maxLength: 2000 })),
   decidedBy: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'default: the principal (when auth is on)' }))
-}, { additionalProperties: false })
+}, { title: 'DecideApprovalRequest', additionalProperties: false })
 export type DecideApprovalRequest = Static<typeof DecideApprovalRequest>

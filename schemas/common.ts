@@ -9,7 +9,7 @@ export const ErrorResponse = Type.Object({
   code: Type.Optional(Type.String()),
   requestId: Type.String(),
   traceId: Type.Optional(Type.String())
-}, { description: 'Every error response has this shape' })
+}, { title: 'ErrorResponse', description: 'Every error response has this shape' })
 export type ErrorResponse = Static<typeof ErrorResponse>
 
 export const Metadata = Type.Record(Type.String(), Type.Unknown())
@@ -18,7 +18,7 @@ export const Usage = Type.Object({
   inputTokens: Type.Integer({ minimum: 0 }),
   outputTokens: Type.Integer({ minimum: 0 }),
   totalTokens: Type.Integer({ minimum: 0 })
-})
+}, { title: 'Usage' })
 export type Usage = Static<typeof Usage>
 
 export const AgentNamePattern = '^[a-z0-9][a-z0-9._-]{0,63}$'
@@ -41,7 +41,7 @@ const errorDescriptions: Record<number, string> = {
   429: 'Rate limited',
   500: 'Internal error',
   501: 'Not available: an optional peer dependency is not installed',
-  503: 'Unavailable (shutting down, or degraded)',
+  503: 'Unavailable (shutting down, a store unavailable, or degraded)',
   504: 'Agent timed out'
 }
 
@@ -49,7 +49,7 @@ const errorDescriptions: Record<number, string> = {
 export function errorResponses (...statuses: number[]): Record<number, TSchema> {
   const out: Record<number, TSchema> = {}
   for (const status of statuses) {
-    out[status] = Type.Composite([ErrorResponse], { description: errorDescriptions[status] })
+    out[status] = Type.Composite([ErrorResponse], { title: 'ErrorResponse', description: errorDescriptions[status] })
   }
   return out
 }

@@ -19,7 +19,10 @@ export const storeMethods = {
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
   idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
-  runStore: ['create', 'reopen', 'start', 'append', 'finish', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'listBySession', 'list', 'purge']
+  runStore: [
+    'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
+    'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
+  ]
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -93,13 +96,18 @@ export const AgentServiceOptions = Type.Object({
   approvalStore: Type.Optional(ApprovalStoreOption),
   runStore: Type.Optional(RunStoreOption),
   runRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a run\'s record and events are kept after it ends (default 1 h)' })),
+  runLeaseMs: Type.Optional(Type.Integer({ minimum: 100, description: 'how long a run\'s lease lasts unless renewed: another instance takes over within this + 5 s of an instance\'s death (default 30 s)' })),
+  runConcurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'the most background (and handed-off) runs one instance runs at once (default 64)' })),
+  maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),
+  publicUrl: Type.Optional(Type.String({ minLength: 1, description: 'the URL clients reach the service at (behind a proxy, a prefix): the OpenAPI document\'s server' })),
   exposeErrors: Type.Optional(Type.Boolean()),
   db: Type.Optional(Type.Unsafe<DbHealthCheck | object>({ type: 'object', description: 'an object with health(), a pg Pool, a better-sqlite3 Database or an ioredis client' })),
   healthTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
+  storeTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, description: 'the deadline of every store call made while serving a request; past it the request is 503 STORE_UNAVAILABLE (default 5000)' })),
   sessionTtlMs: Type.Optional(Type.Integer({ minimum: 1 })),
   logger: Type.Optional(Type.Unsafe<FastifyServerOptions['logger'] | FastifyBaseLogger>(Type.Union([Type.Boolean(), Type.Object({})]))),
   adminApi: Type.Optional(Type.Union([Type.Literal(true), AdminApiOptions], { description: '`true` is the deprecated form of `{ enabled: true }`' })),

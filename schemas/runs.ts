@@ -25,8 +25,9 @@ export const RunOptionsFields = {
 export const RunRequest = Type.Object({
   input: Type.Unknown({ description: 'anything JSON, checked against the input schema of the agent, when it has one; passed to the agent as is' }),
   ...RunOptionsFields,
-  stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' }))
-}, { additionalProperties: false, required: ['input'] })
+  stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' })),
+  background: Type.Optional(Type.Boolean({ description: 'queue the run and answer 202 at once: any instance sharing the run store runs it; follow it at /v1/runs/:runId/events' }))
+}, { title: 'RunRequest', additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
 const SessionIdOrNull = Type.Union([Type.String(), Type.Null()], { description: 'null for an ephemeral run (store: false)' })
@@ -41,13 +42,13 @@ export const RunResult = Type.Object({
   finishReason: Type.String(),
   requestId: Type.String(),
   traceId: Type.String()
-})
+}, { title: 'RunResult' })
 export type RunResult = Static<typeof RunResult>
 
 export const RunFailedEvent = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
   traceId: Type.String()
-})
+}, { title: 'RunFailedEvent' })
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +
@@ -119,3 +120,13 @@ export const AdminRunPage = Type.Object({
   runs: Type.Array(Type.Omit(RunRecord, ['result']), { description: 'every principal\'s, most recent first, without results' }),
   nextCursor: NextCursor
 })
+
+/** The answer to a background run request: 202, with `Location: /v1/runs/<runId>`. */
+export const QueuedRun = Type.Object({
+  runId: Type.String(),
+  sessionId: SessionIdOrNull,
+  status: Type.Literal('queued'),
+  requestId: Type.String(),
+  traceId: Type.String()
+}, { title: 'QueuedRun' })
+export type QueuedRun = Static<typeof QueuedRun>

@@ -5,7 +5,7 @@ import { Id, Metadata } from './common.js'
 export const CreateSessionRequest = Type.Object({
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
   metadata: Type.Optional(Metadata)
-}, { additionalProperties: false })
+}, { title: 'CreateSessionRequest', additionalProperties: false })
 export type CreateSessionRequest = Static<typeof CreateSessionRequest>
 
 export const Session = Type.Object({
@@ -16,15 +16,15 @@ export const Session = Type.Object({
   lastActiveAt: Type.String({ format: 'date-time' }),
   turns: Type.Integer({ minimum: 0 }),
   metadata: Metadata
-})
+}, { title: 'Session' })
 
 export const SessionMessage = Type.Object({
   role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
   content: Type.Unknown(),
   runId: Type.String(),
   at: Type.String({ format: 'date-time' })
-})
+}, { title: 'SessionMessage' })
 
-export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })])
+export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })], { title: 'SessionWithMessages' })
 
 export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import { requestContextOf } from '../lib/core/request-context.js'
-import type { AuditEntry } from '../lib/stores/types.js'
+import type { AuditEntry, StoreSet } from '../lib/stores/types.js'
 import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
@@ -80,4 +80,16 @@ export function principalFromHeader (app: FastifyInstance): void {
     if (typeof principal === 'string') requestContextOf(request).principal = principal
     done()
   })
+}
+
+/** Closes each distinct store of the sets once (a set hands the same object out twice); for stores a test opened itself. */
+export async function closeStores (sets: StoreSet[]): Promise<void> {
+  const seen = new Set<object>()
+  for (const set of sets) {
+    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store]) {
+      if (store === undefined || seen.has(store)) continue
+      seen.add(store)
+      await store.close?.()
+    }
+  }
 }

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http'
 import type { RunRegistry } from '../runs/registry.js'
+import type { RunWorker } from '../runs/worker.js'
 
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 /** How long after the deadline the connections still open are cut, so that the final events can flush. */
@@ -13,14 +14,16 @@ const SWEEP_INTERVAL_MS = 50
  */
 export class Drain {
   readonly #runs: RunRegistry
+  readonly #worker: RunWorker
   readonly #transports = new Set<() => Promise<void>>()
   #draining = false
   #done: Promise<void> | null = null
   #serverClosed: Promise<void> = Promise.resolve()
   #timers: NodeJS.Timeout[] = []
 
-  constructor (runs: RunRegistry) {
+  constructor (runs: RunRegistry, worker: RunWorker) {
     this.#runs = runs
+    this.#worker = worker
   }
 
   /** true from the start of the drain: new requests get 503 SHUTDOWN. */
@@ -46,6 +49,8 @@ export class Drain {
 
   async #drain (deadlineMs: number, server: Server | undefined): Promise<void> {
     this.#draining = true
+    // no new work: queued runs are left to instances that stay
+    this.#worker.stopClaiming()
     if (server?.listening === true) {
       this.#serverClosed = new Promise((resolve) => server.close(() => resolve()))
       const sweeper = setInterval(() => server.closeIdleConnections(), SWEEP_INTERVAL_MS)
@@ -58,6 +63,8 @@ export class Drain {
     const deadline = new Promise<void>((resolve) => { timer = setTimeout(resolve, deadlineMs) })
     await Promise.race([this.#runs.idle(), deadline])
     clearTimeout(timer)
+    // what can go on elsewhere is handed off; the rest ends with SHUTDOWN
+    await this.#worker.handOff()
     this.#runs.abortAll('SHUTDOWN')
     await this.#runs.idle()
     // let the aborted runs' replies and final events reach their sockets before the transports close

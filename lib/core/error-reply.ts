@@ -26,7 +26,8 @@ export function buildErrorHandler (exposeErrors: boolean) {
   return function agentsErrorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
     const status = typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 600 ? error.statusCode : 500
     if (status >= 500) request.log.error({ err: error }, error.message)
-    else request.log.info({ err: error }, error.message)
+    // a client's mistake is not ours to debug: its code and message, no stack
+    else request.log.info({ statusCode: status, code: error.code }, error.message)
     void reply.code(status).send(errorBody(request, status, error, exposeErrors))
   }
 }

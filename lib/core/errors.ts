@@ -15,6 +15,7 @@ export const RunAlreadyEndedError = createError('RUN_ALREADY_ENDED', 'Run "%s" h
 export const SessionBusyError = createError('SESSION_BUSY', 'Session "%s" has a run in progress (%s): send multitask "interrupt" or "enqueue" to go on anyway', 409)
 export const RunCancelledWhileQueuedError = createError('CANCELLED', 'Run "%s" was cancelled while it waited for its session', 409)
 export const InvalidCursorParamError = createError('FST_ERR_VALIDATION', '%s must be a non-negative integer', 400)
+export const EphemeralBackgroundError = createError('FST_ERR_VALIDATION', 'body/background cannot be combined with store: false (a background run is kept to be followed)', 400)
 export const EphemeralSessionError = createError('FST_ERR_VALIDATION', 'body/sessionId is not allowed with store: false (an ephemeral run has no session)', 400)
 export const RunSessionMismatchError = createError('RUN_SESSION_MISMATCH', 'Run "%s" belongs to another session', 400)
 export const ApprovalAlreadyDecidedError = createError('APPROVAL_ALREADY_DECIDED', 'Approval "%s" was already decided', 409)
@@ -22,6 +23,7 @@ export const ApprovalExpiredError = createError('APPROVAL_EXPIRED', 'Approval "%
 export const UpgradeRequiredError = createError('UPGRADE_REQUIRED', 'This route only accepts WebSocket upgrades', 426)
 export const AgentError = createError('AGENT_ERROR', '%s', 500)
 export const ShutdownError = createError('SHUTDOWN', 'The service is shutting down', 503)
+export const StoreUnavailableError = createError('STORE_UNAVAILABLE', '%s', 503)
 export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did not finish within %d ms', 504)
 export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
 export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
@@ -46,16 +48,21 @@ export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'in
 /** A JSON run whose client went away before its answer: nobody reads it (logged and audited as 499). */
 export const ClientClosedError = createError('CANCELLED', '%s', 499)
 
+/** A JSON run taken over by another instance (its lease lapsed here): its answer is not this instance's to give. */
+export const RunLostError = createError('INSTANCE_LOST', 'The run was taken over by another instance: follow it at /v1/runs/:runId/events', 503)
+
 /** A JSON run cancelled (`POST /v1/runs/:runId/cancel`, another run's `multitask: 'interrupt'`) while its client waits. */
 export const RunCancelledError = createError('CANCELLED', '%s', 409)
 
 /** The HTTP error a failed JSON run answers with; `clientGone`: nobody reads it (recorded as 499). */
-export function runFailureError (failure: { code: string, message: string }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
+export function runFailureError (failure: { code: string, message: string, error?: unknown }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
   switch (failure.code) {
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
+    case 'INSTANCE_LOST': return new RunLostError()
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
-    default: return new AgentError(failure.message)
+    // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
+    default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)
   }
 }
 
@@ -64,8 +71,13 @@ export function runFailureError (failure: { code: string, message: string }, age
 export const StoreClosedError = createError('FA_STORE_CLOSED', 'the store is closed', 0)
 export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid cursor', 400, TypeError)
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
+export const RunLeaseLostError = createError('FA_RUN_LEASE_LOST', 'run %s is no longer this instance\'s: its lease was lost', 0)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
+/** A store backend whose driver (an optional peer dependency) is not installed. */
+export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)
+/** A string a durable store cannot keep as it is (PostgreSQL text holds no NUL; no backend keeps a lone surrogate). */
+export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored in %s: it holds %s', 400)
 
 // The front-end protocols (§17).
 /** A2A needs its optional peer dependency, loaded on the first A2A request. */

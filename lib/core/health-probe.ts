@@ -47,12 +47,14 @@ export async function runHealthProbe (probe: HealthProbe, timeoutMs: number): Pr
 
 export type HealthReport = HealthResponse
 
-/** Liveness plus a live probe of the `db` option, each call (no cached answer hides an outage). */
-export async function healthReport (probe: HealthProbe | null, timeoutMs: number): Promise<HealthReport> {
+/** Liveness plus a live probe of each check (the `db` option, the stores), each call: no cached answer hides an outage. */
+export async function healthReport (checks: ReadonlyMap<string, HealthProbe>, timeoutMs: number): Promise<HealthReport> {
   const report: HealthReport = { status: 'ok', uptimeSeconds: Math.floor(process.uptime()), checks: {} }
-  if (probe !== null) {
-    report.checks.db = await runHealthProbe(probe, timeoutMs)
-    if (report.checks.db.status !== 'ok') report.status = 'degraded'
-  }
+  const names = [...checks.keys()]
+  const results = await Promise.all(names.map((name) => runHealthProbe(checks.get(name)!, timeoutMs)))
+  names.forEach((name, i) => {
+    ;(report.checks as Record<string, DbCheck>)[name] = results[i]!
+    if (results[i]!.status !== 'ok') report.status = 'degraded'
+  })
   return report
 }

@@ -3,6 +3,7 @@ import { storeCapabilities } from '../runs/capabilities.js'
 import type { RunCapabilities, RunEvent } from '../runs/run.js'
 import { RunRegistry } from '../runs/registry.js'
 import { SseHeartbeat } from '../runs/sse.js'
+import { RunWorker } from '../runs/worker.js'
 import { AuditLog } from './audit.js'
 import type { Access } from './auth.js'
 import { Drain } from './drain.js'
@@ -48,6 +49,7 @@ export class AgentServiceCore {
   readonly runs: RunRegistry
   readonly audit: AuditLog
   readonly drain: Drain
+  readonly worker: RunWorker
   readonly heartbeat = new SseHeartbeat()
   readonly capabilities: RunCapabilities
   readonly startedAt = new Date().toISOString()
@@ -60,7 +62,8 @@ export class AgentServiceCore {
     this.stats = new ServiceStats(settings.agents.keys())
     this.runs = new RunRegistry(this.stats, settings.runStore)
     this.audit = new AuditLog(settings.auditStore, this.stats, log)
-    this.drain = new Drain(this.runs)
+    this.worker = new RunWorker(this)
+    this.drain = new Drain(this.runs, this.worker)
     this.capabilities = storeCapabilities(settings)
   }
 

@@ -1,14 +1,16 @@
 import { Ajv } from 'ajv'
 import type { ErrorObject } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
-import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions } from '../../schemas/options.js'
+import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
 import { jwtAlgorithms } from './auth.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
+import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS } from '../runs/worker.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import { compileInputValidator } from './validation.js'
 import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
+import { storeDeadlines } from '../stores/deadline.js'
 import { memoryStores } from '../stores/memory.js'
 import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../stores/types.js'
 import type {
@@ -17,6 +19,7 @@ import type {
 
 export const DEFAULT_SESSION_TTL_MS = 30 * 60_000
 export const DEFAULT_HEALTH_TIMEOUT_MS = 2_000
+export const DEFAULT_STORE_TIMEOUT_MS = 5_000
 export const DEFAULT_BODY_LIMIT = 1024 * 1024
 export const DEFAULT_IDEMPOTENCY_TTL_MS = 24 * 60 * 60_000
 export const DEFAULT_IDEMPOTENCY_LEASE_MS = 60_000
@@ -42,6 +45,9 @@ export interface Settings {
   readonly checkpointStore: CheckpointStore
   readonly runStore: RunStore
   readonly runRetentionMs: number
+  readonly runLeaseMs: number
+  readonly runConcurrency: number
+  readonly maxRunAttempts: number
   readonly maxStreamBufferBytes: number
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
@@ -50,9 +56,14 @@ export interface Settings {
   readonly websocket: boolean
   readonly requestTimeoutMs: number | null
   readonly host: string
+  readonly publicUrl: string | null
   readonly exposeErrors: boolean
-  readonly dbProbe: HealthProbe | null
+  /** the live probes of health checks, by name: `db` (the option), then each store that can be probed */
+  readonly checks: ReadonlyMap<string, HealthProbe>
+  /** every store the service uses, each once, as given (without the deadline wrapper): the service closes those that own their connection */
+  readonly stores: readonly object[]
   readonly healthTimeoutMs: number
+  readonly storeTimeoutMs: number
   readonly sessionTtlMs: number
   readonly adminApi: AdminApiSettings | null
   readonly bodyLimit: number
@@ -196,25 +207,56 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   if (problems.length > 0) throw new InvalidOptionsError(problems.join('; '))
 
   const defaults = memoryStores()
-  const auditStore = options.auditStore ?? (adminApi as { auditStore?: AuditStore } | undefined)?.auditStore ?? defaults.auditStore
   const admin = adminApi as Exclude<AgentServiceOptions['adminApi'], true | undefined> | undefined
-  // the same rule as the audit store: the service writes where the admin API reads
-  const checkpointStore = options.checkpointStore ?? admin?.checkpointStore ?? defaults.checkpointStore
+  const given = {
+    auditStore: options.auditStore ?? admin?.auditStore ?? defaults.auditStore,
+    sessionStore: options.sessionStore ?? defaults.sessionStore,
+    approvalStore: options.approvalStore ?? defaults.approvalStore,
+    // the same rule as the audit store: the service writes where the admin API reads
+    checkpointStore: options.checkpointStore ?? admin?.checkpointStore ?? defaults.checkpointStore,
+    idempotencyStore: options.idempotency?.store ?? defaults.idempotency.store,
+    runStore: options.runStore ?? defaults.runStore,
+    adminAuditStore: admin?.auditStore,
+    adminCheckpointStore: admin?.checkpointStore
+  }
+  const storeTimeoutMs = options.storeTimeoutMs ?? DEFAULT_STORE_TIMEOUT_MS
+  const withDeadline = storeDeadlines(storeTimeoutMs)
+  const auditStore = withDeadline(given.auditStore, storeMethods.auditStore, 'auditStore')
+  const checkpointStore = withDeadline(given.checkpointStore, storeMethods.checkpointStore, 'checkpointStore')
+  // each store once, under the first option that names it (the defaults of unused options left out)
+  const stores = new Map<object, string>()
+  for (const [name, store] of Object.entries(given)) {
+    if (store === undefined || stores.has(store) || (name === 'idempotencyStore' && options.idempotency === undefined)) continue
+    stores.set(store, name)
+  }
+  const rateLimitRedis = options.rateLimit?.redis as { ping?: unknown } | undefined
+  const checks = new Map<string, HealthProbe>()
+  if (dbProbe !== null) checks.set('db', dbProbe)
+  for (const [store, name] of stores) {
+    const probe = (store as { probe?: () => Promise<void> }).probe
+    if (typeof probe === 'function') checks.set(name, async () => { await probe.call(store); return true })
+  }
+  if (typeof rateLimitRedis?.ping === 'function') checks.set('rateLimit', toHealthProbe(rateLimitRedis as object)!)
 
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),
     agentInputs,
     auditStore,
-    sessionStore: options.sessionStore ?? defaults.sessionStore,
-    approvalStore: options.approvalStore ?? defaults.approvalStore,
+    sessionStore: withDeadline(given.sessionStore, storeMethods.sessionStore, 'sessionStore'),
+    // waitForDecision waits for a person, as long as the approval allows: it has no deadline
+    approvalStore: withDeadline(given.approvalStore, storeMethods.approvalStore.filter((m) => m !== 'waitForDecision'), 'approvalStore'),
     checkpointStore,
-    runStore: options.runStore ?? defaults.runStore,
+    // watch and watchSession answer at once (they only register a listener): no deadline
+    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
+    runLeaseMs: options.runLeaseMs ?? DEFAULT_RUN_LEASE_MS,
+    runConcurrency: options.runConcurrency ?? DEFAULT_RUN_CONCURRENCY,
+    maxRunAttempts: options.maxRunAttempts ?? DEFAULT_MAX_RUN_ATTEMPTS,
     maxStreamBufferBytes: options.maxStreamBufferBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES,
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({
-        store: options.idempotency.store ?? defaults.idempotency.store,
+        store: withDeadline(given.idempotencyStore, storeMethods.idempotencyStore, 'idempotencyStore'),
         ttlMs: options.idempotency.ttlMs ?? DEFAULT_IDEMPOTENCY_TTL_MS,
         lockLeaseMs: options.idempotency.lockLeaseMs ?? DEFAULT_IDEMPOTENCY_LEASE_MS
       }),
@@ -224,17 +266,20 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     websocket: options.websocket ?? false,
     requestTimeoutMs: options.requestTimeoutMs ?? null,
     host: options.host ?? '0.0.0.0',
+    publicUrl: options.publicUrl ?? null,
     exposeErrors: options.exposeErrors ?? false,
-    dbProbe,
+    checks,
+    stores: [...stores.keys()],
     healthTimeoutMs: options.healthTimeoutMs ?? DEFAULT_HEALTH_TIMEOUT_MS,
+    storeTimeoutMs,
     sessionTtlMs: options.sessionTtlMs ?? DEFAULT_SESSION_TTL_MS,
     adminApi: admin?.enabled === true
       ? Object.freeze({
         prefix: admin.prefix ?? DEFAULT_ADMIN_PREFIX,
         bearerToken: admin.bearerToken ?? null,
         // the admin API reads what the service writes, whichever option named the store
-        auditStore: admin.auditStore ?? auditStore,
-        checkpointStore: admin.checkpointStore ?? checkpointStore
+        auditStore: admin.auditStore === undefined ? auditStore : withDeadline(admin.auditStore, storeMethods.auditStore, 'adminApi.auditStore'),
+        checkpointStore: admin.checkpointStore === undefined ? checkpointStore : withDeadline(admin.checkpointStore, storeMethods.checkpointStore, 'adminApi.checkpointStore')
       })
       : null,
     bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,

@@ -36,6 +36,12 @@ export class ServiceStats {
   followers = 0
   /** connections cut for staying too far behind (maxStreamBufferBytes) */
   slowConsumers = 0
+  /** how long claimed runs waited in the queue, in seconds (for the metrics) */
+  readonly queueWaits = new Histogram()
+
+  recordQueueWait (seconds: number): void {
+    this.queueWaits.record(Math.max(0, seconds) * 1000)
+  }
 
   constructor (agentNames: Iterable<string>) {
     for (const name of agentNames) this.#agents.set(name, new AgentFigures())
@@ -66,6 +72,8 @@ export class ServiceStats {
     const figures = this.#agents.get(agent)!
     this.#runs.inFlight--
     figures.inFlight--
+    // a run that goes on elsewhere is neither completed nor failed here
+    if (outcome.status === 'detached') return
     figures.latency.record(outcome.durationMs)
     if (outcome.status === 'completed') {
       this.#runs.completed++

@@ -1,5 +1,5 @@
-import type { FastifyBaseLogger } from 'fastify'
 import type { TSchema } from '@sinclair/typebox'
+import type { FastifyBaseLogger } from 'fastify'
 import type { ApprovalStatus, Message } from '../stores/types.js'
 
 export interface AgentEvent {
@@ -66,7 +66,7 @@ export type AgentRunReturn = Promise<AgentResult> | AsyncIterable<string | Agent
 export interface Agent<Input = unknown> {
   description?: string
   metadata?: Record<string, unknown>
-  /** validates the run request's input (strictly, before anything runs): a 400 FST_ERR_VALIDATION when it fails */
+  /** validates the run request's input (strictly, before anything runs): a 400 FST_ERR_VALIDATION when it fails; the OpenAPI document shows it on the agent's own run operation */
   input?: TSchema
   /** the result's `output`, for the OpenAPI document (not checked at run time) */
   output?: TSchema

@@ -8,8 +8,12 @@ export interface RunLogOptions {
   runId: string
   retentionMs: number
   log: FastifyBaseLogger
+  /** the instance whose lease the run holds: only it writes the run's log */
+  owner: string
   /** a write the store refused: counted (`runLogFailures`) */
   onFailure: () => void
+  /** the store says the run is no longer this instance's (its lease lapsed and someone took it over) */
+  onLost: () => void
 }
 
 function stored (event: RunEvent): StoredEvent {
@@ -17,7 +21,7 @@ function stored (event: RunEvent): StoredEvent {
 }
 
 /** How a run's outcome is recorded. */
-export function runEnd (outcome: RunOutcome): RunEnd {
+export function runEnd (outcome: Exclude<RunOutcome, { status: 'detached' }>): RunEnd {
   const endedAt = iso(Date.now())
   if (outcome.status === 'completed') return { status: 'completed', endedAt, result: outcome.result }
   return { status: outcome.code === 'CANCELLED' ? 'cancelled' : 'failed', endedAt, error: { code: outcome.code, message: outcome.message } }
@@ -47,12 +51,13 @@ export class RunLog implements RunSink {
   async #write (): Promise<void> {
     // the events of this tick go in one batch
     await Promise.resolve()
-    while (this.#pending.length > 0) {
+    while (this.#pending.length > 0 && !this.#lost) {
       const batch = this.#pending
       this.#pending = []
       try {
-        await this.#options.store.append(this.#options.runId, batch)
+        await this.#options.store.append(this.#options.runId, batch, this.#options.owner)
       } catch (err) {
+        if (this.#taken(err)) break
         this.#failed(err, 'append')
         // kept, in front of what came since: the next write (or the end) tries them again
         this.#pending = batch.concat(this.#pending)
@@ -62,17 +67,37 @@ export class RunLog implements RunSink {
     this.#writing = null
   }
 
-  async finish (event: RunEvent, outcome: RunOutcome): Promise<void> {
-    if (this.#writing !== null) await this.#writing
+  async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>): Promise<void> {
+    await this.flush()
+    if (this.#lost) return
     const events = this.#pending
     this.#pending = []
     events.push(stored(event))
-    const { store, runId, retentionMs } = this.#options
+    const { store, runId, retentionMs, owner } = this.#options
     try {
-      await store.finish(runId, events, runEnd(outcome), retentionMs)
+      await store.finish(runId, events, runEnd(outcome), retentionMs, owner)
     } catch (err) {
-      this.#failed(err, 'finish')
+      if (!this.#taken(err)) this.#failed(err, 'finish')
     }
+  }
+
+  /** Resolves once the events so far are written (or their write has failed). */
+  async flush (): Promise<void> {
+    if (this.#writing !== null) await this.#writing
+  }
+
+  #lost = false
+
+  /** The run was taken over by another instance: this one writes no more of its log, and stops it. */
+  #taken (err: unknown): boolean {
+    if ((err as { code?: unknown } | null)?.code !== 'FA_RUN_LEASE_LOST') return false
+    if (!this.#lost) {
+      this.#lost = true
+      this.#pending = []
+      this.#options.log.warn({ runId: this.#options.runId }, 'the run was taken over by another instance (its lease lapsed): stopping it here')
+      this.#options.onLost()
+    }
+    return true
   }
 
   #failed (err: unknown, what: string): void {

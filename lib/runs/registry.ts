@@ -29,10 +29,26 @@ export class RunRegistry {
     return this.#active.get(runId)
   }
 
+  ids (): string[] {
+    return [...this.#active.keys()]
+  }
+
+  list (): AgentRun[] {
+    return [...this.#active.values()]
+  }
+
+  /** Runs in flight that any instance could run (background, `continue`): what `runConcurrency` bounds. */
+  get detachedCount (): number {
+    return this.#detached
+  }
+
+  #detached = 0
+
   /** Creates a run; the caller subscribes with `run.listen()` and then calls `run.start()`. */
   create (options: RunOptions): AgentRun {
     const run = new AgentRun(options, this.#ended)
     this.#active.set(run.runId, run)
+    if (options.detachable) this.#detached++
     this.#unwatch.set(run.runId, this.#store.watch(run.runId, (change) => { if (change.kind === 'cancel') run.abort('CANCELLED') }))
     this.#stats.runStarted(run.agentName)
     return run
@@ -41,6 +57,7 @@ export class RunRegistry {
   // Called by the run as it settles, rather than a reaction to its `done`: no promise and no closure per run.
   readonly #ended = (run: AgentRun, outcome: RunOutcome): void => {
     this.#active.delete(run.runId)
+    if (run.options.detachable) this.#detached--
     this.#unwatch.get(run.runId)!()
     this.#unwatch.delete(run.runId)
     // a streamed run's failure reaches its client as an event (counted as an error), a JSON run's as a status

@@ -6,8 +6,10 @@ import type { Message } from '../stores/types.js'
 import { agentEventProblem } from './events.js'
 import type { RunResult } from '../../schemas/runs.js'
 
-export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN'
+export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN' | 'INSTANCE_LOST'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
+/** Why a run stops here without ending: handed to another instance at a drain, or taken over after its lease lapsed. */
+export type RunDetachCode = 'SHUTDOWN' | 'INSTANCE_LOST'
 
 /** One event of a run: `json` is `data` serialized once, for every transport and the log alike. */
 export interface RunEvent {
@@ -21,7 +23,7 @@ export interface RunEvent {
 export interface RunSink {
   event(event: RunEvent): void
   /** Resolves once the terminal event and the end are stored, or the failure to store them logged (never rejects). */
-  finish(event: RunEvent, outcome: RunOutcome): Promise<void>
+  finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>): Promise<void>
 }
 
 export type { RunResult }
@@ -39,6 +41,8 @@ export interface RunListener {
 export type RunOutcome =
   | { status: 'completed', result: RunResult, durationMs: number }
   | { status: 'failed', code: RunFailureCode, message: string, error: unknown, durationMs: number }
+  /** stopped on this instance without an end: the run goes on elsewhere (its log has no terminal event from here) */
+  | { status: 'detached', code: RunDetachCode, message: string, durationMs: number }
 
 /** What a run can do beyond the agent itself; capabilities.ts gives the store-backed ones. */
 export interface RunCapabilities {
@@ -75,6 +79,8 @@ export interface RunOptions {
   attempt: number
   /** the seq of the run's last event so far: a resumed run goes on from there, in the same log */
   lastSeq: number
+  /** any instance may run it (a background or `continue` run): at a drain it is handed off rather than ended */
+  detachable: boolean
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -90,7 +96,13 @@ export class RunAbortedError extends Error {
 const abortMessages: Record<RunAbortCode, string> = {
   AGENT_TIMEOUT: '',
   CANCELLED: 'The run was cancelled',
-  SHUTDOWN: 'The service is shutting down'
+  SHUTDOWN: 'The service is shutting down',
+  INSTANCE_LOST: 'The instance running the run was lost'
+}
+
+const detachMessages: Record<RunDetachCode, string> = {
+  SHUTDOWN: 'The service is shutting down: the run goes on on another instance',
+  INSTANCE_LOST: 'The run was taken over by another instance'
 }
 
 function tokens (value: unknown): number {
@@ -271,6 +283,25 @@ export class AgentRun {
     }
   }
 
+  /**
+   * Stops the agent here without ending the run: no terminal event, no end in the store (whoever requeued or took
+   * over the run goes on with it). Its client's stream closes; it can rejoin the run's log.
+   */
+  detach (code: RunDetachCode): void {
+    if (this.#settled) return
+    this.#settled = true
+    clearTimeout(this.#timer)
+    const reason = new RunAbortedError(code, detachMessages[code])
+    this.#abortReason = reason
+    this.#stopIterator?.()
+    this.#controller?.abort(reason)
+    const outcome: RunOutcome = { status: 'detached', code, message: reason.message, durationMs: performance.now() - this.#started }
+    this.#onSettled?.(this, outcome)
+    this.#listener?.runSettled?.(outcome)
+    this.#outcome = outcome
+    this.#resolve?.(outcome)
+  }
+
   abort (code: RunAbortCode): void {
     if (this.#settled) return
     const message = code === 'AGENT_TIMEOUT'
@@ -385,7 +416,7 @@ export class AgentRun {
   }
 
   /** No event after the terminal one; it is stored (the sink) before it is delivered and the run settles. */
-  #end (type: string, data: unknown, outcome: RunOutcome): void {
+  #end (type: string, data: unknown, outcome: Exclude<RunOutcome, { status: 'detached' }>): void {
     this.#settled = true
     clearTimeout(this.#timer)
     let event: RunEvent

@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import {
-  AgentNotFoundError, EphemeralSessionError, RunCancelledWhileQueuedError, RunInProgressError, RunNotFoundError,
+  AgentNotFoundError, EphemeralBackgroundError, EphemeralSessionError, RunCancelledWhileQueuedError, RunInProgressError, RunNotFoundError,
   RunSessionMismatchError, SessionBusyError, SessionNotFoundError
 } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
 import type { AgentServiceCore } from '../core/service.js'
-import type { TraceContext } from '../core/types.js'
+import type { Agent, TraceContext } from '../core/types.js'
 import { iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord } from '../stores/types.js'
 import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
@@ -53,6 +53,56 @@ export interface PrepareRunOptions {
  * SESSION_NOT_FOUND, SESSION_BUSY.
  */
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
+  const { service, request, caller } = options
+  const { settings } = service
+  const { agent, newRun, history, resume } = await resolveRun(options, false)
+  const { record, ephemeral } = newRun
+  const { runId, sessionId } = record
+  return service.runs.create({
+    runId,
+    agentName: record.agent,
+    agent,
+    input: request.input,
+    sessionId,
+    principal: caller.principal,
+    requestId: caller.requestId,
+    trace: caller.trace,
+    history,
+    metadata: request.metadata,
+    resume,
+    timeoutMs: settings.requestTimeoutMs,
+    exposeErrors: settings.exposeErrors,
+    log: options.log,
+    capabilities: service.capabilities,
+    sink: new RunLog({
+      store: settings.runStore,
+      runId,
+      retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
+      log: options.log,
+      owner: service.worker.owner,
+      onFailure: () => { service.stats.runLogFailures++ },
+      onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST') }
+    }),
+    onDisconnect: request.onDisconnect ?? 'cancel',
+    attempt: record.attempt,
+    lastSeq: record.lastSeq,
+    detachable: newRun.detachable
+  })
+}
+
+/**
+ * A background run (§16): checked and stored as `queued` like any run request (the agent, the input, the session
+ * as `multitask` says), then run by whichever instance sharing the run store has room. Resolves with its record.
+ */
+export async function queueRun (options: PrepareRunOptions): Promise<RunRecord> {
+  const { newRun } = await resolveRun(options, true)
+  return newRun.record
+}
+
+/** What a run request resolves to before it runs: checked, its session found or made, its record stored. */
+async function resolveRun (options: PrepareRunOptions, background: boolean): Promise<{
+  agent: Agent, newRun: NewRun, history: Message[] | undefined, resume: { step: number, state: unknown } | undefined
+}> {
   const { service, agent: name, request, caller, auditedRequest } = options
   const { settings } = service
   const agent = settings.agents.get(name)
@@ -62,6 +112,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
   settings.agentInputs.get(name)?.(request.input, options.inputPath ?? 'body/input')
   const ephemeral = request.store === false
   if (ephemeral && (request.sessionId !== undefined || request.resumeRunId !== undefined)) throw new EphemeralSessionError()
+  if (ephemeral && background) throw new EphemeralBackgroundError()
 
   let runId: string = randomId()
   let sessionId: string | null = request.sessionId ?? null
@@ -99,51 +150,30 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     agent: name,
     sessionId,
     principal: caller.principal,
-    status: 'running',
-    background: false,
+    status: background ? 'queued' : 'running',
+    background,
     attempt: 1,
     lastSeq: 0,
     createdAt: now,
-    startedAt: now,
     requestId: caller.requestId,
     traceId: caller.trace.traceId
   }
-  const newRun: NewRun = { record, spec: request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }, ephemeral }
-  if (resume !== undefined && await reopened(service, newRun)) {
+  if (!background) record.startedAt = now
+  const newRun: NewRun = {
+    record,
+    spec: request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata },
+    ephemeral,
+    detachable: background || request.onDisconnect === 'continue',
+    lease: background ? null : service.worker.lease()
+  }
+  if (resume !== undefined && !background && await reopened(service, newRun)) {
     // a resumed run goes on in the same record and log
   } else if (sessionId === null || fresh) {
     await settings.runStore.create(newRun, { exclusive: !ephemeral })
   } else {
     await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
   }
-
-  return service.runs.create({
-    runId,
-    agentName: name,
-    agent,
-    input: request.input,
-    sessionId,
-    principal: caller.principal,
-    requestId: caller.requestId,
-    trace: caller.trace,
-    history,
-    metadata: request.metadata,
-    resume,
-    timeoutMs: settings.requestTimeoutMs,
-    exposeErrors: settings.exposeErrors,
-    log: options.log,
-    capabilities: service.capabilities,
-    sink: new RunLog({
-      store: settings.runStore,
-      runId,
-      retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
-      log: options.log,
-      onFailure: () => { service.stats.runLogFailures++ }
-    }),
-    onDisconnect: request.onDisconnect ?? 'cancel',
-    attempt: record.attempt,
-    lastSeq: record.lastSeq
-  })
+  return { agent, newRun, history, resume }
 }
 
 /**
@@ -193,11 +223,18 @@ async function takeSession (service: AgentServiceCore, run: NewRun, multitask: M
   if (multitask === 'enqueue') {
     run.record.status = 'queued'
     delete run.record.startedAt
+    const lease = run.lease
+    // a background run waits in the queue for whichever instance claims it once the session is free
+    if (run.record.background) {
+      await store.create(run, { exclusive: false })
+      return
+    }
+    run.lease = null
     await store.create(run, { exclusive: false })
     for (;;) {
       // watched before trying, so that a session given back in between is not missed
       const freed = sessionFreed(service, sessionId, run.record.runId, signal)
-      const started = await store.start(run.record.runId, iso(Date.now()))
+      const started = await store.start(run.record.runId, iso(Date.now()), { ...lease!, until: Date.now() + service.settings.runLeaseMs })
       if (started.outcome === 'started') {
         run.record.status = 'running'
         run.record.startedAt = started.record.startedAt

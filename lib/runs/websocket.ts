@@ -3,7 +3,7 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { FastifyError } from '@fastify/error'
 import { Ajv } from 'ajv'
 import type { ErrorObject, ValidateFunction } from 'ajv'
-import { WebSocket } from 'ws'
+import type { WebSocket } from 'ws'
 import {
   ForbiddenError, InternalError, InvalidJsonMessageError, InvalidMessageError, RunNotInFlightError, ShutdownError,
   TooManyRunsError, UnknownMessageTypeError
@@ -108,7 +108,7 @@ export class Connection {
   }
 
   get open (): boolean {
-    return this.socket.readyState === WebSocket.OPEN
+    return this.socket.readyState === this.socket.OPEN
   }
 
   receive (data: Buffer, isBinary: boolean): void {

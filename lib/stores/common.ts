@@ -208,14 +208,27 @@ function noop (): void {}
  * user handed in is never closed: `close` is then a no-op.
  */
 export class SharedConnection<T> {
+  /** true when the connection was opened from a URL, a filename or options; false for one the user handed in */
+  readonly owned: boolean
   readonly #open: () => T
   readonly #close: (value: T) => Promise<void> | void
   readonly #users = new Set<object>()
   #value: T | null = null
+  #probe: Promise<void> | null = null
 
-  constructor (open: () => T, close: (value: T) => Promise<void> | void) {
+  constructor (open: () => T, close: (value: T) => Promise<void> | void, owned: boolean) {
     this.#open = open
     this.#close = close
+    this.owned = owned
+  }
+
+  /**
+   * Runs `check` once for every store probing at the same time: the stores of one factory share this connection,
+   * and a health check probing each of them makes one round trip, not five.
+   */
+  probe (check: () => Promise<void>): Promise<void> {
+    this.#probe ??= check().finally(() => { this.#probe = null })
+    return this.#probe
   }
 
   acquire (user: object): T {

@@ -10,11 +10,17 @@ export {
   SqliteApprovalStore, SqliteAuditStore, SqliteCheckpointStore, SqliteConnection, SqliteIdempotencyStore,
   SqliteSessionStore, sqliteStores
 } from './sqlite.js'
-export type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+export type { SqliteDatabase, SqliteSource, SqliteStoreOptions } from './sqlite.js'
+export { SqliteRunStore } from './sqlite-runs.js'
+export type { SqliteRunStoreOptions } from './sqlite-runs.js'
 export {
   PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,
   PostgresSessionStore, postgresStores
 } from './postgres.js'
-export type { PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
+export type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
+export { PostgresRunStore } from './postgres-runs.js'
+export type { PostgresRunStoreOptions } from './postgres-runs.js'
 export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
-export type { RedisSource, RedisStoreOptions } from './redis.js'
+export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'
+export { RedisRunStore } from './redis-runs.js'
+export type { RedisRunStoreOptions } from './redis-runs.js'

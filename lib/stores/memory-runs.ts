@@ -1,10 +1,10 @@
 // The in-process run store: records and event logs of one instance, watched in-process.
-import { RunLogGapError } from '../core/errors.js'
+import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import { checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
 import { RunWatchHub } from './run-watch.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStore,
-  StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
+  RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 export const DEFAULT_MAX_RETAINED_RUNS = 10_000
@@ -16,6 +16,8 @@ interface StoredRun {
   ephemeral: boolean
   events: StoredEvent[]
   cancelRequested: boolean
+  detachable: boolean
+  lease: RunLease | null
   /** set when the run ends: after this it is gone */
   expiresAt: number
   /** the order of creation in this store: lists are most recent first, in this order */
@@ -31,6 +33,11 @@ function ended (record: RunRecord): boolean {
   return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
 }
 
+/** What a requeued run's log says: the attempt about to start and why. */
+function requeuedEvent (record: RunRecord, attempt: number, reason: string): StoredEvent {
+  return { seq: record.lastSeq + 1, type: 'run.requeued', data: JSON.stringify({ attempt, reason }) }
+}
+
 
 export class MemoryRunStore implements RunStore {
   readonly maxRetainedRuns: number
@@ -41,6 +48,7 @@ export class MemoryRunStore implements RunStore {
   readonly #ended = new Set<string>()
   readonly #hub = new RunWatchHub()
   #created = 0
+  readonly #queueWatchers = new Set<() => void>()
   #closed = false
 
   constructor (options: MemoryRunStoreOptions = {}) {
@@ -57,10 +65,10 @@ export class MemoryRunStore implements RunStore {
     if (this.#closed) throw storeClosedError()
   }
 
-  /** The session is free, or held by a run that has ended (given back late, or never: its instance died). */
-  #sessionFree (sessionId: string): boolean {
+  /** The session is free, or held by a run that has ended (given back late, or never: its instance died), or by `runId`. */
+  #sessionFree (sessionId: string, runId?: string): boolean {
     const holder = this.#holders.get(sessionId)
-    if (holder === undefined) return true
+    if (holder === undefined || holder === runId) return true
     const run = this.#runs.get(holder)
     return run === undefined || ended(run.record)
   }
@@ -79,9 +87,12 @@ export class MemoryRunStore implements RunStore {
       ephemeral: run.ephemeral,
       events: [],
       cancelRequested: false,
+      detachable: run.detachable,
+      lease: run.lease === null ? null : { ...run.lease },
       expiresAt: Infinity,
       order: ++this.#created
     })
+    if (record.status === 'queued' && run.detachable) this.#notifyQueue()
     return { outcome: 'created' }
   }
 
@@ -106,23 +117,121 @@ export class MemoryRunStore implements RunStore {
     }
     stored.spec = run.spec
     stored.cancelRequested = false
+    stored.detachable = run.detachable
+    stored.lease = run.lease === null ? null : { ...run.lease }
     stored.expiresAt = Infinity
     this.#ended.delete(stored.record.runId)
     return { outcome: 'reopened', record: { ...stored.record } }
   }
 
-  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
     this.#check()
     const stored = this.#live(runId)
     if (stored === undefined || stored.record.status !== 'queued') return { outcome: 'gone' }
+    if (!this.#take(stored)) return { outcome: 'session_busy', holder: this.#holders.get(stored.record.sessionId!)! }
+    this.#run(stored, startedAt, lease)
+    return { outcome: 'started', record: { ...stored.record } }
+  }
+
+  /** Takes the run's session if it is free (or already the run's); false when another run holds it. */
+  #take (stored: StoredRun): boolean {
     const sessionId = stored.record.sessionId
-    if (sessionId !== null) {
-      if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
-      this.#holders.set(sessionId, runId)
-    }
+    if (sessionId === null) return true
+    if (!this.#sessionFree(sessionId, stored.record.runId)) return false
+    this.#holders.set(sessionId, stored.record.runId)
+    return true
+  }
+
+  #run (stored: StoredRun, startedAt: string, lease: RunLease): void {
     stored.record.status = 'running'
     stored.record.startedAt = startedAt
-    return { outcome: 'started', record: { ...stored.record } }
+    stored.lease = { ...lease }
+  }
+
+  async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
+    this.#check()
+    const claimed: RunRecord[] = []
+    const now = Date.now()
+    // oldest first: the Map keeps the order of creation
+    for (const stored of this.#runs.values()) {
+      if (claimed.length >= limit) break
+      if (stored.expiresAt <= now || stored.record.status !== 'queued' || !stored.detachable || !this.#take(stored)) continue
+      this.#run(stored, startedAt, lease)
+      claimed.push({ ...stored.record })
+    }
+    return claimed
+  }
+
+  /** The run, if `owner` holds its lease while it runs; else the append or finish is refused as the lease's loser's. */
+  #owned (runId: string, owner: string): StoredRun | undefined {
+    const stored = this.#live(runId)
+    if (stored === undefined || ended(stored.record)) return undefined
+    if (stored.record.status !== 'running' || stored.lease?.owner !== owner) throw new RunLeaseLostError(runId)
+    return stored
+  }
+
+  async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
+    this.#check()
+    const held: string[] = []
+    for (const runId of runIds) {
+      const stored = this.#live(runId)
+      if (stored === undefined || stored.record.status !== 'running' || stored.lease?.owner !== owner) continue
+      stored.lease.until = until
+      held.push(runId)
+    }
+    return held
+  }
+
+  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
+    this.#check()
+    const found: LapsedRun[] = []
+    for (const stored of this.#runs.values()) {
+      if (found.length >= limit) break
+      if (stored.record.status === 'running' && stored.lease !== null && stored.lease.until < now) {
+        found.push({ record: { ...stored.record }, detachable: stored.detachable, cancelRequested: stored.cancelRequested })
+      }
+    }
+    return found
+  }
+
+  #lapsedOrOwned (stored: StoredRun | undefined, condition: { owner: string } | { lapsedBefore: number }): stored is StoredRun {
+    if (stored === undefined || stored.record.status !== 'running' || stored.lease === null) return false
+    return 'owner' in condition ? stored.lease.owner === condition.owner : stored.lease.until < condition.lapsedBefore
+  }
+
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (!this.#lapsedOrOwned(stored, condition)) return null
+    const attempt = stored.record.attempt + 1
+    this.#appendTo(stored, [requeuedEvent(stored.record, attempt, reason)])
+    const { startedAt: _startedAt, ...kept } = stored.record
+    stored.record = { ...kept, status: 'queued', attempt }
+    stored.lease = null
+    stored.detachable = true
+    stored.cancelRequested = false
+    this.#hub.events(runId, stored.record.lastSeq)
+    this.#notifyQueue()
+    return { ...stored.record }
+  }
+
+  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (!this.#lapsedOrOwned(stored, { lapsedBefore })) return null
+    this.#appendTo(stored, [endedBeforeStartEvent(stored.record, end)])
+    this.#end(stored, end, retentionMs)
+    this.#hub.events(runId, stored.record.lastSeq)
+    return { ...stored.record }
+  }
+
+  watchQueue (listener: () => void): () => void {
+    this.#queueWatchers.add(listener)
+    return () => { this.#queueWatchers.delete(listener) }
+  }
+
+  #notifyQueue (): void {
+    for (const listener of [...this.#queueWatchers]) listener()
   }
 
   #appendTo (stored: StoredRun, events: readonly StoredEvent[]): void {
@@ -134,10 +243,10 @@ export class MemoryRunStore implements RunStore {
     stored.record.lastSeq = seq
   }
 
-  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
     this.#check()
-    const stored = this.#live(runId)
-    if (stored === undefined || ended(stored.record) || events.length === 0) return
+    const stored = this.#owned(runId, owner)
+    if (stored === undefined || events.length === 0) return
     this.#appendTo(stored, events)
     this.#hub.events(runId, stored.record.lastSeq)
   }
@@ -158,10 +267,12 @@ export class MemoryRunStore implements RunStore {
     while (this.#ended.size > this.maxRetainedRuns) this.#delete(this.#ended.values().next().value!)
   }
 
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
     this.#check()
-    const stored = this.#live(runId)
-    if (stored === undefined || stored.record.status !== 'running') return null
+    // a queued run has nothing to finish (an old owner's late finish after a requeue lands here too)
+    if (this.#live(runId)?.record.status === 'queued') return null
+    const stored = this.#owned(runId, owner)
+    if (stored === undefined) return null
     this.#appendTo(stored, events)
     this.#end(stored, end, retentionMs)
     this.#hub.events(runId, stored.record.lastSeq)

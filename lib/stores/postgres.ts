@@ -1,19 +1,47 @@
 // PostgreSQL stores (pg): shared by many instances. Approval decisions wake waiters on every instance
 // through LISTEN/NOTIFY, with polling as the safety net.
 import { createHash } from 'node:crypto'
-import pg from 'pg'
-import type { Notification, Pool, PoolClient, PoolConfig, QueryResultRow } from 'pg'
+import type { Pool, PoolClient, PoolConfig } from 'pg'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, SharedConnection, approvalExistsError, checkIdentifier, checkLimit, checkTtl,
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { loadDriver } from './drivers.js'
+import { PostgresRunStore } from './postgres-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
   IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
   SessionWithMessages, StoreSet
 } from './types.js'
+
+// The public types name no type of pg's own: a user who installed pg without @types/pg (or who never uses
+// these stores) type-checks against these. A pg Pool fits them.
+
+/** The part of a pg `Pool` the stores use. */
+export interface PgPool {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>
+  connect(): Promise<unknown>
+  end(): Promise<void>
+  readonly totalCount: number
+}
+
+/** Options for the pool the stores make (those of pg's `PoolConfig`: `connectionString`, `max`, `ssl`, …). */
+export interface PostgresPoolOptions {
+  connectionString?: string
+  host?: string
+  port?: number
+  user?: string
+  password?: string
+  database?: string
+  max?: number
+  idleTimeoutMillis?: number
+  connectionTimeoutMillis?: number
+  statement_timeout?: number
+  query_timeout?: number
+  [option: string]: unknown
+}
 
 export interface PostgresStoreOptions {
   /** the schema holding the tables, created when missing (default 'public') */
@@ -22,24 +50,29 @@ export interface PostgresStoreOptions {
   tablePrefix?: string
 }
 
-export interface PostgresStoresOptions extends PoolConfig, PostgresStoreOptions {
+export interface PostgresStoresOptions extends PostgresPoolOptions, PostgresStoreOptions {
   /** your pool (never closed by the stores); without it a pool is made from the other options */
-  pool?: Pool
+  pool?: PgPool
 }
+
+type Row = object
 
 /** How often waiters poll, in case a notification was lost (a listener reconnecting, say). */
 const POLL_MS = 500
 const PURGE_MS = 60_000
 
-const quote = pg.escapeIdentifier
-
-function isPool (value: unknown): value is Pool {
-  return typeof value === 'object' && value !== null && 'totalCount' in value &&
-    typeof (value as Pool).connect === 'function' && typeof (value as Pool).query === 'function'
+/** pg's escapeIdentifier, without loading pg for it. */
+function quote (name: string): string {
+  return `"${name.replace(/"/g, '""')}"`
 }
 
-function ownedPool (config: PoolConfig): Pool {
-  const pool = new pg.Pool(config)
+function isPool (value: unknown): value is PgPool {
+  return typeof value === 'object' && value !== null && 'totalCount' in value &&
+    typeof (value as PgPool).connect === 'function' && typeof (value as PgPool).query === 'function'
+}
+
+function ownedPool (Pg: { Pool: new (config: PoolConfig) => Pool }, config: PoolConfig): Pool {
+  const pool = new Pg.Pool(config)
   // An idle client losing its connection (a server restart) is reported here; without a listener the
   // process would crash. The next query gets the error instead.
   pool.on('error', () => {})
@@ -50,22 +83,24 @@ function ownedPool (config: PoolConfig): Pool {
  * One pg Pool shared by several stores. A connection string or pool options make a pool, created on first
  * use and ended when the last store using it closes; a Pool you pass is never ended.
  */
-export class PostgresConnection extends SharedConnection<Pool> {
-  constructor (source: string | Pool | PoolConfig) {
+export class PostgresConnection extends SharedConnection<PgPool> {
+  constructor (source: string | PgPool | PostgresPoolOptions) {
     if (isPool(source)) {
-      super(() => source, () => {})
+      super(() => source, () => {}, false)
     } else if (typeof source === 'string') {
       if (!/^postgres(ql)?:\/\//.test(source)) throw new TypeError('expected a postgres:// connection string')
-      super(() => ownedPool({ connectionString: source }), (pool) => pool.end())
+      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
+      super(() => ownedPool(Pg, { connectionString: source }), (pool) => pool.end(), true)
     } else if (typeof source === 'object' && source !== null) {
-      super(() => ownedPool(source), (pool) => pool.end())
+      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
+      super(() => ownedPool(Pg, source as PoolConfig), (pool) => pool.end(), true)
     } else {
       throw new TypeError('expected a postgres:// connection string, a pg Pool or pool options')
     }
   }
 }
 
-export type PostgresSource = string | Pool | PoolConfig | PostgresConnection
+export type PostgresSource = string | PgPool | PostgresPoolOptions | PostgresConnection
 
 abstract class PostgresStore {
   readonly #connection: PostgresConnection
@@ -87,7 +122,7 @@ abstract class PostgresStore {
     return `${quote(this.schema)}.${quote(this.prefix + name)}`
   }
 
-  protected async pool (): Promise<Pool> {
+  protected async pool (): Promise<PgPool> {
     if (this.#closed) throw storeClosedError()
     const pool = this.#connection.acquire(this)
     this.#ready ??= this.#init(pool)
@@ -95,12 +130,25 @@ abstract class PostgresStore {
     return pool
   }
 
-  protected async sql<R extends QueryResultRow> (text: string, values: unknown[] = []): Promise<R[]> {
+  protected async sql<R extends Row> (text: string, values: unknown[] = []): Promise<R[]> {
     const pool = await this.pool()
-    return (await pool.query<R>(text, values)).rows
+    return (await pool.query(text, values)).rows as R[]
   }
 
-  async #init (pool: Pool): Promise<void> {
+  /**
+   * For health checks: O(1), one `SELECT 1` shared by the stores of a pool probing at once (the first probe of a
+   * store also creates its tables, so that a store that cannot be used fails its probe).
+   */
+  probe (): Promise<void> {
+    return this.#connection.probe(async () => { await this.sql('SELECT 1') })
+  }
+
+  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  async #init (pool: PgPool): Promise<void> {
     // Instances starting together would race on CREATE ... IF NOT EXISTS (it is not atomic in PostgreSQL):
     // a lock per schema serialises them. Several statements in one simple query run as one transaction,
     // which holds the lock until the end.
@@ -320,7 +368,7 @@ function noop (): void {}
 const APPROVAL_COLUMNS = 'id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision'
 
 export class PostgresApprovalStore extends PostgresStore implements ApprovalStore {
-  /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes). */
+  /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes; plain enough to quote as it is). */
   readonly channel: string
   readonly #waiters = new ApprovalWaiters({
     onActive: () => {
@@ -373,7 +421,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     const [row] = await this.sql<ApprovalRow>(`
       WITH changed AS (
         UPDATE ${this.table('approvals')} SET status = 'expired' WHERE id = $1 AND status = 'pending' AND expires_at <= $2
-        RETURNING *, pg_notify(${pg.escapeLiteral(this.channel)}, id))
+        RETURNING *, pg_notify('${this.channel}', id))
       SELECT ${APPROVAL_COLUMNS} FROM changed
       UNION ALL
       SELECT ${APPROVAL_COLUMNS} FROM ${this.table('approvals')} WHERE id = $1 AND NOT EXISTS (SELECT FROM changed)`,
@@ -435,7 +483,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   async #change (set: string, where: string, values: unknown[]): Promise<ApprovalRecord[]> {
     const rows = await this.sql<ApprovalRow>(`
       WITH changed AS (UPDATE ${this.table('approvals')} SET ${set} WHERE id = $1 AND ${where} RETURNING *)
-      SELECT changed.*, pg_notify(${pg.escapeLiteral(this.channel)}, changed.id) FROM changed`, values)
+      SELECT changed.*, pg_notify('${this.channel}', changed.id) FROM changed`, values)
     const records = rows.map(toApproval)
     for (const record of records) this.#waiters.settle(record)
     return records
@@ -459,9 +507,9 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   /** One client per store, checked out of the pool for as long as the store lives. */
   async #startListening (): Promise<void> {
     const pool = await this.pool()
-    const client = await pool.connect()
+    const client = await pool.connect() as PoolClient
     this.#listener = client
-    client.on('notification', (message: Notification) => {
+    client.on('notification', (message) => {
       const id = String(message.payload)
       if (this.#waiters.has(id)) this.#refresh([id])
     })
@@ -645,10 +693,10 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
 }
 
 /**
- * All five stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
+ * All six stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
  * `postgresStores({ connectionString, max, schema })`.
  */
-export function postgresStores (source: string | Pool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
+export function postgresStores (source: string | PgPool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
   let connection: PostgresConnection
   let storeOptions = options
   if (typeof source === 'object' && source !== null && !isPool(source)) {
@@ -663,6 +711,7 @@ export function postgresStores (source: string | Pool | PostgresStoresOptions, o
     sessionStore: new PostgresSessionStore(connection, storeOptions),
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
-    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) }
+    idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
+    runStore: new PostgresRunStore(connection, storeOptions)
   }
 }

@@ -1,9 +1,12 @@
 // Redis stores (ioredis): idempotency and sessions shared by many instances, expiry left to Redis.
 import { createHash } from 'node:crypto'
-import { Redis } from 'ioredis'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Redis } from 'ioredis'
 import {
   SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
 } from './common.js'
+import { loadDriver } from './drivers.js'
+import { RedisRunStore } from './redis-runs.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -14,29 +17,83 @@ export interface RedisStoreOptions {
   prefix?: string
 }
 
-function isRedis (value: unknown): value is Redis {
+/**
+ * The part of an ioredis client the public types name (structural: typing against it needs no ioredis).
+ * An ioredis `Redis` fits it.
+ */
+export interface RedisClient {
+  evalsha(sha: string, numKeys: number, ...args: Array<string | number>): Promise<unknown>
+  hgetall(key: string): Promise<Record<string, string>>
+  quit(): Promise<unknown>
+}
+
+function isRedis (value: unknown): value is RedisClient {
   return typeof value === 'object' && value !== null && typeof (value as Redis).evalsha === 'function' &&
     typeof (value as Redis).hgetall === 'function' && typeof (value as Redis).quit === 'function'
 }
 
 /**
- * One ioredis client shared by several stores. A URL makes a client, connected on first use and quit when
- * the last store using it closes; a client you pass is never closed.
+ * A client we opened reports its connection errors (each reconnection attempt emits one) to the service's
+ * logger once it has one, and its recovery; ioredis would otherwise print them to stderr itself.
  */
-export class RedisConnection extends SharedConnection<Redis> {
-  constructor (source: string | Redis) {
-    if (typeof source === 'string') {
-      if (!/^rediss?:\/\//.test(source)) throw new TypeError('expected a redis:// or rediss:// URL')
-      super(() => new Redis(source, { lazyConnect: true }), async (client) => { await client.quit() })
-    } else if (isRedis(source)) {
-      super(() => source, () => {})
-    } else {
-      throw new TypeError('expected a redis:// URL or an ioredis client')
-    }
+class ClientEvents {
+  log: FastifyBaseLogger | null = null
+  #down: string | null = null
+
+  watch (client: Redis): Redis {
+    client.on('error', (error: Error) => {
+      // one line per outage (and per new reason), not one per reconnection attempt
+      if (this.#down === error.message) return
+      this.#down = error.message
+      this.log?.warn({ err: error }, 'redis store: connection error')
+    })
+    client.on('ready', () => {
+      if (this.#down === null) return
+      this.#down = null
+      this.log?.info('redis store: connection restored')
+    })
+    return client
   }
 }
 
-export type RedisSource = string | Redis | RedisConnection
+/** QUIT, which lets the replies on their way arrive; a server that does not answer it within a second is cut off. */
+async function quit (client: RedisClient): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([client.quit().catch(() => {}), new Promise((resolve) => { timer = setTimeout(resolve, QUIT_GRACE_MS) })])
+  clearTimeout(timer)
+  ;(client as Redis).disconnect()
+}
+
+const QUIT_GRACE_MS = 1_000
+
+/**
+ * One ioredis client shared by several stores. A URL makes a client, connected on first use and quit when
+ * the last store using it closes; a client you pass is never closed.
+ */
+export class RedisConnection extends SharedConnection<RedisClient> {
+  readonly #events: ClientEvents
+
+  constructor (source: string | RedisClient) {
+    const events = new ClientEvents()
+    if (typeof source === 'string') {
+      if (!/^rediss?:\/\//.test(source)) throw new TypeError('expected a redis:// or rediss:// URL')
+      const Driver = loadDriver<typeof import('ioredis')>('ioredis', 'redisStores()')
+      super(() => events.watch(new Driver.Redis(source, { lazyConnect: true })), quit, true)
+    } else if (isRedis(source)) {
+      super(() => source, () => {}, false)
+    } else {
+      throw new TypeError('expected a redis:// URL or an ioredis client')
+    }
+    this.#events = events
+  }
+
+  /** Where the errors of a client opened from a URL go (the service passes its logger); a client you pass keeps your listeners. */
+  useLogger (log: FastifyBaseLogger): void {
+    this.#events.log = log
+  }
+}
+
+export type RedisSource = string | RedisClient | RedisConnection
 
 /** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
 class Script {
@@ -48,12 +105,12 @@ class Script {
     this.#sha = createHash('sha1').update(source).digest('hex')
   }
 
-  async run (client: Redis, keys: string[], args: Array<string | number>): Promise<unknown> {
+  async run (client: RedisClient, keys: string[], args: Array<string | number>): Promise<unknown> {
     try {
       return await client.evalsha(this.#sha, keys.length, ...keys, ...args)
     } catch (error) {
       if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return client.eval(this.#source, keys.length, ...keys, ...args)
+      return (client as Redis).eval(this.#source, keys.length, ...keys, ...args)
     }
   }
 }
@@ -70,9 +127,24 @@ abstract class RedisStore {
     this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
   }
 
-  protected client (): Redis {
+  protected client (): RedisClient {
     if (this.#closed) throw storeClosedError()
     return this.#connection.acquire(this)
+  }
+
+  /** For health checks: O(1), one PING shared by the stores of a client probing at once. */
+  probe (): Promise<void> {
+    return this.#connection.probe(async () => { await (this.client() as Redis).ping() })
+  }
+
+  /** Whether the store opened its own client (from a URL): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  /** The service's logger, for the connection errors of a client opened from a URL. */
+  useLogger (log: FastifyBaseLogger): void {
+    this.#connection.useLogger(log)
   }
 
   async close (): Promise<void> {
@@ -159,7 +231,7 @@ export class RedisIdempotencyStore extends RedisStore implements IdempotencyStor
   }
 
   async release (key: string): Promise<void> {
-    await this.client().del(this.#key(key))
+    await (this.client() as Redis).del(this.#key(key))
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {
@@ -215,7 +287,7 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), metadata: session.metadata
     }
     const fields = { base: JSON.stringify(base), lastActiveAt: String(now), turns: '0' }
-    await this.client().multi()
+    await (this.client() as Redis).multi()
       .del(hash, messages)
       .hset(hash, fields)
       .pexpire(hash, Math.ceil(ttlMs))
@@ -226,7 +298,7 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 
   async get (id: string): Promise<SessionWithMessages | null> {
     const [hash, messages] = this.#keys(id)
-    const replies = await this.client().multi().hgetall(hash).lrange(messages, 0, -1).exec() as Array<[Error | null, unknown]>
+    const replies = await (this.client() as Redis).multi().hgetall(hash).lrange(messages, 0, -1).exec() as Array<[Error | null, unknown]>
     const fields = replies[0][1] as Record<string, string>
     if (fields.base === undefined) return null
     return {
@@ -248,14 +320,14 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 
   async delete (id: string): Promise<boolean> {
     const [hash, messages, index] = this.#keys(id)
-    const replies = await this.client().multi().del(hash).del(messages).zrem(index, id).exec() as Array<[Error | null, unknown]>
+    const replies = await (this.client() as Redis).multi().del(hash).del(messages).zrem(index, id).exec() as Array<[Error | null, unknown]>
     return replies[0][1] === 1
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
     const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
     const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
-    const client = this.client()
+    const client = this.client() as Redis
     const index = `${this.prefix}sessions`
     const found: SessionRecord[] = []
     const gone: string[] = []
@@ -286,11 +358,12 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
   }
 }
 
-/** Idempotency and sessions on one client (opened from a URL, or yours). */
-export function redisStores (source: string | Redis, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency'> {
+/** Sessions, idempotency and runs on one client (opened from a URL, or yours). */
+export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
-    idempotency: { store: new RedisIdempotencyStore(connection, options) }
+    idempotency: { store: new RedisIdempotencyStore(connection, options) },
+    runStore: new RedisRunStore(connection, options)
   }
 }

@@ -93,6 +93,11 @@ export class RunWatchHub {
     for (const listener of [...listeners]) listener()
   }
 
+  /** Polls now: a backend whose notifications just (re)connected catches up on what it may have missed. */
+  refresh (): Promise<void> {
+    return this.#poll()
+  }
+
   close (): void {
     this.#runs.clear()
     this.#sessions.clear()

@@ -1,11 +1,13 @@
 // SQLite stores (better-sqlite3): durable on one machine, several processes may share the file.
 import { fileURLToPath } from 'node:url'
-import Database from 'better-sqlite3'
+import type Database from 'better-sqlite3'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, SharedConnection, approvalExistsError, checkIdentifier, checkLimit, checkTtl,
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { loadDriver } from './drivers.js'
+import { SqliteRunStore } from './sqlite-runs.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -14,6 +16,17 @@ import type {
 } from './types.js'
 
 type Db = Database.Database
+
+/**
+ * The part of a better-sqlite3 `Database` the public types name (structural: typing against it needs neither
+ * better-sqlite3 nor @types/better-sqlite3). A better-sqlite3 Database fits it.
+ */
+export interface SqliteDatabase {
+  prepare(sql: string): unknown
+  exec(sql: string): unknown
+  transaction(fn: (...args: never[]) => unknown): unknown
+  close(): unknown
+}
 
 export interface SqliteStoreOptions {
   /** prepended to every table name (default 'fa_') */
@@ -25,7 +38,7 @@ const POLL_MS = 250
 /** How often expired sessions and idempotency records are deleted (on a write, never on a timer). */
 const PURGE_MS = 60_000
 
-function isDatabase (value: unknown): value is Db {
+function isDatabase (value: unknown): value is SqliteDatabase {
   return typeof value === 'object' && value !== null &&
     typeof (value as Db).prepare === 'function' && typeof (value as Db).exec === 'function' &&
     typeof (value as Db).transaction === 'function'
@@ -38,8 +51,8 @@ function filenameOf (source: string): string {
   return source
 }
 
-function openDatabase (filename: string): Db {
-  const db = new Database(filename, { timeout: 5000 })
+function openDatabase (Driver: typeof Database, filename: string): Db {
+  const db = new Driver(filename, { timeout: 5000 })
   // WAL lets readers in other processes go on while one writes; NORMAL is durable against a crash of
   // the process (not of the machine), at a fraction of FULL's fsyncs.
   db.pragma('journal_mode = WAL')
@@ -51,20 +64,21 @@ function openDatabase (filename: string): Db {
  * One better-sqlite3 Database shared by several stores. Given a filename it opens the file on first use and
  * closes it when the last store using it closes; given a Database it never closes it (nor changes its pragmas).
  */
-export class SqliteConnection extends SharedConnection<Db> {
-  constructor (source: string | Db) {
+export class SqliteConnection extends SharedConnection<SqliteDatabase> {
+  constructor (source: string | SqliteDatabase) {
     if (typeof source === 'string' && source !== '') {
       const filename = filenameOf(source)
-      super(() => openDatabase(filename), (db) => { db.close() })
+      const Driver = loadDriver<typeof Database>('better-sqlite3', 'sqliteStores()')
+      super(() => openDatabase(Driver, filename), (db) => { db.close() }, true)
     } else if (isDatabase(source)) {
-      super(() => source, () => {})
+      super(() => source, () => {}, false)
     } else {
       throw new TypeError('expected a filename, a file: URL or a better-sqlite3 Database')
     }
   }
 }
 
-export type SqliteSource = string | Db | SqliteConnection
+export type SqliteSource = string | SqliteDatabase | SqliteConnection
 
 abstract class SqliteStore {
   readonly #connection: SqliteConnection
@@ -81,9 +95,19 @@ abstract class SqliteStore {
   }
 
   /** The Database, opened on first use; each store creates its tables and statements on it once. */
-  protected database (): Db {
+  protected database (): SqliteDatabase {
     if (this.#closed) throw storeClosedError()
     return this.#connection.acquire(this)
+  }
+
+  /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
+  async probe (): Promise<void> {
+    (this.database() as Db).prepare('SELECT 1').get()
+  }
+
+  /** Whether the store opened its own database (from a filename): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
   }
 
   async close (): Promise<void> {
@@ -132,7 +156,7 @@ function auditStatements (db: Db, table: string) {
 export class SqliteAuditStore extends SqliteStore implements AuditStore {
   #prepared: ReturnType<typeof auditStatements> | null = null
   #statements () {
-    const db = this.database()
+    const db = this.database() as Db
     return (this.#prepared ??= auditStatements(db, `${this.prefix}audit`))
   }
 
@@ -223,7 +247,7 @@ export class SqliteSessionStore extends SqliteStore implements SessionStore {
   #purgedAt = 0
 
   #statements () {
-    const db = this.database()
+    const db = this.database() as Db
     return (this.#prepared ??= sessionStatements(db, `${this.prefix}sessions`))
   }
 
@@ -345,7 +369,7 @@ export class SqliteApprovalStore extends SqliteStore implements ApprovalStore {
   #poller: NodeJS.Timeout | undefined
 
   #statements () {
-    const db = this.database()
+    const db = this.database() as Db
     return (this.#prepared ??= approvalStatements(db, `${this.prefix}approvals`))
   }
 
@@ -484,7 +508,7 @@ function checkpointStatements (db: Db, table: string) {
 export class SqliteCheckpointStore extends SqliteStore implements CheckpointStore {
   #prepared: ReturnType<typeof checkpointStatements> | null = null
   #statements () {
-    const db = this.database()
+    const db = this.database() as Db
     return (this.#prepared ??= checkpointStatements(db, `${this.prefix}checkpoints`))
   }
 
@@ -571,7 +595,7 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
   #purgedAt = 0
 
   #statements () {
-    const db = this.database()
+    const db = this.database() as Db
     return (this.#prepared ??= idempotencyStatements(db, `${this.prefix}idempotency`))
   }
 
@@ -609,14 +633,15 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
   }
 }
 
-/** All five stores on one Database (opened from a filename, or yours). */
-export function sqliteStores (source: string | Db, options: SqliteStoreOptions = {}): Required<Omit<StoreSet, 'runStore'>> {
+/** All six stores on one Database (opened from a filename, or yours). */
+export function sqliteStores (source: string | SqliteDatabase, options: SqliteStoreOptions = {}): Required<StoreSet> {
   const connection = new SqliteConnection(source)
   return {
     auditStore: new SqliteAuditStore(connection, options),
     sessionStore: new SqliteSessionStore(connection, options),
     approvalStore: new SqliteApprovalStore(connection, options),
     checkpointStore: new SqliteCheckpointStore(connection, options),
-    idempotency: { store: new SqliteIdempotencyStore(connection, options) }
+    idempotency: { store: new SqliteIdempotencyStore(connection, options) },
+    runStore: new SqliteRunStore(connection, options)
   }
 }

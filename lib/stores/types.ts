@@ -185,12 +185,33 @@ export interface RunSpec {
   metadata?: Record<string, unknown>
 }
 
+/** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (contract §16). */
+export interface RunLease {
+  owner: string
+  until: number
+}
+
 export interface NewRun {
   /** status `running` (or `queued`), lastSeq 0 */
   record: RunRecord
   spec: RunSpec
   /** store: false — the record and its events go soon after the run ends */
   ephemeral: boolean
+  /**
+   * Any instance may run it: a background run, or a `continue` run (handed to another instance when its own goes).
+   * A queued detachable run is claimed by whichever instance has room (`claim`).
+   */
+  detachable: boolean
+  /** the instance running it; null for a queued run */
+  lease: RunLease | null
+}
+
+/** A running run whose lease has lapsed: its instance is gone (or stopped renewing). */
+export interface LapsedRun {
+  record: RunRecord
+  detachable: boolean
+  /** a cancel was asked for while it ran */
+  cancelRequested: boolean
 }
 
 export type CreateRunResult =
@@ -261,15 +282,44 @@ export interface RunStore {
    * `run`, its end cleared; with `exclusive`, taking its session. Compare-and-set: a run in progress is left alone.
    */
   reopen(run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult>
-  /** A queued run starts: queued → running, taking its session (if any) as `create` does with `exclusive`. */
-  start(runId: string, startedAt: string): Promise<StartRunResult>
-  /** Appends events in order; their seqs follow `lastSeq` without a gap (else it throws, changing nothing). */
-  append(runId: string, events: readonly StoredEvent[]): Promise<void>
+  /**
+   * A queued run starts: queued → running under `lease`, taking its session (if any) as `create` does with
+   * `exclusive` (a session its own run holds counts as free).
+   */
+  start(runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult>
+  /**
+   * Claims at most `limit` queued detachable runs, oldest first, whose session is free (or already theirs): each
+   * becomes running under `lease`, its session taken. Atomic: of instances claiming at once, each run goes to one.
+   */
+  claim(lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]>
+  /**
+   * Appends events in order; their seqs follow `lastSeq` without a gap (else it throws, changing nothing). Only
+   * the lease's owner appends to a running run: anyone else gets `FA_RUN_LEASE_LOST`, changing nothing.
+   */
+  append(runId: string, events: readonly StoredEvent[], owner: string): Promise<void>
   /**
    * Ends a run in one step: appends its last events (the terminal one last), sets the end and gives its session
    * back. null (changing nothing) when the run is not running. The record and log are kept `retentionMs` more.
    */
-  finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null>
+  finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null>
+  /** Renews the leases `owner` still holds (running, owned) until `until`; resolves with the ids it renewed. */
+  renew(owner: string, runIds: readonly string[], until: number): Promise<string[]>
+  /** Running runs whose lease ended before `now`, at most `limit`. */
+  lapsed(now: number, limit: number): Promise<LapsedRun[]>
+  /**
+   * A running run goes back to the queue for its next attempt (compare-and-set): by its owner handing it off
+   * (`{ owner }`), or by anyone once its lease lapsed (`{ lapsedBefore }`). It becomes queued and detachable,
+   * attempt + 1, without a lease, keeping its session; `run.requeued { attempt, reason }` is appended. null when
+   * the condition does not hold (someone else requeued or ended it first).
+   */
+  requeue(runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null>
+  /**
+   * Ends a run whose lease lapsed (compare-and-set on the lapse): `run.failed` with `end.error` is appended as its
+   * last event, its session given back. null when the lease was renewed, or the run ended, meanwhile.
+   */
+  abandon(runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null>
+  /** Calls `listener` when a detachable run is queued (here or on any instance sharing the store). */
+  watchQueue(listener: () => void): () => void
   /** null when absent or expired */
   get(runId: string): Promise<RunRecord | null>
   spec(runId: string): Promise<RunSpec | null>

@@ -16,7 +16,7 @@ function storesOn (schema: string): Required<StoreSet> {
 
 async function closeStores (...sets: Array<Required<StoreSet>>): Promise<void> {
   for (const set of sets) {
-    await Promise.all([set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency.store].map((s) => s.close?.()))
+    await Promise.all([set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency.store, set.runStore].map((s) => s.close?.()))
   }
 }
 

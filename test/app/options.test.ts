@@ -104,11 +104,13 @@ t.test('valid options resolve to frozen settings with defaults', async (t) => {
 t.test('the audit source rule: the admin API reads what the service writes', async (t) => {
   const a = store('append', 'query', 'count')
   const b = store('append', 'query', 'count')
+  // the stores are used through their deadline wrapper (lib/stores/deadline.ts): one wrapper per store
   const onlyAdmin = resolveSettings({ agents: { echo }, adminApi: { enabled: true, auditStore: a as never } })
-  t.equal(onlyAdmin.auditStore, a, 'the service writes to adminApi.auditStore when it has no auditStore')
-  t.equal(onlyAdmin.adminApi?.auditStore, a)
+  t.equal(onlyAdmin.adminApi?.auditStore, onlyAdmin.auditStore, 'the service writes to adminApi.auditStore when it has no auditStore')
+  t.equal(onlyAdmin.stores[0], a)
   const onlyService = resolveSettings({ agents: { echo }, auditStore: b as never, adminApi: { enabled: true } })
-  t.equal(onlyService.adminApi?.auditStore, b, 'the admin API reads the service store')
+  t.equal(onlyService.adminApi?.auditStore, onlyService.auditStore, 'the admin API reads the service store')
+  t.equal(onlyService.stores[0], b)
   const disabled = resolveSettings({ agents: { echo }, adminApi: { enabled: false, prefix: '/ops' } })
   t.equal(disabled.adminApi, null)
 })

@@ -1,7 +1,11 @@
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
 import t from 'tap'
+import Database from 'better-sqlite3'
 import Fastify from 'fastify'
-import agentService, { agentsPlugin, corePlugin, healthPlugin, requestContextPlugin, sessionsPlugin } from '../../index.js'
-import { echo, parseSse } from '../helper.js'
+import agentService, { agentsPlugin, corePlugin, healthPlugin, requestContextPlugin, sessionsPlugin, sqliteStores } from '../../index.js'
+import { echo, eventually, parseSse } from '../helper.js'
+import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
 t.test('mounts into an existing app without touching its routes, validator or 404s', async (t) => {
   const app = Fastify({ logger: false })
@@ -44,7 +48,8 @@ t.test('the host app drains runs on close()', async (t) => {
   })
   await app.ready()
   const reply = app.inject({ method: 'POST', url: '/v1/agents/stuck/runs', payload: { input: 1 } })
-  await new Promise((resolve) => setTimeout(resolve, 20))
+  // closed once the run is in flight (on a busy machine the request takes a while to get there)
+  await eventually(() => app.agentService.runs.size === 1, 10_000, 'the run in flight')
   await app.close()
   const res = await reply
   t.ok(aborted)
@@ -72,4 +77,50 @@ t.test('the plugins register on their own, on top of the core', async (t) => {
 t.test('a plugin without the core names what is missing', async (t) => {
   const app = Fastify({ logger: false })
   await t.rejects(async () => { await app.register(agentsPlugin) }, /The dependency 'fastify-agents-core' of plugin 'fastify-agents-agents' is not registered/)
+})
+
+t.test('app.close() closes the stores the plugin was given that opened their own connection, never yours', async (t) => {
+  const dir = t.testdir({})
+  const owned = sqliteStores(join(dir, 'owned.db'))
+  const database = new Database(join(dir, 'yours.db'))
+  t.teardown(() => database.close())
+  const yours = sqliteStores(database)
+  const app = Fastify({ logger: false })
+  await app.register(agentService, { agents: { echo }, ...owned, idempotency: yours.idempotency, approvalStore: yours.approvalStore })
+  t.equal((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 }, headers: { 'idempotency-key': 'k' } })).statusCode, 200)
+  await app.close()
+  await t.rejects(owned.sessionStore.get('x'), { code: 'FA_STORE_CLOSED' }, 'a store made from a filename is closed')
+  t.equal(database.open, true, 'your Database stays open')
+  t.same(await yours.approvalStore.listPending(), [], 'and the stores on it usable')
+})
+
+// The plugin in a process of its own: after app.close() nothing of a store opened from a URL (its pool, the client
+// listening for approval decisions) keeps the process alive.
+const exitScript = (url: string, schema: string): string => `
+import Fastify from 'fastify'
+import agentService from ${JSON.stringify(new URL('../../app/plugin.js', import.meta.url).href)}
+import { PostgresApprovalStore } from ${JSON.stringify(new URL('../../lib/stores/postgres.js', import.meta.url).href)}
+const asker = { async run (_input, ctx) { const decision = await ctx.requestApproval({ action: 'x', timeoutMs: 200 }); return { output: decision.status } } }
+const app = Fastify({ logger: false })
+await app.register(agentService, { agents: { asker }, approvalStore: new PostgresApprovalStore(${JSON.stringify(url)}, { schema: ${JSON.stringify(schema)} }) })
+const res = await app.inject({ method: 'POST', url: '/v1/agents/asker/runs', payload: { input: 1 } })
+if (res.json().output !== 'expired') throw new Error(res.body)
+await app.close()
+console.log('closed')
+`
+
+t.test('plugin mode: app.close() lets the process exit with a PostgreSQL approval store made from a URL', async (t) => {
+  if (!await requirePg(t)) return
+  const schema = withPgSchema(t)
+  const child = spawn(process.execPath, ['--input-type=module', '-e', exitScript(pgUrl(), schema)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  let closedAt = 0
+  child.stdout.on('data', (chunk: Buffer) => { if (chunk.toString().includes('closed')) closedAt = Date.now() })
+  const code = await Promise.race([
+    new Promise<number | null>((resolve) => child.once('exit', resolve)),
+    new Promise<string>((resolve) => setTimeout(() => resolve('still running'), 60_000).unref())
+  ])
+  t.equal(code, 0)
+  // the pool's idle clients would keep it for 10 s (pg's idleTimeoutMillis), the listening one for ever
+  t.ok(closedAt > 0 && Date.now() - closedAt < 5_000, `exited ${Date.now() - closedAt} ms after app.close()`)
 })

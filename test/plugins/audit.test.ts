@@ -5,9 +5,9 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { sqliteStores } from '../../lib/stores/sqlite.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
-import { closeStores } from '../../app/cli.js'
+
 import { createAgentService } from '../../app/service.js'
-import { echo, parseSse } from '../helper.js'
+import { closeStores, echo, parseSse } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 import type { StoreSet } from '../../lib/stores/types.js'
 

@@ -437,7 +437,7 @@ t.test('a run store that fails while a run streams: the stream goes on, the fail
   let failing = false
   const append = store.append.bind(store)
   const events = store.events.bind(store)
-  store.append = async (runId, batch) => { if (failing) throw new Error('store down'); return append(runId, batch) }
+  store.append = async (runId, batch, owner) => { if (failing) throw new Error('store down'); return append(runId, batch, owner) }
   store.events = async (runId, after, limit) => { if (failing) throw new Error('store down'); return events(runId, after, limit) }
   const held = gate()
   const { url, service } = await listen(t, { runStore: store, agents: { held: held.agent } })
@@ -596,13 +596,13 @@ t.test('resuming a run in progress elsewhere is RUN_IN_PROGRESS; into a busy ses
   t.equal(failed.code, 'AGENT_ERROR')
   // another instance runs it (its record says so; this instance's registry does not know it)
   const record = (await store.get(runId))!
-  await store.reopen({ record: { ...record, startedAt: new Date().toISOString() }, spec: { input: 1 }, ephemeral: false }, { exclusive: false })
+  await store.reopen({ record: { ...record, startedAt: new Date().toISOString() }, spec: { input: 1 }, ephemeral: false, detachable: false, lease: { owner: 'elsewhere', until: Date.now() + 60_000 } }, { exclusive: false })
   const inProgress = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
   t.equal(inProgress.statusCode, 409)
   t.match(inProgress.json(), { code: 'RUN_IN_PROGRESS' })
-  await store.finish(runId, [{ seq: record.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000)
+  await store.finish(runId, [{ seq: record.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000, 'elsewhere')
   // a run of another instance holds the session: it stays busy for as long as the test needs
-  await store.create({ record: { ...record, runId: 'elsewhere', status: 'running', lastSeq: 0 }, spec: { input: 1 }, ephemeral: false }, { exclusive: true })
+  await store.create({ record: { ...record, runId: 'elsewhere', status: 'running', lastSeq: 0 }, spec: { input: 1 }, ephemeral: false, detachable: false, lease: { owner: 'elsewhere', until: Date.now() + 60_000 } }, { exclusive: true })
   const busy = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
   t.equal(busy.statusCode, 409)
   t.match(busy.json(), { code: 'SESSION_BUSY' })

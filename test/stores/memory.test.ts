@@ -28,7 +28,7 @@ t.test('runs: the memory store keeps at most maxRetainedRuns ended runs, the lon
   const runs = [newRun(), newRun(), newRun(), newRun()]
   for (const run of runs) await store.create(run, { exclusive: false })
   for (const run of runs.slice(0, 3)) {
-    await store.finish(run.record.runId, [event(1, 'run.completed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000)
+    await store.finish(run.record.runId, [event(1, 'run.completed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000, 'instance-a')
   }
   t.equal(await store.get(runs[0]!.record.runId), null, 'the longest-ended went first')
   t.ok(await store.get(runs[1]!.record.runId))

@@ -6,16 +6,19 @@ import type { Test } from 'tap'
 import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
-import type { ApprovalDecision, StoreSet } from '../../lib/stores/types.js'
+import type { ApprovalDecision, RunEnd, StoreSet } from '../../lib/stores/types.js'
+import { eventually } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
+import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
+import { event, newRun, runStoreConformance } from './run-conformance.js'
 
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/test'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
     stores.auditStore.close?.(), stores.sessionStore.close?.(), stores.approvalStore.close?.(),
-    stores.checkpointStore.close?.(), stores.idempotency.store.close?.()
+    stores.checkpointStore.close?.(), stores.idempotency.store.close?.(), stores.runStore.close?.()
   ])
 }
 
@@ -51,6 +54,12 @@ if (await requirePg(t)) {
   t.teardown(() => shared.end())
 
   storeConformance(t, factoriesOf((t) => postgresStores(shared, { schema: withPgSchema(t, shared) })))
+
+  // the twin is another instance: a pool of its own on the same schema
+  runStoreConformance(t, {
+    store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).runStore,
+    twin: (_t, first) => new PostgresRunStore({ connectionString: pgUrl(), max: 3 }, { schema: (first as PostgresRunStore).schema })
+  })
 
   t.test('data survives closing the stores and opening them again on the schema', async (t) => {
     const schema = withPgSchema(t, shared)
@@ -93,7 +102,7 @@ if (await requirePg(t)) {
     const schema = withPgSchema(t, shared)
     const connection = new PostgresConnection(pgUrl())
     const probe = {}
-    const pool = connection.acquire(probe)
+    const pool = connection.acquire(probe) as pg.Pool
     const audit = new PostgresAuditStore(connection, { schema })
     const sessions = new PostgresSessionStore(connection, { schema })
     const unused = new PostgresApprovalStore(connection, { schema })
@@ -203,5 +212,265 @@ if (await requirePg(t)) {
     const stores = postgresStores(pgUrl())
     t.equal((stores.approvalStore as PostgresApprovalStore).channel.length, 29)
     await closeAll(stores)
+  })
+}
+
+const HOUR = 3_600_000
+const cancelledEnd = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+
+/** A pool whose queries can be counted, or preceded by something of the test's (a race made to happen). */
+function spiedPool (t: Test, before: (text: string) => Promise<void> | void = () => {}): { pool: pg.Pool, queries: string[] } {
+  const pool = newPool(t)
+  const queries: string[] = []
+  const spied = new Proxy(pool, {
+    get (target, property) {
+      if (property === 'query') {
+        return async (text: string, values?: unknown[]) => {
+          queries.push(text)
+          await before(text)
+          return target.query(text, values)
+        }
+      }
+      const value = Reflect.get(target, property) as unknown
+      return typeof value === 'function' ? value.bind(target) : value
+    }
+  })
+  return { pool: spied, queries }
+}
+
+function percentile (values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+}
+
+if (await pgReachable()) {
+  const admin = new pg.Pool({ connectionString: pgUrl(), max: 2 })
+  t.teardown(() => admin.end())
+
+  t.test('runs: the tables and their indexes are made on first use', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const store = new PostgresRunStore(admin, { schema, tablePrefix: 'app_' })
+    t.teardown(() => store.close())
+    t.equal(await store.get('warm-up'), null)
+    const { rows } = await admin.query('SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname', [schema])
+    const defs = Object.fromEntries(rows.map((row) => [row.indexname, String(row.indexdef).replace(/^.* USING btree /, '')]))
+    t.same(defs, {
+      app_run_events_pkey: '(run_id, seq)',
+      app_run_sessions_pkey: '(session_id)',
+      app_runs_agent: '(agent, created_seq)',
+      app_runs_created: '(created_seq)',
+      app_runs_expires: '(expires_at) WHERE (expires_at IS NOT NULL)',
+      app_runs_pkey: '(run_id)',
+      app_runs_session: '(session_id, created_seq)',
+      app_runs_status: '(status, created_seq)'
+    })
+    const columns = await admin.query('SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2', [schema, 'app_runs'])
+    t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (§16)')
+  })
+
+  t.test('runs: a new pool on the schema finds the runs and their logs', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const first = new PostgresRunStore(pgUrl(), { schema })
+    const run = newRun({ sessionId: 'kept' })
+    const id = run.record.runId
+    await first.create(run, { exclusive: true })
+    await first.append(id, [event(1, 'run.started'), event(2)])
+    const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+    await first.close()
+    const again = new PostgresRunStore({ connectionString: pgUrl(), max: 2 }, { schema })
+    t.teardown(() => again.close())
+    t.same(await again.get(id), ended)
+    t.same(await again.events(id, 0, 10), [event(1, 'run.started'), event(2), event(3, 'run.failed')])
+    t.same(await again.spec(id), run.spec)
+    t.same(await again.create(newRun({ sessionId: 'kept' }), { exclusive: true }), { outcome: 'created' })
+  })
+
+  t.test('runs: append and finish are one round trip whatever the number of events', async (t) => {
+    const { pool, queries } = spiedPool(t)
+    const store = new PostgresRunStore(pool, { schema: withPgSchema(t, admin) })
+    t.teardown(() => store.close())
+    const timings: number[] = []
+    for (let i = 0; i < 10; i++) {
+      const run = newRun()
+      await store.create(run, { exclusive: false })
+      queries.length = 0
+      const started = performance.now()
+      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)))
+      timings.push(performance.now() - started)
+      t.equal(queries.length, 1, 'append of 100 events: one query')
+      queries.length = 0
+      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR)
+      t.equal(queries.length, 1, 'finish: one query')
+    }
+    t.comment(`append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
+  })
+
+  t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const a = new PostgresRunStore(pgUrl(), { schema })
+    const b = new PostgresRunStore({ connectionString: pgUrl(), max: 2 }, { schema, pollIntervalMs: 60_000 })
+    t.teardown(async () => { await a.close(); await b.close() })
+    const run = newRun()
+    await a.create(run, { exclusive: false })
+    const heard = new Map<number, number>()
+    const stop = b.watch(run.record.runId, (change) => { if (change.kind === 'events') heard.set(change.lastSeq, performance.now()) })
+    t.teardown(stop)
+    // once B listens (its first watch starts it), every event is timed
+    let seq = 0
+    await eventually(async () => { await a.append(run.record.runId, [event(++seq)]); await sleep(10); return heard.has(seq) }, 2_000)
+    const delays: number[] = []
+    while (delays.length < 100) {
+      seq++
+      const sent = performance.now()
+      await a.append(run.record.runId, [event(seq)])
+      await eventually(() => heard.has(seq), 1_000)
+      delays.push(heard.get(seq)! - sent)
+    }
+    t.ok(percentile(delays, 0.99) < 250, `p50 ${percentile(delays, 0.5).toFixed(1)} ms, p99 ${percentile(delays, 0.99).toFixed(1)} ms`)
+    t.comment(`PostgreSQL cross-instance event notification: p50 ${percentile(delays, 0.5).toFixed(2)} ms, p99 ${percentile(delays, 0.99).toFixed(2)} ms`)
+  })
+
+  t.test('runs: a change nobody was told of is found by the poll; a lost listener is replaced', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const pool = newPool(t)
+    const checkedOut: PoolClient[] = []
+    pool.on('acquire', (client) => checkedOut.push(client))
+    const store = new PostgresRunStore(pool, { schema, pollIntervalMs: 100 })
+    const other = new PostgresRunStore(admin, { schema })
+    t.teardown(async () => { await store.close(); await other.close() })
+    const run = newRun()
+    await store.create(run, { exclusive: false })
+    const changes: number[] = []
+    let cancels = 0
+    const stop = store.watch(run.record.runId, (change) => { if (change.kind === 'events') changes.push(change.lastSeq); else cancels++ })
+    t.teardown(stop)
+    const listener = await eventually(() => checkedOut.find((client) => client.listenerCount('notification') > 0), 2_000)
+    // written behind the store's back: no NOTIFY
+    await admin.query(`UPDATE ${pg.escapeIdentifier(schema)}.fa_runs SET last_seq = 7, cancel_requested = true WHERE run_id = $1`, [run.record.runId])
+    await eventually(() => changes.includes(7) && cancels === 1, 1_000)
+
+    await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1 AND pid <> pg_backend_pid()', [`LISTEN "${store.channel}"`])
+    const listening = async (): Promise<number> => (await admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1', [`LISTEN "${store.channel}"`])).rows[0].n
+    await eventually(async () => await listening() === 0, 2_000)
+    const watched = newRun()
+    await other.create(watched, { exclusive: false })
+    const heard: number[] = []
+    const stopToo = store.watch(watched.record.runId, (change) => { if (change.kind === 'events') heard.push(change.lastSeq) })
+    t.teardown(stopToo)
+    await other.append(watched.record.runId, [event(1)])
+    await eventually(() => heard.includes(1), 1_000)
+    await eventually(async () => await listening() === 1, 2_000)
+    listener.emit('error', new Error('a late error from the dropped connection'))
+    const started = Date.now()
+    await other.append(watched.record.runId, [event(2)])
+    await eventually(() => heard.includes(2), 1_000)
+    t.ok(Date.now() - started < 100, 'listening again: heard before the next poll')
+    t.equal(await listening(), 1)
+  })
+
+  t.test('runs: purge deletes at most a batch of expired runs, their logs with them', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const store = new PostgresRunStore(admin, { schema })
+    t.teardown(() => store.close())
+    const kept = newRun()
+    await store.create(kept, { exclusive: false })
+    for (let i = 0; i < 7; i++) {
+      const run = newRun()
+      await store.create(run, { exclusive: false })
+      await store.append(run.record.runId, [event(1), event(2)])
+      await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1)
+    }
+    const later = Date.now() + 1_000
+    t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
+    const table = (name: string): string => `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(name)}`
+    t.equal((await admin.query(`SELECT count(*)::int AS n FROM ${table('fa_run_events')}`)).rows[0].n, 0)
+    t.same((await admin.query(`SELECT run_id FROM ${table('fa_runs')}`)).rows, [{ run_id: kept.record.runId }])
+  })
+
+  t.test('runs: a session lock is taken over from a run that ended, or that is gone, even when that happens mid-take', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const table = (name: string): string => `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(name)}`
+    let race: (() => Promise<unknown>) | null = null
+    // runs the race once, just before the store reads who holds the lock it could not take
+    const { pool } = spiedPool(t, async (text) => {
+      if (race !== null && text.includes('LEFT JOIN')) {
+        const go = race
+        race = null
+        await go()
+      }
+    })
+    const store = new PostgresRunStore(pool, { schema })
+    t.teardown(() => store.close())
+    const holder = newRun({ sessionId: 's1' })
+    await store.create(holder, { exclusive: true })
+
+    // its holder ends (without giving the lock back) after the take was refused: tried again, taken over
+    race = () => admin.query(`UPDATE ${table('fa_runs')} SET status = 'failed' WHERE run_id = $1`, [holder.record.runId])
+    const second = newRun({ sessionId: 's1' })
+    t.same(await store.create(second, { exclusive: true }), { outcome: 'created' })
+    t.equal(race, null, 'the race ran')
+
+    // the lock is given back after the take was refused: tried again, taken
+    race = () => admin.query(`DELETE FROM ${table('fa_run_sessions')} WHERE session_id = 's1'`)
+    const third = newRun({ sessionId: 's1' })
+    t.same(await store.create(third, { exclusive: true }), { outcome: 'created' })
+
+    // a lock whose run is gone is removed and taken
+    await admin.query(`DELETE FROM ${table('fa_runs')} WHERE run_id = $1`, [third.record.runId])
+    t.same(await store.create(newRun({ sessionId: 's1' }), { exclusive: true }), { outcome: 'created' })
+    await admin.query(`UPDATE ${table('fa_run_sessions')} SET run_id = 'gone' WHERE session_id = 's1'`)
+    const queued = newRun({ sessionId: 's1', status: 'queued' })
+    await store.create(queued, { exclusive: false })
+    t.match(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'started' }, 'start takes it over too')
+  })
+
+  t.test('runs: a statement failing in a transaction rolls it back and gives up its connection', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const pool = newPool(t)
+    const store = new PostgresRunStore(pool, { schema })
+    t.teardown(() => store.close())
+    const run = newRun({ status: 'queued' })
+    await store.create(run, { exclusive: false })
+    await admin.query(`ALTER TABLE ${pg.escapeIdentifier(schema)}.fa_runs RENAME TO fa_runs_elsewhere`)
+    await t.rejects(store.cancel(run.record.runId, cancelledEnd(), HOUR), { code: '42P01' })
+    await t.rejects(store.start(run.record.runId, new Date().toISOString()), { code: '42P01' })
+    t.equal(pool.totalCount - pool.idleCount, 0, 'no connection left checked out')
+  })
+
+  t.test('runs: an unreachable server rejects calls, watching waits for it, and closing is clean', async (t) => {
+    const store = new PostgresRunStore(UNREACHABLE, { pollIntervalMs: 20 })
+    await t.rejects(store.get('r1'), { code: 'ECONNREFUSED' })
+    const stop = store.watch('r1', () => {})
+    const stopSession = store.watchSession('s1', () => {})
+    await sleep(80)
+    stop()
+    stopSession()
+    await store.close()
+  })
+
+  t.test('runs: the store takes one listening connection of a pool you pass, and gives it back on close', async (t) => {
+    const pool = newPool(t)
+    const store = new PostgresRunStore(pool, { schema: withPgSchema(t, admin) })
+    const stop = store.watch('r1', () => {})
+    await eventually(() => pool.totalCount - pool.idleCount === 1, 2_000)
+    stop()
+    await store.close()
+    await store.close()
+    t.equal(pool.totalCount - pool.idleCount, 0)
+    t.equal(pool.ended, false)
+    const closed = { code: 'FA_STORE_CLOSED' }
+    await t.rejects(store.create(newRun(), { exclusive: false }), closed)
+    await t.rejects(store.get('r1'), closed)
+    await t.rejects(store.spec('r1'), closed)
+    await t.rejects(store.events('r1', 0, 1), closed)
+    await t.rejects(store.append('r1', [event(1)]), closed)
+    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR), closed)
+    await t.rejects(store.start('r1', new Date().toISOString()), closed)
+    await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
+    await t.rejects(store.list({ limit: 1 }), closed)
+    await t.rejects(store.purge(Date.now(), 1), closed)
+    t.throws(() => new PostgresRunStore(pool, { pollIntervalMs: -1 }), { name: 'RangeError', message: /pollIntervalMs/ })
+    t.throws(() => new PostgresRunStore(pool, { schema: 'bad"schema' }), { name: 'TypeError', message: /schema/ })
+    t.equal(new PostgresRunStore(pool).channel.length, 24)
   })
 }

@@ -5,7 +5,11 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from '../../lib/stores/redis.js'
 import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
+import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
+import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { eventually } from '../helper.js'
+import type { RunEnd } from '../../lib/stores/types.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
 
@@ -20,6 +24,15 @@ if (await requireRedis(t)) {
   const stores = (t: Test) => redisStores(shared, { prefix: withRedisPrefix(t, shared) })
   sessionStoreConformance(t, (t) => stores(t).sessionStore)
   idempotencyStoreConformance(t, (t) => stores(t).idempotency.store)
+  // the twin is another instance: a client of its own on the same prefix
+  runStoreConformance(t, {
+    store: (t) => stores(t).runStore,
+    twin: (t, first) => {
+      const client = new Redis(redisUrl())
+      t.teardown(() => client.quit())
+      return new RedisRunStore(client, { prefix: (first as RedisRunStore).prefix })
+    }
+  })
 
   t.test('two stores sharing a prefix: one reserver wins across both', async (t) => {
     const prefix = withRedisPrefix(t, shared)
@@ -69,7 +82,7 @@ if (await requireRedis(t)) {
     t.match(await sessions.get('s1'), { id: 's1' })
     await idempotency.reserve('k1', 'fp', OPTIONS)
     const probe = {}
-    const client = connection.acquire(probe)
+    const client = connection.acquire(probe) as Redis
     await connection.release(probe)
     await sessions.close()
     t.equal(client.status, 'ready', 'the idempotency store still uses it')
@@ -113,5 +126,295 @@ if (await requireRedis(t)) {
     t.throws(() => redisStores(42 as unknown as string), TypeError)
     t.throws(() => redisStores({} as unknown as string), TypeError)
     t.throws(() => new RedisSessionStore(shared, { prefix: 42 as unknown as string }), { name: 'TypeError', message: /prefix/ })
+  })
+}
+
+const HOUR = 3_600_000
+const cancelledEnd = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+
+function percentile (values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+}
+
+/** A client whose commands are counted, and whose first `hgetall` can be followed by something of the test's. */
+function spied (client: Redis, afterRead: { once?: () => Promise<unknown> } = {}): { client: Redis, calls: string[] } {
+  const calls: string[] = []
+  const proxy = new Proxy(client, {
+    get (target, property) {
+      const value = Reflect.get(target, property) as unknown
+      if (typeof value !== 'function') return value
+      if (property === 'hgetall') {
+        return async (...args: unknown[]) => {
+          calls.push('hgetall')
+          const reply = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+          const once = afterRead.once
+          afterRead.once = undefined
+          if (once !== undefined) await once()
+          return reply
+        }
+      }
+      return (...args: unknown[]) => {
+        if (typeof property === 'string' && property !== 'duplicate') calls.push(property)
+        return (value as (...a: unknown[]) => unknown).apply(target, args)
+      }
+    }
+  })
+  return { client: proxy, calls }
+}
+
+if (await redisReachable()) {
+  const admin = new Redis(redisUrl())
+  t.teardown(() => admin.quit())
+
+  t.test('runs: what a run leaves in Redis, and the expiry its keys get when it ends', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const store = new RedisRunStore(admin, { prefix })
+    t.teardown(() => store.close())
+    const run = newRun({ sessionId: 's1', agent: 'echo' })
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1), event(2)])
+    t.equal(await admin.get(`${prefix}run-session:s1`), id, 'the session lock')
+    t.equal(await admin.pttl(`${prefix}run:${id}`), -1, 'no expiry while it runs')
+    await store.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+    for (const key of [`${prefix}run:${id}`, `${prefix}run-events:${id}`]) {
+      const ttl = await admin.pttl(key)
+      t.ok(ttl > HOUR - 5_000 && ttl <= HOUR, `${key} expires with the retention`)
+    }
+    t.equal(await admin.exists(`${prefix}run-session:s1`), 0, 'the lock given back')
+    for (const set of ['runs', 'runs:session:s1', 'runs:agent:echo', 'runs:status:cancelled']) {
+      t.same(await admin.zrange(`${prefix}${set}`, '0', '-1'), [id], `listed in ${set}`)
+    }
+    t.equal(await admin.zcard(`${prefix}runs:status:running`), 0)
+    t.equal(await admin.zcard(`${prefix}runs:expiring`), 1)
+  })
+
+  t.test('runs: purge unlists runs whose keys Redis expired already, and deletes the others, in batches', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const store = new RedisRunStore(admin, { prefix })
+    t.teardown(() => store.close())
+    const kept = newRun({ agent: 'echo' })
+    await store.create(kept, { exclusive: false })
+    for (let i = 0; i < 7; i++) {
+      const run = newRun({ sessionId: `s${i}`, agent: 'echo' })
+      await store.create(run, { exclusive: true })
+      await store.append(run.record.runId, [event(1)])
+      // some expire in Redis before the purge, the others are purged ahead of their keys' expiry
+      await store.finish(run.record.runId, [event(2, 'run.failed')], cancelledEnd(), i < 4 ? 20 : HOUR)
+    }
+    await sleep(60)
+    const later = Date.now() + 2 * HOUR
+    t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
+    t.same(await admin.zrange(`${prefix}runs`, '0', '-1'), [kept.record.runId])
+    t.same(await admin.zrange(`${prefix}runs:agent:echo`, '0', '-1'), [kept.record.runId])
+    const left = await admin.keys(`${prefix}*`)
+    t.same(left.sort(), [
+      `${prefix}run:${kept.record.runId}`, `${prefix}runs`, `${prefix}runs:agent:echo`, `${prefix}runs:status:running`,
+      `${prefix}runs:session:${kept.record.sessionId}`, `${prefix}runs:seq`
+    ].sort(), 'nothing else left: no session, status or expiry set, no log')
+  })
+
+  t.test('runs: lists drop members whose run is gone or no longer belongs; a clock ahead of Redis hides expired runs', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const store = new RedisRunStore(admin, { prefix })
+    t.teardown(() => store.close())
+    const runs = Array.from({ length: 5 }, () => newRun({ sessionId: 'listed' }))
+    for (const run of runs) await store.create(run, { exclusive: false })
+    await store.finish(runs[1]!.record.runId, [], cancelledEnd(), 20)
+    await store.finish(runs[3]!.record.runId, [], cancelledEnd(), 20)
+    await sleep(50)
+    const page = await store.listBySession('listed', { limit: 2 })
+    t.same(page.runs.map((r) => r.runId), [runs[4]!.record.runId, runs[2]!.record.runId])
+    t.same((await store.listBySession('listed', { limit: 2, cursor: page.nextCursor! })).runs.map((r) => r.runId), [runs[0]!.record.runId])
+    t.same(await admin.zrevrange(`${prefix}runs:session:listed`, '0', '-1'), [4, 2, 0].map((i) => runs[i]!.record.runId), 'the expired ones dropped')
+    await admin.zadd(`${prefix}runs:status:queued`, 1, runs[0]!.record.runId)
+    t.same((await store.list({ limit: 10, status: 'queued' })).runs, [])
+    t.equal(await admin.zcard(`${prefix}runs:status:queued`), 0, 'a member in the wrong status set is dropped')
+
+    // Redis has not expired it yet (its clock, or a PERSIST): by the store's clock it is gone all the same
+    const late = newRun()
+    const id = late.record.runId
+    await store.create(late, { exclusive: false })
+    await store.append(id, [event(1)])
+    await store.finish(id, [event(2, 'run.failed')], cancelledEnd(), 20)
+    await admin.persist(`${prefix}run:${id}`)
+    await sleep(40)
+    t.equal(await admin.exists(`${prefix}run:${id}`), 1)
+    t.equal(await store.get(id), null)
+    t.equal(await store.spec(id), null)
+    t.same(await store.events(id, 0, 10), [])
+    t.same(await store.cancel(id, cancelledEnd(), HOUR), { outcome: 'not_found' })
+    t.equal(await store.purge(Date.now(), 10), 3)
+    t.equal(await admin.exists(`${prefix}run:${id}`), 0)
+  })
+
+  t.test('runs: append and finish are one command whatever the number of events', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const { client, calls } = spied(admin)
+    const store = new RedisRunStore(client, { prefix })
+    t.teardown(() => store.close())
+    const timings: number[] = []
+    for (let i = 0; i < 10; i++) {
+      const run = newRun()
+      await store.create(run, { exclusive: false })
+      calls.length = 0
+      const started = performance.now()
+      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)))
+      timings.push(performance.now() - started)
+      t.same(calls, ['evalsha'], 'append of 100 events: one script')
+      calls.length = 0
+      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR)
+      t.same(calls, ['evalsha'], 'finish: one script')
+    }
+    t.comment(`Redis append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
+  })
+
+  t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const a = new RedisRunStore(admin, { prefix })
+    const b = new RedisRunStore(redisUrl(), { prefix, pollIntervalMs: 60_000 })
+    t.teardown(async () => { await a.close(); await b.close() })
+    const run = newRun()
+    await a.create(run, { exclusive: false })
+    const heard = new Map<number, number>()
+    const stop = b.watch(run.record.runId, (change) => { if (change.kind === 'events') heard.set(change.lastSeq, performance.now()) })
+    t.teardown(stop)
+    let seq = 0
+    await eventually(async () => { await a.append(run.record.runId, [event(++seq)]); await sleep(10); return heard.has(seq) }, 2_000)
+    const delays: number[] = []
+    while (delays.length < 100) {
+      seq++
+      const sent = performance.now()
+      await a.append(run.record.runId, [event(seq)])
+      await eventually(() => heard.has(seq), 1_000)
+      delays.push(heard.get(seq)! - sent)
+    }
+    t.ok(percentile(delays, 0.99) < 250, `p50 ${percentile(delays, 0.5).toFixed(1)} ms, p99 ${percentile(delays, 0.99).toFixed(1)} ms`)
+    t.comment(`Redis cross-instance event notification: p50 ${percentile(delays, 0.5).toFixed(2)} ms, p99 ${percentile(delays, 0.99).toFixed(2)} ms`)
+  })
+
+  t.test('runs: a change nobody published is found by the poll; a dropped subscriber subscribes again', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const name = `fa-test-${process.pid}-${Date.now()}`
+    const client = new Redis(redisUrl(), { connectionName: name })
+    t.teardown(() => client.quit())
+    const store = new RedisRunStore(client, { prefix, pollIntervalMs: 100 })
+    const other = new RedisRunStore(admin, { prefix })
+    t.teardown(async () => { await store.close(); await other.close() })
+    const run = newRun()
+    await store.create(run, { exclusive: false })
+    const changes: number[] = []
+    let cancels = 0
+    const stop = store.watch(run.record.runId, (change) => { if (change.kind === 'events') changes.push(change.lastSeq); else cancels++ })
+    t.teardown(stop)
+    await admin.hset(`${prefix}run:${run.record.runId}`, 'lastSeq', '7', 'cancel', '1')
+    await eventually(() => changes.includes(7) && cancels === 1, 1_000)
+
+    const subscribers = async (): Promise<string[]> => (await admin.client('LIST') as string).split('\n')
+      .filter((line) => line.includes(`name=${name}`) && / sub=1 /.test(line)).map((line) => /id=(\d+)/.exec(line)![1]!)
+    const [id] = await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids }, 2_000)
+    await admin.client('KILL', 'ID', id!)
+    await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids[0] !== id }, 3_000)
+    const watched = newRun()
+    await other.create(watched, { exclusive: false })
+    const heard: number[] = []
+    const stopToo = store.watch(watched.record.runId, (change) => { if (change.kind === 'events') heard.push(change.lastSeq) })
+    t.teardown(stopToo)
+    const started = Date.now()
+    await other.append(watched.record.runId, [event(1)])
+    await eventually(() => heard.includes(1), 1_000)
+    t.ok(Date.now() - started < 100, 'subscribed again: heard before the next poll')
+  })
+
+  t.test('runs: cancel reads again when the run changes between its read and its write', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const race: { once?: () => Promise<unknown> } = {}
+    const { client } = spied(admin, race)
+    const store = new RedisRunStore(client, { prefix })
+    const other = new RedisRunStore(admin, { prefix })
+    t.teardown(async () => { await store.close(); await other.close() })
+    const startedAt = (): string => new Date().toISOString()
+
+    const starts = newRun({ status: 'queued', sessionId: null })
+    await store.create(starts, { exclusive: false })
+    race.once = () => other.start(starts.record.runId, startedAt())
+    t.match(await store.cancel(starts.record.runId, cancelledEnd(), HOUR), { outcome: 'requested', record: { status: 'running' } }, 'it started meanwhile')
+
+    const grows = newRun({ status: 'queued', sessionId: null })
+    await store.create(grows, { exclusive: false })
+    race.once = () => other.append(grows.record.runId, [event(1, 'custom.note')])
+    t.match(await store.cancel(grows.record.runId, cancelledEnd(), HOUR), { outcome: 'cancelled', record: { lastSeq: 2 } }, 'an event came in meanwhile')
+    t.same((await store.events(grows.record.runId, 0, 10)).map((e) => e.type), ['custom.note', 'run.failed'])
+
+    const ends = newRun()
+    await store.create(ends, { exclusive: false })
+    race.once = () => other.finish(ends.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR)
+    t.match(await store.cancel(ends.record.runId, cancelledEnd(), HOUR), { outcome: 'ended' }, 'it ended meanwhile')
+  })
+
+  t.test('runs: scripts are sent in full when the server does not know them', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const failing = (message: string): Redis => new Proxy(admin, {
+      get (target, property) {
+        if (property === 'evalsha') return async () => { throw new Error(message) }
+        const value = Reflect.get(target, property) as unknown
+        return typeof value === 'function' ? value.bind(target) : value
+      }
+    })
+    const store = new RedisRunStore(failing('NOSCRIPT No matching script. Please use EVAL.'), { prefix })
+    t.same(await store.create(newRun(), { exclusive: true }), { outcome: 'created' })
+    const broken = new RedisRunStore(failing('ERR something else'), { prefix })
+    await t.rejects(broken.create(newRun(), { exclusive: true }), { message: 'ERR something else' })
+    await store.close()
+    await broken.close()
+  })
+
+  t.test('runs: a client you pass is never closed, the subscriber always is; a closed store refuses every call', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const store = new RedisRunStore(admin, { prefix })
+    t.equal(store.channel, `${prefix}runs`)
+    const stop = store.watch('r1', () => {})
+    await sleep(50)
+    const subscribedTo = async (): Promise<number> => ((await admin.pubsub('NUMSUB', store.channel)) as [string, number])[1]
+    t.equal(await subscribedTo(), 1)
+    stop()
+    await store.close()
+    await store.close()
+    await eventually(async () => await subscribedTo() === 0, 2_000)
+    t.equal(admin.status, 'ready')
+    const closed = { code: 'FA_STORE_CLOSED' }
+    await t.rejects(store.create(newRun(), { exclusive: false }), closed)
+    await t.rejects(store.get('r1'), closed)
+    await t.rejects(store.spec('r1'), closed)
+    await t.rejects(store.events('r1', 0, 1), closed)
+    await t.rejects(store.append('r1', [event(1)]), closed)
+    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR), closed)
+    await t.rejects(store.start('r1', new Date().toISOString()), closed)
+    await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
+    await t.rejects(store.list({ limit: 1 }), closed)
+    await t.rejects(store.purge(Date.now(), 1), closed)
+    store.watch('r1', () => {})()
+
+    const owned = new RedisRunStore(redisUrl(), { prefix })
+    t.equal(await owned.get('r1'), null)
+    await owned.close()
+    t.equal(new RedisRunStore(admin).prefix, 'fa:')
+    t.throws(() => new RedisRunStore(admin, { prefix: 42 as unknown as string }), { name: 'TypeError', message: /prefix/ })
+    t.throws(() => new RedisRunStore(admin, { pollIntervalMs: 0 }), { name: 'RangeError', message: /pollIntervalMs/ })
+  })
+  t.test('runs: a client that lost its connection fails calls; watching goes on, polling in vain', async (t) => {
+    const client = new Redis(redisUrl())
+    const store = new RedisRunStore(client, { prefix: withRedisPrefix(t, admin), pollIntervalMs: 10 })
+    t.equal(await store.get('r1'), null)
+    const stop = store.watch('r1', () => {})
+    const stopSession = store.watchSession('s1', () => {})
+    await sleep(30)
+    client.disconnect()
+    await t.rejects(store.get('r1'), { message: /Connection is closed/ })
+    await sleep(50)
+    stop()
+    stopSession()
+    await store.close()
   })
 }

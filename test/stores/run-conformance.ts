@@ -3,7 +3,7 @@
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import type { NewRun, RunChange, RunEnd, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
+import type { NewRun, RunChange, RunEnd, RunLease, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
 import type { StoreFactory } from './conformance.js'
 
 export interface RunStoreFactories {
@@ -14,6 +14,13 @@ export interface RunStoreFactories {
 
 const HOUR = 3_600_000
 let counter = 0
+/** The instance these tests run runs as, and another one. */
+export const OWNER = 'instance-a'
+export const OTHER = 'instance-b'
+
+export function lease (owner = OWNER, ms = HOUR): RunLease {
+  return { owner, until: Date.now() + ms }
+}
 
 export function newRun (extra: Partial<RunRecord> = {}, ephemeral = false): NewRun {
   counter++
@@ -36,7 +43,9 @@ export function newRun (extra: Partial<RunRecord> = {}, ephemeral = false): NewR
       ...extra
     },
     spec: { input: { q: runId }, metadata: { n: counter } },
-    ephemeral
+    ephemeral,
+    detachable: false,
+    lease: extra.status === 'queued' ? null : lease()
   }
 }
 
@@ -87,6 +96,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(run, { exclusive: false }), { outcome: 'created' })
     t.same(await store.get(run.record.runId), run.record)
     t.same(await store.spec(run.record.runId), run.spec)
+    const background = newRun({ background: true, attempt: 2 }, true)
+    await store.create(background, { exclusive: true })
+    t.same(await store.get(background.record.runId), background.record, 'background, attempt, ephemeral: kept as given')
     t.equal(await store.get('nope'), null)
     t.equal(await store.spec('nope'), null)
     t.same(await store.events('nope', 0, 10), [])
@@ -97,19 +109,19 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const run = newRun()
     await store.create(run, { exclusive: false })
     const id = run.record.runId
-    await store.append(id, [event(1, 'run.started', { runId: id })])
-    await store.append(id, [event(2), event(3), event(4)])
-    await store.append(id, [])
+    await store.append(id, [event(1, 'run.started', { runId: id })], OWNER)
+    await store.append(id, [event(2), event(3), event(4)], OWNER)
+    await store.append(id, [], OWNER)
     t.equal((await store.get(id))!.lastSeq, 4)
     t.same(await store.events(id, 0, 100), [event(1, 'run.started', { runId: id }), event(2), event(3), event(4)])
     t.same(await store.events(id, 2, 1), [event(3)])
     t.same(await store.events(id, 4, 10), [])
-    await t.rejects(store.append(id, [event(6)]), { code: 'FA_RUN_LOG_GAP' })
-    await t.rejects(store.append(id, [event(5), event(7)]), { code: 'FA_RUN_LOG_GAP' })
+    await t.rejects(store.append(id, [event(6)], OWNER), { code: 'FA_RUN_LOG_GAP' })
+    await t.rejects(store.append(id, [event(5), event(7)], OWNER), { code: 'FA_RUN_LOG_GAP' })
     t.equal((await store.get(id))!.lastSeq, 4, 'nothing of a refused batch is kept')
     // data is kept as the exact text sent, unicode and all
     const odd = { seq: 5, type: 'custom.x', data: '{"s":"é ✓ 😀 \\u2028","n":1.50}' }
-    await store.append(id, [odd])
+    await store.append(id, [odd], OWNER)
     t.same(await store.events(id, 4, 10), [odd])
   })
 
@@ -118,20 +130,20 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const run = newRun()
     await store.create(run, { exclusive: true })
     const id = run.record.runId
-    await store.append(id, [event(1, 'run.started')])
+    await store.append(id, [event(1, 'run.started')], OWNER)
     const end = completed(run.record)
-    const done = await store.finish(id, [event(2), event(3, 'run.completed', end.result)], end, HOUR)
+    const done = await store.finish(id, [event(2), event(3, 'run.completed', end.result)], end, HOUR, OWNER)
     t.match(done, { runId: id, status: 'completed', lastSeq: 3, endedAt: end.endedAt, result: end.result })
     t.same(await store.get(id), done)
-    t.equal(await store.finish(id, [event(4, 'run.failed')], cancelled(), HOUR), null, 'an ended run ends once')
+    t.equal(await store.finish(id, [event(4, 'run.failed')], cancelled(), HOUR, OWNER), null, 'an ended run ends once')
     t.equal((await store.get(id))!.lastSeq, 3)
-    await store.append(id, [event(4)])
+    await store.append(id, [event(4)], OWNER)
     t.equal((await store.get(id))!.lastSeq, 3, 'nothing is appended after the end')
-    t.equal(await store.finish('nope', [], cancelled(), HOUR), null)
+    t.equal(await store.finish('nope', [], cancelled(), HOUR, OWNER), null)
     const failed = newRun()
     await store.create(failed, { exclusive: false })
     const end2: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'AGENT_ERROR', message: 'boom' } }
-    t.match(await store.finish(failed.record.runId, [event(1, 'run.failed')], end2, HOUR), { status: 'failed', error: end2.error })
+    t.match(await store.finish(failed.record.runId, [event(1, 'run.failed')], end2, HOUR, OWNER), { status: 'failed', error: end2.error })
   })
 
   t.test('runs: an exclusive run holds its session until it ends', async (t) => {
@@ -142,7 +154,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(second, { exclusive: true }), { outcome: 'session_busy', holder: first.record.runId })
     t.equal(await store.get(second.record.runId), null, 'a busy create stores nothing')
     t.same(await store.create(newRun({ sessionId: 'shared-session' }), { exclusive: false }), { outcome: 'created' }, 'a non-exclusive run does not ask')
-    await store.finish(first.record.runId, [event(1, 'run.completed')], completed(first.record), HOUR)
+    await store.finish(first.record.runId, [event(1, 'run.completed')], completed(first.record), HOUR, OWNER)
     t.same(await store.create(second, { exclusive: true }), { outcome: 'created' })
     t.same(await store.create(newRun({ sessionId: null }), { exclusive: true }), { outcome: 'created' }, 'no session, nothing to hold')
   })
@@ -165,21 +177,21 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     await store.create(holder, { exclusive: true })
     await store.create(queued, { exclusive: false })
     t.match(await store.get(queued.record.runId), { status: 'queued' })
-    t.same(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'session_busy', holder: holder.record.runId })
+    t.same(await store.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'session_busy', holder: holder.record.runId })
     let freed = 0
     const stop = store.watchSession('q-session', () => { freed++ })
     t.teardown(stop)
-    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR)
+    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR, OWNER)
     await eventually(() => freed > 0)
     const startedAt = new Date().toISOString()
-    const started = await store.start(queued.record.runId, startedAt)
+    const started = await store.start(queued.record.runId, startedAt, lease())
     t.match(started, { outcome: 'started', record: { runId: queued.record.runId, status: 'running', startedAt } })
-    t.same(await store.start(queued.record.runId, startedAt), { outcome: 'gone' }, 'a run starts once')
-    t.same(await store.start('nope', startedAt), { outcome: 'gone' })
+    t.same(await store.start(queued.record.runId, startedAt, lease()), { outcome: 'gone' }, 'a run starts once')
+    t.same(await store.start('nope', startedAt, lease()), { outcome: 'gone' })
     t.same(await store.create(newRun({ sessionId: 'q-session' }), { exclusive: true }), { outcome: 'session_busy', holder: queued.record.runId })
     const lone = newRun({ sessionId: null, status: 'queued' })
     await store.create(lone, { exclusive: false })
-    t.match(await store.start(lone.record.runId, startedAt), { outcome: 'started' })
+    t.match(await store.start(lone.record.runId, startedAt, lease()), { outcome: 'started' })
   })
 
   t.test('runs: a resumed run reopens its record: its next attempt, its log going on, its session taken', async (t) => {
@@ -187,16 +199,16 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const run = newRun({ sessionId: 'resumed-session' })
     const id = run.record.runId
     await store.create(run, { exclusive: true })
-    await store.append(id, [event(1, 'run.started'), event(2)])
+    await store.append(id, [event(1, 'run.started'), event(2)], OWNER)
     const again = newRun({ runId: id, sessionId: 'resumed-session', requestId: 'req-again', traceId: 'c'.repeat(32) })
     again.spec = { input: 'again' }
     t.same(await store.reopen(again, { exclusive: true }), { outcome: 'in_progress' }, 'not while it runs')
     const failed: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'AGENT_ERROR', message: 'x' } }
-    await store.finish(id, [event(3, 'run.failed')], failed, HOUR)
+    await store.finish(id, [event(3, 'run.failed')], failed, HOUR, OWNER)
     const holder = newRun({ sessionId: 'resumed-session' })
     await store.create(holder, { exclusive: true })
     t.same(await store.reopen(again, { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
-    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR)
+    await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR, OWNER)
     const reopened = await store.reopen(again, { exclusive: true })
     t.same(reopened, {
       outcome: 'reopened',
@@ -205,9 +217,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.get(id), (reopened as { record: RunRecord }).record, 'no end, no error any more')
     t.same(await store.spec(id), { input: 'again' })
     t.same(await store.create(newRun({ sessionId: 'resumed-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id })
-    await store.append(id, [event(4, 'run.started')])
+    await store.append(id, [event(4, 'run.started')], OWNER)
     t.same((await store.events(id, 0, 10)).map((e) => e.seq), [1, 2, 3, 4], 'one log, one sequence')
-    t.match(await store.finish(id, [event(5, 'run.completed')], completed(run.record), HOUR), { status: 'completed', attempt: 2, lastSeq: 5 })
+    t.match(await store.finish(id, [event(5, 'run.completed')], completed(run.record), HOUR, OWNER), { status: 'completed', attempt: 2, lastSeq: 5 })
     t.same(await store.reopen(newRun({ runId: 'never-stored' }), { exclusive: true }), { outcome: 'not_found' })
   })
 
@@ -221,7 +233,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.events(queued.record.runId, 0, 10), [{
       seq: 1, type: 'run.failed', data: JSON.stringify({ error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId: 'b'.repeat(32) })
     }], 'its log is the one event a run would have sent')
-    t.match(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'gone' })
+    t.match(await store.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'gone' })
 
     const running = newRun()
     await store.create(running, { exclusive: true })
@@ -229,7 +241,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.teardown(heard.stop)
     t.match(await store.cancel(running.record.runId, cancelled(), HOUR), { outcome: 'requested', record: { status: 'running' } })
     await eventually(() => heard.changes.some((c) => c.kind === 'cancel'))
-    await store.finish(running.record.runId, [event(1, 'run.failed')], cancelled(), HOUR)
+    await store.finish(running.record.runId, [event(1, 'run.failed')], cancelled(), HOUR, OWNER)
     t.match(await store.cancel(running.record.runId, cancelled(), HOUR), { outcome: 'ended', record: { status: 'cancelled' } })
   })
 
@@ -239,9 +251,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     await store.create(run, { exclusive: false })
     const id = run.record.runId
     const heard = watcher(store, id)
-    await store.append(id, [event(1), event(2)])
+    await store.append(id, [event(1), event(2)], OWNER)
     await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 2))
-    await store.finish(id, [event(3, 'run.completed')], completed(run.record), HOUR)
+    await store.finish(id, [event(3, 'run.completed')], completed(run.record), HOUR, OWNER)
     await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 3))
     const seqs = heard.changes.filter((c) => c.kind === 'events').map((c) => (c as { lastSeq: number }).lastSeq)
     t.same(seqs, [...seqs].sort((a, b) => a - b), 'in order, no repeats')
@@ -250,7 +262,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const other = newRun()
     await store.create(other, { exclusive: false })
     const before = heard.changes.length
-    await store.append(other.record.runId, [event(1)])
+    await store.append(other.record.runId, [event(1)], OWNER)
     await sleep(50)
     t.equal(heard.changes.length, before, 'another run is not heard')
   })
@@ -274,6 +286,8 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.list({ limit: 10, agent: 'other' })).runs.map((r) => r.runId), [others[0]!.record.runId])
     t.same((await store.list({ limit: 10, status: 'queued', sessionId: 'elsewhere' })).runs.map((r) => r.runId), [others[1]!.record.runId])
     t.same((await store.list({ limit: 10, sessionId: 'listed', status: 'running' })).runs.length, 5)
+    t.same((await store.list({ limit: 10, status: 'queued' })).runs.map((r) => r.runId), [others[1]!.record.runId])
+    t.same((await store.list({ limit: 10, agent: 'other', status: 'queued' })).runs, [])
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(store.list({ limit: 0 }), RangeError)
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
@@ -296,10 +310,10 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const long = newRun()
     for (const run of [short, long]) {
       await store.create(run, { exclusive: false })
-      await store.append(run.record.runId, [event(1)])
+      await store.append(run.record.runId, [event(1)], OWNER)
     }
-    await store.finish(short.record.runId, [event(2, 'run.completed')], completed(short.record), 50)
-    await store.finish(long.record.runId, [event(2, 'run.completed')], completed(long.record), HOUR)
+    await store.finish(short.record.runId, [event(2, 'run.completed')], completed(short.record), 50, OWNER)
+    await store.finish(long.record.runId, [event(2, 'run.completed')], completed(long.record), HOUR, OWNER)
     await sleep(120)
     t.equal(await store.get(short.record.runId), null, 'past its retention: gone')
     t.same(await store.events(short.record.runId, 0, 10), [])
@@ -311,6 +325,237 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.purge(Date.now() + 2 * HOUR, 0), 0, 'a batch of 0 deletes nothing')
     t.equal(await store.purge(Date.now() + 2 * HOUR, 1), 1)
     t.equal(await store.get(long.record.runId), null)
+  })
+
+  t.test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'reopen-shared' })
+    await store.create(run, { exclusive: true })
+    await store.finish(run.record.runId, [event(1, 'run.failed')], cancelled(), HOUR, OWNER)
+    const holder = newRun({ sessionId: 'reopen-shared' })
+    await store.create(holder, { exclusive: true })
+    t.match(await store.reopen(newRun({ runId: run.record.runId }), { exclusive: false }), {
+      outcome: 'reopened', record: { status: 'running', attempt: 2, lastSeq: 1, sessionId: 'reopen-shared' }
+    })
+    t.same(await store.create(newRun({ sessionId: 'reopen-shared' }), { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
+  })
+
+  t.test('runs: a run created under the id of one past its retention starts a new record and log', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1), event(2)], OWNER)
+    await store.finish(id, [event(3, 'run.failed')], { ...cancelled(), endedAt: new Date(Date.now() - 1_000).toISOString() }, 500, OWNER)
+    t.equal(await store.get(id), null, 'gone (not purged yet)')
+    t.same(await store.reopen(newRun({ runId: id }), { exclusive: true }), { outcome: 'not_found' }, 'nothing to resume')
+    const again = newRun({ runId: id, sessionId: run.record.sessionId })
+    t.same(await store.create(again, { exclusive: true }), { outcome: 'created' }, 'its session was given back')
+    t.same(await store.get(id), again.record)
+    t.same(await store.events(id, 0, 10), [])
+    await store.append(id, [event(1, 'run.started')], OWNER)
+    t.same(await store.events(id, 0, 10), [event(1, 'run.started')])
+    t.same((await store.list({ limit: 1 })).runs.map((r) => r.runId), [id], 'the newest in the lists')
+    t.match(await store.finish(id, [event(2, 'run.completed')], completed(again.record), HOUR, OWNER), { status: 'completed', lastSeq: 2 })
+  })
+
+  t.test('runs: a refused finish changes nothing; only a running run finishes', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun({ sessionId: 'finish-gap' })
+    const id = run.record.runId
+    await store.create(run, { exclusive: true })
+    await store.append(id, [event(1)], OWNER)
+    await t.rejects(store.finish(id, [event(3, 'run.completed')], completed(run.record), HOUR, OWNER), { code: 'FA_RUN_LOG_GAP' })
+    await t.rejects(store.finish(id, [event(2), event(4, 'run.completed')], completed(run.record), HOUR, OWNER), { code: 'FA_RUN_LOG_GAP' })
+    t.match(await store.get(id), { status: 'running', lastSeq: 1 })
+    t.same(await store.events(id, 0, 10), [event(1)])
+    t.match(await store.create(newRun({ sessionId: 'finish-gap' }), { exclusive: true }), { outcome: 'session_busy', holder: id }, 'still held')
+    t.match(await store.finish(id, [], cancelled(), HOUR, OWNER), { status: 'cancelled', lastSeq: 1 }, 'a finish may add no event')
+    const queued = newRun({ status: 'queued' })
+    delete queued.record.startedAt
+    await store.create(queued, { exclusive: false })
+    t.equal(await store.finish(queued.record.runId, [event(1, 'run.completed')], completed(queued.record), HOUR, OWNER), null)
+    t.match(await store.get(queued.record.runId), { status: 'queued', lastSeq: 0 })
+  })
+
+  t.test('runs: a batch of 5,000 events goes in one call and reads back in pages', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: false })
+    const batch = Array.from({ length: 5_000 }, (_, i) => event(i + 1, 'message.delta', { text: `delta ${i + 1}`, escaped: '\u0000\u2028"\\' }))
+    await store.append(id, batch, OWNER)
+    t.equal((await store.get(id))!.lastSeq, 5_000)
+    const read: StoredEvent[] = []
+    for (let after = 0; after < 5_000; after = read.at(-1)!.seq) read.push(...await store.events(id, after, 1_000))
+    t.same(read, batch)
+    t.same(await store.events(id, 4_999, 1_000), [batch[4_999]])
+  })
+
+  t.test('runs: pages stay stable while runs are created', async (t) => {
+    const store = await open(t, factory)
+    const base = Date.parse('2030-01-01T00:00:00.000Z')
+    const at = (ms: number): Partial<RunRecord> => ({ sessionId: 'paged', createdAt: new Date(ms).toISOString(), startedAt: new Date(ms).toISOString() })
+    // three runs per millisecond
+    const first = Array.from({ length: 12 }, (_, i) => newRun({ ...at(base + Math.floor(i / 3)), runId: `paged-${String(i).padStart(2, '0')}` }))
+    for (const run of first) await store.create(run, { exclusive: false })
+    const seen: string[] = []
+    let cursor: string | undefined
+    let later = 0
+    do {
+      const page = await store.listBySession('paged', cursor === undefined ? { limit: 5 } : { limit: 5, cursor })
+      seen.push(...page.runs.map((r) => r.runId))
+      cursor = page.nextCursor ?? undefined
+      // newer runs arrive between pages: they are not in this listing, and nothing is seen twice or skipped
+      await store.create(newRun({ ...at(base + 1_000 + later), runId: `paged-new-${later++}` }), { exclusive: false })
+    } while (cursor !== undefined)
+    t.same(seen, first.map((r) => r.record.runId).reverse())
+    const all = await store.list({ limit: 500, sessionId: 'paged' })
+    t.equal(all.runs.length, 12 + later)
+    t.equal(all.runs[0]!.runId, `paged-new-${later - 1}`)
+  })
+
+  t.test('runs: a string a store cannot keep as it is is refused (FA_UNSTORABLE_TEXT, 400), or kept faithfully', async (t) => {
+    const store = await open(t, factory)
+    const odd = ['nul\u0000inside', 'lone \ud800 surrogate', 'lone \udc00 low']
+    for (const value of odd) {
+      for (const field of ['runId', 'sessionId', 'principal', 'agent'] as const) {
+        const run = newRun({ [field]: field === 'runId' ? `${value}-${Math.random()}` : value })
+        const created = await store.create(run, { exclusive: true }).catch((error: { code?: string, statusCode?: number }) => error)
+        if ('outcome' in created) {
+          t.same(await store.get(run.record.runId), run.record, `${field} ${JSON.stringify(value)} kept as it is`)
+          if (field === 'sessionId') t.same((await store.listBySession(value, { limit: 10 })).runs.map((r) => r.runId), [run.record.runId])
+        } else {
+          t.match(created, { code: 'FA_UNSTORABLE_TEXT', statusCode: 400 }, `${field} ${JSON.stringify(value)} refused`)
+          t.equal(await store.get(run.record.runId), null, 'nothing stored')
+        }
+      }
+      // reads and writes naming what cannot be stored find nothing, and never fail
+      for (const filter of [{ sessionId: value }, { agent: value }]) {
+        const page = await store.list({ limit: 10, ...filter })
+        t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value), `list ${JSON.stringify(filter)}`)
+      }
+      t.equal(await store.get(value), null)
+      t.equal(await store.spec(value), null)
+      t.same(await store.events(value, 0, 10), [])
+      t.same(await store.cancel(value, cancelled(), HOUR), { outcome: 'not_found' })
+      t.same(await store.start(value, new Date().toISOString(), lease()), { outcome: 'gone' })
+      t.same(await store.reopen(newRun({ runId: value }), { exclusive: true }), { outcome: 'not_found' })
+      t.equal(await store.finish(value, [], cancelled(), HOUR, OWNER), null)
+      await store.append(value, [event(1)], OWNER)
+    }
+    const events: StoredEvent[] = [event(1, 'custom.nul\u0000'), event(1, 'custom.lone\ud800'), { seq: 1, type: 'custom.x', data: '"raw \ud800"' }]
+    for (const odd of events) {
+      const run = newRun()
+      await store.create(run, { exclusive: false })
+      const appended = await store.append(run.record.runId, [odd], OWNER).then(() => null, (error: { code?: string }) => error)
+      if (appended === null) {
+        t.same(await store.events(run.record.runId, 0, 1), [odd], `event ${JSON.stringify(odd)} kept as it is`)
+      } else {
+        t.match(appended, { code: 'FA_UNSTORABLE_TEXT' }, `event ${JSON.stringify(odd)} refused`)
+        t.equal((await store.get(run.record.runId))!.lastSeq, 0)
+      }
+    }
+  })
+
+  t.test('runs: only the lease\'s owner writes a running run\'s log; renew keeps what it still holds', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: false })
+    await t.rejects(store.append(id, [event(1)], OTHER), { code: 'FA_RUN_LEASE_LOST' })
+    await t.rejects(store.finish(id, [event(1, 'run.completed')], completed(run.record), HOUR, OTHER), { code: 'FA_RUN_LEASE_LOST' })
+    t.equal((await store.get(id))!.lastSeq, 0, 'nothing written by the loser')
+    await store.append(id, [event(1)], OWNER)
+    const other = newRun()
+    await store.create(other, { exclusive: false })
+    t.same((await store.renew(OWNER, [id, other.record.runId, 'nope'], Date.now() + HOUR)).sort(), [id, other.record.runId].sort())
+    t.same(await store.renew(OTHER, [id], Date.now() + HOUR), [], 'not the other instance\'s')
+    await store.finish(other.record.runId, [event(1, 'run.completed')], completed(other.record), HOUR, OWNER)
+    t.same(await store.renew(OWNER, [other.record.runId], Date.now() + HOUR), [], 'an ended run is held by nobody')
+    await store.append(other.record.runId, [event(2)], OTHER)
+    t.equal(await store.finish(other.record.runId, [event(2)], completed(other.record), HOUR, OTHER), null, 'an ended run: nothing to refuse')
+  })
+
+  t.test('runs: lapsed leases are found; requeue and abandon are compare-and-sets on the lapse (or the owner)', async (t) => {
+    const store = await open(t, factory)
+    const lapsing = newRun({ sessionId: 'lapse-session', traceId: 'd'.repeat(32) })
+    lapsing.lease = lease(OWNER, 30)
+    lapsing.detachable = true
+    const fresh = newRun()
+    await store.create(lapsing, { exclusive: true })
+    await store.create(fresh, { exclusive: false })
+    const id = lapsing.record.runId
+    await store.append(id, [event(1, 'run.started')], OWNER)
+    t.same(await store.lapsed(Date.now(), 10), [], 'not yet')
+    await sleep(60)
+    const now = Date.now()
+    const found = await store.lapsed(now, 10)
+    t.same(found.map((l) => l.record.runId), [id])
+    t.match(found[0], { detachable: true, cancelRequested: false, record: { status: 'running', lastSeq: 1 } })
+    t.same(await store.lapsed(now, 0), [], 'a limit of 0 finds nothing')
+    t.equal(await store.requeue(fresh.record.runId, { lapsedBefore: now }, 'INSTANCE_LOST'), null, 'a lease that has not lapsed stays')
+    t.equal(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN'), null, 'only its owner hands it off')
+    const requeued = await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST')
+    t.match(requeued, { runId: id, status: 'queued', attempt: 2, lastSeq: 2 })
+    t.equal(requeued!.startedAt, undefined)
+    t.same((await store.events(id, 1, 10)), [{ seq: 2, type: 'run.requeued', data: JSON.stringify({ attempt: 2, reason: 'INSTANCE_LOST' }) }])
+    t.equal(await store.requeue(id, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'once')
+    t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id }, 'a requeued run keeps its session')
+    await t.rejects(store.append(id, [event(3)], OWNER), { code: 'FA_RUN_LEASE_LOST' }, 'its old owner writes no more')
+
+    // claimed by another instance: its next attempt, under a new lease
+    const claimed = await store.claim(lease(OTHER), new Date().toISOString(), 10)
+    t.same(claimed.map((r) => r.runId), [id])
+    t.match(claimed[0], { status: 'running', attempt: 2, startedAt: String })
+    await store.append(id, [event(3, 'run.started')], OTHER)
+    t.same(await store.claim(lease(OTHER), new Date().toISOString(), 10), [], 'claimed once')
+
+    // handed off by its owner (a drain), then abandoned when its next lease lapses
+    t.match(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN'), { status: 'queued', attempt: 3, lastSeq: 4 })
+    const third = await store.claim(lease(OWNER, 30), new Date().toISOString(), 10)
+    t.equal(third.length, 1)
+    await sleep(60)
+    const end: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
+    t.equal(await store.abandon(fresh.record.runId, Date.now(), end, HOUR), null, 'not lapsed')
+    const abandoned = await store.abandon(id, Date.now(), end, HOUR)
+    t.match(abandoned, { status: 'failed', error: { code: 'INSTANCE_LOST' }, lastSeq: 5 })
+    t.same((await store.events(id, 4, 10)), [{ seq: 5, type: 'run.failed', data: JSON.stringify({ error: { code: 'INSTANCE_LOST', message: 'lost' }, traceId: 'd'.repeat(32) }) }])
+    t.equal(await store.abandon(id, Date.now(), end, HOUR), null, 'once')
+    t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'created' }, 'its session is free again')
+  })
+
+  t.test('runs: claim takes queued detachable runs, oldest first, whose session is free; each goes to one claimer', async (t) => {
+    const store = await open(t, factory)
+    const queued = (extra: Partial<RunRecord> = {}): NewRun => {
+      const run = newRun({ status: 'queued', background: true, ...extra })
+      delete run.record.startedAt
+      run.detachable = true
+      return run
+    }
+    const waiting = newRun({ status: 'queued' })
+    delete waiting.record.startedAt
+    await store.create(waiting, { exclusive: false })
+    const busy = newRun({ sessionId: 'claim-busy' })
+    await store.create(busy, { exclusive: true })
+    const blocked = queued({ sessionId: 'claim-busy' })
+    const runs = [queued(), queued({ sessionId: null }), queued()]
+    await store.create(blocked, { exclusive: false })
+    for (const run of runs) await store.create(run, { exclusive: false })
+    let heard = 0
+    const stop = store.watchQueue(() => { heard++ })
+    t.teardown(stop)
+    await store.create(queued(), { exclusive: false })
+    await eventually(() => heard > 0)
+    const claims = await Promise.all([1, 2, 3].map((n) => store.claim(lease(`claimer-${n}`), new Date().toISOString(), 2)))
+    const ids = claims.flat().map((r) => r.runId)
+    t.equal(ids.length, 4, 'the four claimable ones')
+    t.equal(new Set(ids).size, 4, 'each to one claimer')
+    t.notOk(ids.includes(waiting.record.runId), 'a queued run that is not detachable waits for its own instance')
+    t.notOk(ids.includes(blocked.record.runId), 'a run whose session is busy stays queued')
+    t.same(await store.claim(lease(), new Date().toISOString(), 0), [], 'a limit of 0 claims nothing')
+    await store.finish(busy.record.runId, [event(1, 'run.completed')], completed(busy.record), HOUR, OWNER)
+    t.same((await store.claim(lease(), new Date().toISOString(), 5)).map((r) => r.runId), [blocked.record.runId], 'once its session is free')
   })
 
   if (factories.twin !== undefined) {
@@ -328,7 +573,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
       const onA = watcher(a, id)
       t.teardown(() => { onA.stop(); onB.stop() })
       const started = Date.now()
-      await a.append(id, [event(1, 'run.started')])
+      await a.append(id, [event(1, 'run.started')], OWNER)
       await eventually(() => onB.changes.some((c) => c.kind === 'events' && c.lastSeq === 1), 1_000)
       t.ok(Date.now() - started < 1_000, 'heard within a second')
       t.same(await b.events(id, 0, 10), [event(1, 'run.started')])
@@ -338,7 +583,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
       let freed = false
       const stop = b.watchSession('across', () => { freed = true })
       t.teardown(stop)
-      await a.finish(id, [event(2, 'run.failed')], cancelled(), HOUR)
+      await a.finish(id, [event(2, 'run.failed')], cancelled(), HOUR, OWNER)
       await eventually(() => freed, 2_000)
       await eventually(() => onB.changes.some((c) => c.kind === 'events' && c.lastSeq === 2), 1_000)
       t.same(await b.create(newRun({ sessionId: 'across' }), { exclusive: true }), { outcome: 'created' })

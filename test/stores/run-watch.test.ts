@@ -89,3 +89,15 @@ t.test('the poll makes up lost notifications, one poll at a time, only while som
   sessionsOnly.close()
   hub.close()
 })
+
+t.test('refresh polls at once (a backend whose notifications just reconnected catches up)', async (t) => {
+  let polls = 0
+  const hub = new RunWatchHub({ pollIntervalMs: 60_000, poll: async (ids) => { polls++; return ids.map((runId) => ({ runId, lastSeq: 4, cancelRequested: false })) } })
+  t.teardown(() => hub.close())
+  const heard: RunChange[] = []
+  const stop = hub.watch('r', (change) => heard.push(change))
+  t.teardown(stop)
+  await hub.refresh()
+  t.equal(polls, 1)
+  t.same(heard, [{ kind: 'events', lastSeq: 4 }])
+})

@@ -7,17 +7,32 @@ import t from 'tap'
 import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
-import type { StoreSet } from '../../lib/stores/types.js'
+import type { RunEnd, StoreSet } from '../../lib/stores/types.js'
+import { eventually } from '../helper.js'
+import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
+import { event, newRun, runStoreConformance } from './run-conformance.js'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
     stores.auditStore.close?.(), stores.sessionStore.close?.(), stores.approvalStore.close?.(),
-    stores.checkpointStore.close?.(), stores.idempotency.store.close?.()
+    stores.checkpointStore.close?.(), stores.idempotency.store.close?.(), stores.runStore.close?.()
   ])
 }
 
 storeConformance(t, factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db'))))
+
+// the twin opens the same file through a connection of its own, as another process would
+const files = new WeakMap<object, string>()
+runStoreConformance(t, {
+  store: (t) => {
+    const file = join(t.testdir(), 'runs.db')
+    const store = sqliteStores(file).runStore
+    files.set(store, file)
+    return store
+  },
+  twin: (_t, first) => new SqliteRunStore(files.get(first)!)
+})
 
 t.test('data survives closing and opening the file again', async (t) => {
   const file = join(t.testdir(), 'stores.db')
@@ -67,7 +82,7 @@ t.test('an opened file is in WAL mode and closed with the last store using it', 
   await audit.append([auditEntry(0)])
   await sessions.create({ id: 's1', agent: null, principal: 'p', metadata: {} }, 60_000)
   const probe = {}
-  const db = connection.acquire(probe)
+  const db = connection.acquire(probe) as Database.Database
   await connection.release(probe)
   t.equal(db.pragma('journal_mode', { simple: true }), 'wal')
   t.equal(db.pragma('synchronous', { simple: true }), 1, 'NORMAL')
@@ -127,4 +142,125 @@ t.test('bad arguments throw a TypeError naming the problem', async (t) => {
   const stores = sqliteStores('file::memory:?cache=private')
   t.equal(await stores.auditStore.count(), 0)
   await closeAll(stores)
+})
+
+const HOUR = 3_600_000
+const cancelledEnd = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+
+t.test('runs: the tables, and the indexes their queries use, are made on first use', async (t) => {
+  const db = new Database(join(t.testdir(), 'indexes.db'))
+  t.teardown(() => db.close())
+  const store = new SqliteRunStore(db, { tablePrefix: 'app_' })
+  t.teardown(() => store.close())
+  t.equal(await store.get('warm-up'), null)
+  const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
+  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_session', 'app_runs_status'])
+  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
+  t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
+  t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
+  const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
+  t.match(plan('SELECT run_id FROM app_runs WHERE expires_at <= 1 ORDER BY expires_at LIMIT 5'), /USING (COVERING )?INDEX app_runs_expires/)
+  t.match(plan("SELECT * FROM app_runs WHERE run_id = 'x'"), /USING INDEX sqlite_autoindex_app_runs_1/)
+  for (const [column, index] of [['session_id', 'session'], ['agent', 'agent'], ['status', 'status']]) {
+    t.match(plan(`SELECT * FROM app_runs WHERE ${column} = 'x' AND created_seq < 9 ORDER BY created_seq DESC LIMIT 5`),
+      new RegExp(`USING INDEX app_runs_${index}`), `lists by ${column} use their index`)
+  }
+  t.notMatch(plan('SELECT * FROM app_runs WHERE created_seq < 9 ORDER BY created_seq DESC LIMIT 5'), /SCAN app_runs$|TEMP B-TREE/, 'the whole list walks the table backwards')
+})
+
+t.test('runs: closing the file and opening it again keeps the runs and their logs', async (t) => {
+  const file = join(t.testdir(), 'runs.db')
+  const first = new SqliteRunStore(file)
+  const run = newRun({ sessionId: 'kept' })
+  const id = run.record.runId
+  await first.create(run, { exclusive: true })
+  await first.append(id, [event(1, 'run.started'), event(2)])
+  const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+  const queued = newRun({ sessionId: 'kept', status: 'queued' })
+  await first.create(queued, { exclusive: false })
+  await first.close()
+  t.notOk(existsSync(`${file}-wal`), 'the file was really closed')
+
+  const again = new SqliteRunStore(`file:${relative(process.cwd(), file)}`)
+  t.teardown(() => again.close())
+  t.same(await again.get(id), ended)
+  t.same(await again.events(id, 0, 10), [event(1, 'run.started'), event(2), event(3, 'run.failed')])
+  t.same(await again.spec(id), run.spec)
+  t.same((await again.listBySession('kept', { limit: 10 })).runs.map((r) => r.runId), [queued.record.runId, id])
+  t.match(await again.start(queued.record.runId, new Date().toISOString()), { outcome: 'started' }, 'the session was given back before the restart')
+})
+
+t.test('runs: purge deletes at most a batch of expired runs, their logs with them', async (t) => {
+  const file = join(t.testdir(), 'purge.db')
+  const store = new SqliteRunStore(file)
+  t.teardown(() => store.close())
+  const kept = newRun()
+  await store.create(kept, { exclusive: false })
+  for (let i = 0; i < 7; i++) {
+    const run = newRun()
+    await store.create(run, { exclusive: false })
+    await store.append(run.record.runId, [event(1), event(2)])
+    await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1)
+  }
+  const later = Date.now() + 1_000
+  t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
+  const db = new Database(file, { readonly: true })
+  t.teardown(() => db.close())
+  t.equal(db.prepare('SELECT count(*) FROM fa_run_events').pluck().get(), 0, 'no event left of a purged run')
+  t.same(db.prepare('SELECT run_id FROM fa_runs').pluck().all(), [kept.record.runId])
+})
+
+t.test('runs: a lock whose run ended without giving it back, or whose run is gone, is free', async (t) => {
+  const db = new Database(join(t.testdir(), 'locks.db'))
+  t.teardown(() => db.close())
+  const store = new SqliteRunStore(db, { pollIntervalMs: 20 })
+  t.teardown(() => store.close())
+  const first = newRun({ sessionId: 'locked' })
+  await store.create(first, { exclusive: true })
+  let freed = 0
+  const stop = store.watchSession('locked', () => { freed++ })
+  t.teardown(stop)
+  // ended behind the store's back (as an instance that died mid-write would leave it): the poll finds it free
+  db.prepare("UPDATE fa_runs SET status = 'failed' WHERE run_id = ?").run(first.record.runId)
+  await eventually(() => freed > 0, 2_000)
+  const second = newRun({ sessionId: 'locked' })
+  t.same(await store.create(second, { exclusive: true }), { outcome: 'created' }, 'taken over')
+  db.prepare('DELETE FROM fa_runs WHERE run_id = ?').run(second.record.runId)
+  freed = 0
+  await eventually(() => freed > 0, 2_000)
+  t.same(await store.create(newRun({ sessionId: 'locked' }), { exclusive: true }), { outcome: 'created' }, 'a lock without its run is taken over')
+})
+
+t.test('runs: a poll that fails leaves the watchers watching', async (t) => {
+  const db = new Database(':memory:')
+  const store = new SqliteRunStore(db, { pollIntervalMs: 10 })
+  const run = newRun()
+  await store.create(run, { exclusive: false })
+  const stop = store.watch(run.record.runId, () => {})
+  db.close()
+  await sleep(50)
+  stop()
+  await store.close()
+  t.pass('no poll failure escaped')
+})
+
+t.test('runs: a closed store refuses every call; bad options are named', async (t) => {
+  const store = new SqliteRunStore(':memory:')
+  const run = newRun()
+  await store.create(run, { exclusive: false })
+  await store.close()
+  await store.close()
+  const closed = { code: 'FA_STORE_CLOSED' }
+  await t.rejects(store.create(newRun(), { exclusive: false }), closed)
+  await t.rejects(store.get(run.record.runId), closed)
+  await t.rejects(store.spec(run.record.runId), closed)
+  await t.rejects(store.events(run.record.runId, 0, 1), closed)
+  await t.rejects(store.append(run.record.runId, [event(1)]), closed)
+  await t.rejects(store.finish(run.record.runId, [], cancelledEnd(), HOUR), closed)
+  await t.rejects(store.start(run.record.runId, new Date().toISOString()), closed)
+  await t.rejects(store.cancel(run.record.runId, cancelledEnd(), HOUR), closed)
+  await t.rejects(store.list({ limit: 1 }), closed)
+  await t.rejects(store.purge(Date.now(), 1), closed)
+  t.throws(() => new SqliteRunStore(':memory:', { pollIntervalMs: 0 }), { name: 'RangeError', message: /pollIntervalMs/ })
+  t.throws(() => new SqliteRunStore(':memory:', { tablePrefix: 'bad-prefix' }), { name: 'TypeError', message: /tablePrefix/ })
 })

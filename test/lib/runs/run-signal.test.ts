@@ -33,7 +33,8 @@ function runOf (agent: Agent): AgentRun {
     sink: null,
     onDisconnect: 'cancel',
     attempt: 1,
-    lastSeq: 0
+    lastSeq: 0,
+    detachable: false
   }
   return new AgentRun(options)
 }

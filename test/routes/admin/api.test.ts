@@ -382,7 +382,8 @@ t.test('OpenAPI: admin routes under the adminBearer scheme, GET only, documented
   const audit = document.paths['/ops/audit'].get
   t.same(audit.parameters.map((p: { name: string }) => p.name).sort(), ['agent', 'cursor', 'limit', 'status'])
   t.match(audit.parameters.find((p: { name: string }) => p.name === 'limit').schema, { minimum: 1, maximum: 500, default: 50 })
-  t.ok(document.paths['/ops/stats'].get.responses['200'].content['application/json'].schema.properties.admin)
+  t.same(document.paths['/ops/stats'].get.responses['200'].content['application/json'].schema, { $ref: '#/components/schemas/AdminStats' })
+  t.ok(document.components.schemas.AdminStats.properties.admin)
 
   const open = build(t, { auth: { strategy: 'api-key', keys: ['k'] }, adminApi: { enabled: true } })
   await open.app.ready()

@@ -1,0 +1,241 @@
+import type { FastifyBaseLogger } from 'fastify'
+import { randomId } from '../core/ids.js'
+import type { AgentServiceCore } from '../core/service.js'
+import { iso } from '../stores/common.js'
+import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
+import { RunLog } from './log.js'
+
+export const DEFAULT_RUN_LEASE_MS = 30_000
+export const DEFAULT_RUN_CONCURRENCY = 64
+export const DEFAULT_MAX_RUN_ATTEMPTS = 3
+/** Lapsed leases are looked for at least this often: a dead instance's runs are found within runLeaseMs + this. */
+const MAX_SCAN_INTERVAL_MS = 5_000
+/** Queued runs are also looked for this often, should a notification be lost: never the only signal. */
+const CLAIM_POLL_MS = 5_000
+const SCAN_BATCH = 100
+
+/**
+ * This instance's side of §16: every run it runs is held by a lease, renewed while the run runs; queued
+ * detachable runs (background runs, requeued runs) are claimed while there is room; runs whose instance is gone
+ * (their lease lapsed) are requeued when their agent is resumable and they are detachable, else ended
+ * `INSTANCE_LOST`. At a drain, claiming stops, and at its deadline the resumable detachable runs are handed off.
+ */
+export class RunWorker {
+  /** this instance, as the run store knows it */
+  readonly owner = randomId()
+  readonly #service: AgentServiceCore
+  readonly #leaseMs: number
+  #log: FastifyBaseLogger | null = null
+  #timers: NodeJS.Timeout[] = []
+  #unwatchQueue: (() => void) | null = null
+  #claiming = false
+  #claimAgain = false
+  #stopped = true
+  // the last time a renewal was answered: past a lease's worth without one, this instance fences itself off
+  #renewedAt = 0
+  #renewing = false
+  #scanning = false
+
+  constructor (service: AgentServiceCore) {
+    this.#service = service
+    this.#leaseMs = service.settings.runLeaseMs
+  }
+
+  /** A lease from now, for a run this instance starts. */
+  lease (): RunLease {
+    return { owner: this.owner, until: Date.now() + this.#leaseMs }
+  }
+
+  start (log: FastifyBaseLogger): void {
+    this.#log = log
+    this.#stopped = false
+    this.#renewedAt = Date.now()
+    const every = (ms: number, fn: () => void): void => {
+      const timer = setInterval(fn, ms)
+      timer.unref()
+      this.#timers.push(timer)
+    }
+    every(Math.max(1, Math.floor(this.#leaseMs / 3)), () => { void this.#renew() })
+    every(Math.min(MAX_SCAN_INTERVAL_MS, Math.max(1, Math.floor(this.#leaseMs / 2))), () => { void this.#scan() })
+    every(CLAIM_POLL_MS, () => this.claim())
+    this.#unwatchQueue = this.#service.settings.runStore.watchQueue(() => this.claim())
+    this.claim()
+  }
+
+  /** No more claiming (a drain began, or the service closes). */
+  stopClaiming (): void {
+    this.#stopped = true
+    this.#unwatchQueue?.()
+    this.#unwatchQueue = null
+  }
+
+  stop (): void {
+    this.stopClaiming()
+    for (const timer of this.#timers) clearInterval(timer)
+    this.#timers = []
+  }
+
+  /** Claims queued detachable runs while this instance has room (one claim at a time; a call meanwhile asks again). */
+  claim (): void {
+    if (this.#stopped) return
+    if (this.#claiming) {
+      this.#claimAgain = true
+      return
+    }
+    this.#claiming = true
+    this.#claimSome().catch((err: unknown) => this.#log?.warn({ err }, 'could not claim queued runs'))
+      .finally(() => {
+        this.#claiming = false
+        if (this.#claimAgain) {
+          this.#claimAgain = false
+          this.claim()
+        }
+      })
+  }
+
+  async #claimSome (): Promise<void> {
+    const { settings, runs } = this.#service
+    for (;;) {
+      const room = settings.runConcurrency - runs.detachedCount
+      if (room <= 0 || this.#stopped) return
+      const claimed = await settings.runStore.claim(this.lease(), iso(Date.now()), room)
+      if (claimed.length === 0) return
+      for (const record of claimed) {
+        try {
+          await this.#startClaimed(record)
+        } catch (err) {
+          this.#log?.error({ err, runId: record.runId }, 'could not start a claimed run')
+        }
+      }
+    }
+  }
+
+  /** A claimed run starts here: its input from the store, its checkpoint when it is resumed, no client of its own. */
+  async #startClaimed (record: RunRecord): Promise<void> {
+    const service = this.#service
+    const { settings } = service
+    this.#service.stats.recordQueueWait((Date.parse(record.startedAt!) - Date.parse(record.createdAt)) / 1000)
+    const agent = settings.agents.get(record.agent)
+    const spec = await settings.runStore.spec(record.runId)
+    const log = this.#log!.child({ runId: record.runId })
+    let resume: { step: number, state: unknown } | undefined
+    if (record.attempt > 1 && agent?.resumable === true) {
+      const checkpoint = await settings.checkpointStore.load(record.runId)
+      if (checkpoint !== null) resume = { step: checkpoint.step, state: checkpoint.state }
+    }
+    const session = record.sessionId === null ? null : await settings.sessionStore.get(record.sessionId)
+    const sink = new RunLog({
+      store: settings.runStore,
+      runId: record.runId,
+      retentionMs: settings.runRetentionMs,
+      log,
+      owner: this.owner,
+      onFailure: () => { service.stats.runLogFailures++ },
+      onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST') }
+    })
+    const run = service.runs.create({
+      runId: record.runId,
+      // an agent gone from this instance's options fails the run at its start, naming it
+      agentName: record.agent,
+      agent: agent ?? { run: () => Promise.reject(new Error(`Agent "${record.agent}" is not served by this instance`)) },
+      input: spec?.input ?? null,
+      sessionId: record.sessionId,
+      principal: record.principal,
+      requestId: record.requestId,
+      trace: { traceId: record.traceId },
+      history: session?.messages,
+      metadata: spec?.metadata,
+      resume,
+      timeoutMs: settings.requestTimeoutMs,
+      exposeErrors: settings.exposeErrors,
+      log,
+      capabilities: service.capabilities,
+      sink,
+      onDisconnect: 'continue',
+      attempt: record.attempt,
+      lastSeq: record.lastSeq,
+      detachable: true
+    })
+    run.start()
+  }
+
+  async #renew (): Promise<void> {
+    if (this.#renewing) return
+    this.#renewing = true
+    const { runs, settings } = this.#service
+    const ids = runs.ids()
+    try {
+      if (ids.length > 0) {
+        const held = new Set(await settings.runStore.renew(this.owner, ids, Date.now() + this.#leaseMs))
+        // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
+        for (const runId of ids) if (!held.has(runId)) runs.get(runId)?.detach('INSTANCE_LOST')
+      }
+      this.#renewedAt = Date.now()
+    } catch (err) {
+      this.#log?.warn({ err }, 'could not renew the leases of this instance\'s runs')
+      // Unrenewed this long, the leases may lapse before the next try: another instance may take the runs over,
+      // so they stop here first (a run is never run by two instances at once).
+      if (Date.now() - this.#renewedAt > this.#leaseMs - Math.floor(this.#leaseMs / 3)) {
+        for (const runId of ids) runs.get(runId)?.detach('INSTANCE_LOST')
+      }
+    } finally {
+      this.#renewing = false
+    }
+  }
+
+  async #scan (): Promise<void> {
+    if (this.#scanning) return
+    this.#scanning = true
+    try {
+      const now = Date.now()
+      for (const lapsed of await this.#service.settings.runStore.lapsed(now, SCAN_BATCH)) await this.#recover(lapsed, now)
+    } catch (err) {
+      this.#log?.warn({ err }, 'could not look for runs whose instance was lost')
+    } finally {
+      this.#scanning = false
+    }
+  }
+
+  /** A run whose instance is gone: requeued for its next attempt when it can go on elsewhere, else ended. */
+  async #recover ({ record, detachable, cancelRequested }: LapsedRun, now: number): Promise<void> {
+    const { settings } = this.#service
+    const store = settings.runStore
+    const resumable = settings.agents.get(record.agent)?.resumable === true
+    if (!cancelRequested && detachable && resumable && record.attempt < settings.maxRunAttempts) {
+      if (await store.requeue(record.runId, { lapsedBefore: now }, 'INSTANCE_LOST') !== null) {
+        this.#log?.info({ runId: record.runId, attempt: record.attempt + 1 }, 'run requeued: its instance was lost')
+      }
+      return
+    }
+    const error = cancelRequested
+      ? { code: 'CANCELLED', message: 'The run was cancelled' }
+      : { code: 'INSTANCE_LOST', message: record.attempt >= settings.maxRunAttempts && detachable && resumable ? `The instance running the run was lost, after ${record.attempt} attempts` : 'The instance running the run was lost' }
+    const end = { status: cancelledOrFailed(error.code), endedAt: iso(Date.now()), error }
+    if (await store.abandon(record.runId, now, end, settings.runRetentionMs) !== null) {
+      this.#log?.warn({ runId: record.runId, code: error.code }, 'run ended: its instance was lost')
+    }
+  }
+
+  /**
+   * At a drain's deadline: the runs that can go on elsewhere (detachable, of a resumable agent) are requeued for
+   * another instance rather than ended; the others are left to the drain's SHUTDOWN.
+   */
+  async handOff (): Promise<void> {
+    const { settings, runs } = this.#service
+    await Promise.all(runs.list().filter((run) => run.options.detachable && run.options.agent.resumable === true).map(async (run) => {
+      run.detach('SHUTDOWN')
+      // its last events first: the log goes on, without a gap, where the next attempt picks it up
+      await (run.options.sink as RunLog | null)?.flush()
+      try {
+        await settings.runStore.requeue(run.runId, { owner: this.owner }, 'SHUTDOWN')
+      } catch (err) {
+        // its lease lapses, and another instance requeues it then
+        this.#log?.warn({ err, runId: run.runId }, 'could not hand a run off at shutdown')
+      }
+    }))
+  }
+}
+
+function cancelledOrFailed (code: string): 'cancelled' | 'failed' {
+  return code === 'CANCELLED' ? 'cancelled' : 'failed'
+}

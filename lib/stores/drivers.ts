@@ -1,0 +1,34 @@
+// The database drivers are optional peer dependencies: a user installs the ones whose stores they use. None is
+// loaded by importing the package; each is required on first use by a factory or a connection that opens its
+// own client, and a missing one is an error naming the package to install.
+import { createRequire } from 'node:module'
+import { MissingDriverError } from '../core/errors.js'
+
+export type DriverName = 'pg' | 'ioredis' | 'better-sqlite3'
+export type DriverLoader = (name: DriverName) => unknown
+
+const require = createRequire(import.meta.url)
+const defaultLoader: DriverLoader = (name) => require(name)
+let loader = defaultLoader
+
+function isMissing (error: unknown, name: DriverName): boolean {
+  const { code, message } = error as { code?: unknown, message?: unknown }
+  // only the driver itself: a driver that is there but fails to load (a native build, a dependency of its own) says so
+  return code === 'MODULE_NOT_FOUND' && typeof message === 'string' && message.startsWith(`Cannot find module '${name}'`)
+}
+
+/** The driver's module; `user` names what needs it (`sqliteStores()`), for the error when it is not installed. */
+export function loadDriver<T> (name: DriverName, user: string): T {
+  try {
+    return loader(name) as T
+  } catch (error) {
+    if (isMissing(error, name)) throw new MissingDriverError(user, name, name)
+    throw error
+  }
+}
+
+/** Replaces the loader (tests simulate a missing driver through it); returns the function that restores the default. */
+export function useDriverLoader (replacement: DriverLoader): () => void {
+  loader = replacement
+  return () => { loader = defaultLoader }
+}

@@ -1,0 +1,583 @@
+// The PostgreSQL run store, shared by every instance on the database: run records, event logs and session locks
+// in three tables. A write is one statement (append, finish, create) or one short transaction (start, cancel);
+// the NOTIFY that tells the other instances is sent from inside it, so it is delivered when the write commits.
+// Each store LISTENs on one connection of its own; a poll every `pollIntervalMs` makes up for what it missed.
+import { createHash } from 'node:crypto'
+import type { Notification, Pool, PoolClient, QueryResultRow } from 'pg'
+import { RunLogGapError } from '../core/errors.js'
+import {
+  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs
+} from './common.js'
+import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
+import { RunWatchHub } from './run-watch.js'
+import type { RunState } from './run-watch.js'
+import { PostgresConnection } from './postgres.js'
+import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
+import type {
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
+  RunStore, StartRunResult, StoredEvent
+} from './types.js'
+
+export interface PostgresRunStoreOptions extends PostgresStoreOptions {
+  /** how often watchers poll for what a lost notification did not tell them (default 1,000 ms) */
+  pollIntervalMs?: number
+}
+
+const BACKEND = 'PostgreSQL'
+/** pg's escapeIdentifier and escapeLiteral, without loading pg for them (the names and channel are plain ASCII). */
+const quote = (name: string): string => `"${name.replace(/"/g, '""')}"`
+const literal = (value: string): string => `'${value.replace(/'/g, "''")}'`
+/** How many times a session lock is tried while its holder changes under the attempt (a race, not a wait). */
+const TAKE_ATTEMPTS = 5
+
+interface RunRow {
+  run_id: string
+  agent: string
+  session_id: string | null
+  principal: string
+  status: RunStatus
+  background: boolean
+  attempt: number
+  last_seq: number
+  created_at: Date
+  started_at: Date | null
+  ended_at: Date | null
+  result: string | null
+  error: string | null
+  request_id: string
+  trace_id: string
+}
+
+const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
+  'result, error, request_id, trace_id'
+
+function toRecord (row: RunRow): RunRecord {
+  const record: RunRecord = {
+    runId: row.run_id,
+    agent: row.agent,
+    sessionId: row.session_id,
+    principal: row.principal,
+    status: row.status,
+    background: row.background,
+    attempt: row.attempt,
+    lastSeq: row.last_seq,
+    createdAt: iso(row.created_at),
+    requestId: row.request_id,
+    traceId: row.trace_id
+  }
+  if (row.started_at !== null) record.startedAt = iso(row.started_at)
+  if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
+  if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
+  if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  return record
+}
+
+interface Holder { run_id: string, status: RunStatus | null }
+
+type Queryable = Pick<Pool, 'query'> | Pick<PoolClient, 'query'>
+
+function noop (): void {}
+
+/* c8 ignore next 3 */
+function lockRaceError (sessionId: string): Error {
+  return new Error(`session ${JSON.stringify(sessionId)}: its lock changed hands ${TAKE_ATTEMPTS} times during one call`)
+}
+
+export class PostgresRunStore implements RunStore {
+  /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes). */
+  readonly channel: string
+  readonly schema: string
+  readonly tablePrefix: string
+  readonly #connection: PostgresConnection
+  readonly #hub: RunWatchHub
+  readonly #runs: string
+  readonly #events: string
+  readonly #sessions: string
+  readonly #sql: ReturnType<typeof statements>
+  #ready: Promise<void> | null = null
+  #closed = false
+  #listening: Promise<void> | null = null
+  #listener: PoolClient | null = null
+
+  constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
+    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
+    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    const pollIntervalMs = options.pollIntervalMs === undefined ? RUN_POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs)
+    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
+    this.channel = `fa_runs_${createHash('sha256').update(`${this.schema}.${this.tablePrefix}`).digest('hex').slice(0, 16)}`
+    const table = (name: string): string => `${quote(this.schema)}.${quote(this.tablePrefix + name)}`
+    this.#runs = table('runs')
+    this.#events = table('run_events')
+    this.#sessions = table('run_sessions')
+    this.#sql = statements(this.#runs, this.#events, this.#sessions, literal(this.channel))
+    this.#hub = new RunWatchHub({
+      poll: async (runIds) => this.#pollRuns(runIds),
+      pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
+      pollIntervalMs,
+      // the server is away: the next tick tries again, and listens again
+      onPollError: noop
+    })
+  }
+
+  #check (): void {
+    if (this.#closed) throw storeClosedError()
+  }
+
+  async #pool (): Promise<Pool> {
+    this.#check()
+    const pool = this.#connection.acquire(this) as unknown as Pool
+    this.#ready ??= this.#init(pool)
+    await this.#ready
+    return pool
+  }
+
+  async #query<R extends QueryResultRow> (text: string, values: unknown[]): Promise<R[]> {
+    const pool = await this.#pool()
+    return (await pool.query<R>(text, values)).rows
+  }
+
+  async #init (pool: Pool): Promise<void> {
+    // The lock the other PostgreSQL stores take around their DDL (CREATE ... IF NOT EXISTS is not atomic): the
+    // instances starting together queue on it. Several statements in one simple query run as one transaction.
+    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
+    const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
+    // `created_seq` is the order of creation lists follow (runs created in one millisecond too). `owner` and
+    // `lease_until` are for the leases of background runs (contract §16), unused until then.
+    try {
+      await pool.query(`
+        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
+        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
+        CREATE TABLE IF NOT EXISTS ${this.#runs} (
+          run_id text PRIMARY KEY, created_seq bigserial NOT NULL, agent text NOT NULL, session_id text, principal text NOT NULL,
+          status text NOT NULL, background boolean NOT NULL, attempt integer NOT NULL, last_seq integer NOT NULL,
+          created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
+          request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
+          cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz);
+        CREATE INDEX IF NOT EXISTS ${index('runs_created')} ON ${this.#runs} (created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_session')} ON ${this.#runs} (session_id, created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_agent')} ON ${this.#runs} (agent, created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_status')} ON ${this.#runs} (status, created_seq);
+        CREATE INDEX IF NOT EXISTS ${index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS ${this.#events} (
+          run_id text NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
+        CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`)
+    } catch (error) {
+      this.#ready = null
+      throw error
+    }
+  }
+
+  /** One transaction on one connection; a failure discards the connection, and the server rolls back with it. */
+  async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
+    const pool = await this.#pool()
+    const client = await pool.connect()
+    try {
+      await client.query('BEGIN')
+      const result = await fn(client)
+      await client.query('COMMIT')
+      client.release()
+      return result
+    } catch (error) {
+      client.release(error as Error)
+      throw error
+    }
+  }
+
+  async #holder (q: Queryable, sessionId: string): Promise<Holder | undefined> {
+    const { rows } = await q.query<Holder>(this.#sql.holder, [sessionId])
+    return rows[0]
+  }
+
+  /**
+   * After a lock that was not taken: the run holding the session, when it has not ended; null when the lock
+   * should be tried again (its holder ended, or left a lock behind without a run, which is removed here).
+   */
+  async #busy (q: Queryable, sessionId: string): Promise<string | null> {
+    const holder = await this.#holder(q, sessionId)
+    if (holder === undefined) return null
+    if (holder.status === null) await q.query(this.#sql.dropOrphan, [sessionId, holder.run_id])
+    return holder.status !== null && !isEnded(holder.status) ? holder.run_id : null
+  }
+
+  /** Takes a session's lock for a run: null when taken, else the run that holds it. */
+  async #takeSession (client: PoolClient, sessionId: string, runId: string): Promise<string | null> {
+    for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
+      const { rowCount } = await client.query(this.#sql.take, [sessionId, runId])
+      if (rowCount === 1) return null
+      const holder = await this.#busy(client, sessionId)
+      if (holder !== null) return holder
+    }
+    /* c8 ignore next 2: the lock changed hands under every attempt, a race no test provokes on purpose */
+    throw lockRaceError(sessionId)
+  }
+
+  async create (run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult> {
+    checkNewRun(BACKEND, false, run)
+    const { record } = run
+    const values = [
+      record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
+      record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
+      record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
+      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral
+    ]
+    if (!options.exclusive || record.sessionId === null) {
+      await this.#query(this.#sql.create, values)
+      return { outcome: 'created' }
+    }
+    const pool = await this.#pool()
+    for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
+      const { rowCount } = await pool.query(this.#sql.createExclusive, values)
+      if (rowCount === 1) return { outcome: 'created' }
+      const holder = await this.#busy(pool, record.sessionId)
+      if (holder !== null) return { outcome: 'session_busy', holder }
+    }
+    /* c8 ignore next 2: the lock changed hands under every attempt, a race no test provokes on purpose */
+    throw lockRaceError(record.sessionId)
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    this.#check()
+    const { record } = run
+    if (!storable(record.runId, false)) return { outcome: 'not_found' }
+    checkText(BACKEND, false, 'requestId', record.requestId)
+    checkText(BACKEND, false, 'traceId', record.traceId)
+    const startedAt = new Date(toMs('startedAt', record.startedAt!))
+    return this.#transaction(async (client): Promise<ReopenRunResult> => {
+      const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [record.runId, new Date()])
+      if (row === undefined) return { outcome: 'not_found' }
+      if (!isEnded(row.status)) return { outcome: 'in_progress' }
+      if (options.exclusive && row.session_id !== null) {
+        const holder = await this.#takeSession(client, row.session_id, record.runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
+        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec)
+      ])
+      return { outcome: 'reopened', record: toRecord(reopened!) }
+    })
+  }
+
+  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+    const startedMs = toMs('startedAt', startedAt)
+    this.#check()
+    if (!storable(runId, false)) return { outcome: 'gone' }
+    return this.#transaction(async (client): Promise<StartRunResult> => {
+      const { rows: [run] } = await client.query<{ session_id: string | null, status: RunStatus }>(this.#sql.lockRun, [runId, new Date()])
+      if (run === undefined || run.status !== 'queued') return { outcome: 'gone' }
+      if (run.session_id !== null) {
+        const holder = await this.#takeSession(client, run.session_id, runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      const { rows: [started] } = await client.query<RunRow>(this.#sql.start, [runId, new Date(startedMs)])
+      return { outcome: 'started', record: toRecord(started!) }
+    })
+  }
+
+  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+    this.#check()
+    if (events.length === 0 || !storable(runId, false)) return
+    checkBatch(runId, events)
+    checkEvents(BACKEND, false, events)
+    const first = events[0]!.seq
+    const [appended] = await this.#query<{ last_seq: number }>(this.#sql.append, [
+      runId, events.length, first - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data)
+    ])
+    if (appended !== undefined) {
+      this.#hub.events(runId, appended.last_seq)
+      return
+    }
+    // not appended: the run is unknown or ended (nothing to do), or the batch does not follow its log
+    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
+    if (row !== undefined && !isEnded(row.status)) throw new RunLogGapError(runId, row.last_seq + 1, first)
+  }
+
+  /**
+   * Ends a run whose status is `from` with its last events, in one statement; null when it is not `from`. The
+   * caller tells the watchers (`#ended`) once the statement's transaction has committed.
+   */
+  async #end (q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<(RunRow & { freed: string | null }) | null> {
+    const endedMs = toMs('endedAt', end.endedAt)
+    const { rows: [ended] } = await q.query<RunRow & { freed: string | null }>(this.#sql.end, [
+      runId, end.status, new Date(endedMs), end.result === undefined ? null : JSON.stringify(end.result),
+      end.error === undefined ? null : JSON.stringify(end.error), new Date(endedMs + retentionMs), events.length, from,
+      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data)
+    ])
+    return ended ?? null
+  }
+
+  #ended (ended: RunRow & { freed: string | null }): RunRecord {
+    this.#hub.events(ended.run_id, ended.last_seq)
+    if (ended.freed !== null) this.#hub.sessionFree(ended.freed)
+    return toRecord(ended)
+  }
+
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    this.#check()
+    if (!storable(runId, false)) return null
+    checkBatch(runId, events)
+    checkEvents(BACKEND, false, events)
+    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs)
+    if (ended !== null) return this.#ended(ended)
+    if (events.length === 0) return null
+    // not ended: the run is not running (null), or the batch does not follow its log
+    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
+    if (row?.status === 'running') throw new RunLogGapError(runId, row.last_seq + 1, events[0]!.seq)
+    return null
+  }
+
+  async get (runId: string): Promise<RunRecord | null> {
+    this.#check()
+    if (!storable(runId, false)) return null
+    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
+    return row === undefined ? null : toRecord(row)
+  }
+
+  async spec (runId: string): Promise<RunSpec | null> {
+    this.#check()
+    if (!storable(runId, false)) return null
+    const [row] = await this.#query<{ spec: string }>(this.#sql.spec, [runId, new Date()])
+    return row === undefined ? null : JSON.parse(row.spec) as RunSpec
+  }
+
+  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    this.#check()
+    if (!storable(runId, false)) return []
+    return this.#query<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
+  }
+
+  async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
+    this.#check()
+    if (!storable(runId, false)) return { outcome: 'not_found' }
+    const result = await this.#transaction(async (client): Promise<CancelRunResult | RunRow & { freed: string | null }> => {
+      const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [runId, new Date()])
+      if (row === undefined) return { outcome: 'not_found' }
+      if (isEnded(row.status)) return { outcome: 'ended', record: toRecord(row) }
+      if (row.status === 'queued') {
+        return (await this.#end(client, runId, 'queued', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs))!
+      }
+      const { rows: [requested] } = await client.query<RunRow>(this.#sql.requestCancel, [runId])
+      return { outcome: 'requested', record: toRecord(requested!) }
+    })
+    // committed: now the watchers on this instance may read what they are told of
+    if ('run_id' in result) return { outcome: 'cancelled', record: this.#ended(result) }
+    if (result.outcome === 'requested') this.#hub.cancel(runId)
+    return result
+  }
+
+  watch (runId: string, listener: (change: RunChange) => void): () => void {
+    this.#listen().catch(noop)
+    return this.#hub.watch(runId, listener)
+  }
+
+  watchSession (sessionId: string, listener: () => void): () => void {
+    this.#listen().catch(noop)
+    return this.#hub.watchSession(sessionId, listener)
+  }
+
+  async listBySession (sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage> {
+    return this.#page({ session_id: sessionId }, query.limit, query.cursor)
+  }
+
+  async list (query: RunListQuery): Promise<RunPage> {
+    return this.#page({ session_id: query.sessionId, agent: query.agent, status: query.status }, query.limit, query.cursor)
+  }
+
+  async #page (filters: Record<string, string | undefined>, limitOption: number, cursor: string | undefined): Promise<RunPage> {
+    this.#check()
+    const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
+    const before = cursor === undefined ? null : decodeSeqCursor(cursor)
+    const values: unknown[] = [new Date(), limit + 1]
+    let where = ''
+    for (const [column, value] of Object.entries(filters)) {
+      if (value === undefined) continue
+      // nothing stored can match what cannot be stored
+      if (!storable(value, false)) return { runs: [], nextCursor: null }
+      values.push(value)
+      where += ` AND ${column} = $${values.length}`
+    }
+    if (before !== null) {
+      values.push(before)
+      where += ` AND created_seq < $${values.length}`
+    }
+    const rows = await this.#query<RunRow & { created_seq: string }>(`
+      SELECT ${COLUMNS}, created_seq FROM ${this.#runs} WHERE (expires_at IS NULL OR expires_at > $1)${where}
+      ORDER BY created_seq DESC LIMIT $2`, values)
+    const page = rows.slice(0, limit)
+    const last = page.at(-1)
+    return {
+      runs: page.map(toRecord),
+      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
+    }
+  }
+
+  async purge (now: number, batch: number): Promise<number> {
+    this.#check()
+    if (batch < 1) return 0
+    const [row] = await this.#query<{ purged: number }>(this.#sql.purge, [new Date(now), batch])
+    return row!.purged
+  }
+
+  /** For health checks: O(1), one `SELECT 1` shared with the other stores of the pool (creating the tables on first use). */
+  probe (): Promise<void> {
+    return this.#connection.probe(async () => { await this.#query('SELECT 1', []) })
+  }
+
+  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    // closed first: calls still on their way in now fail instead of taking a connection
+    this.#closed = true
+    this.#hub.close()
+    await this.#listening?.catch(noop)
+    this.#unlisten()
+    await this.#connection.release(this)
+  }
+
+  async #pollRuns (runIds: string[]): Promise<RunState[]> {
+    this.#listen().catch(noop)
+    const rows = await this.#query<{ run_id: string, last_seq: number, cancel_requested: boolean }>(
+      this.#sql.poll, [runIds.filter((id) => storable(id, false))])
+    return rows.map((row) => ({ runId: row.run_id, lastSeq: row.last_seq, cancelRequested: row.cancel_requested }))
+  }
+
+  async #pollSessions (sessionIds: string[]): Promise<string[]> {
+    const rows = await this.#query<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, false))])
+    return rows.map((row) => row.id)
+  }
+
+  #listen (): Promise<void> {
+    this.#listening ??= this.#startListening().catch((error: unknown) => {
+      this.#unlisten(error as Error)
+      throw error
+    })
+    return this.#listening
+  }
+
+  /** One client per store, checked out of the pool for as long as the store lives (or until its connection drops). */
+  async #startListening (): Promise<void> {
+    const pool = await this.#pool()
+    const client = await pool.connect()
+    this.#listener = client
+    client.on('notification', (message: Notification) => this.#heard(String(message.payload)))
+    // The connection was lost: drop it (the pool discards it); the next poll listens again.
+    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
+    await client.query(`LISTEN ${quote(this.channel)}`)
+    // what was written before LISTEN took effect was not notified: the watchers catch up now
+    void this.#hub.refresh()
+  }
+
+  #unlisten (error?: Error): void {
+    this.#listening = null
+    const client = this.#listener
+    this.#listener = null
+    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
+    client?.release(error ?? true)
+  }
+
+  /** `e:<runId>:<lastSeq>`, `c:<runId>` or `s:<sessionId>`, from the statements below. */
+  #heard (payload: string): void {
+    const body = payload.slice(2)
+    switch (payload[0]) {
+      case 'e': {
+        const cut = body.lastIndexOf(':')
+        this.#hub.events(body.slice(0, cut), Number(body.slice(cut + 1)))
+        break
+      }
+      case 'c': this.#hub.cancel(body); break
+      default: this.#hub.sessionFree(body)
+    }
+  }
+}
+
+/** Every statement of the store, made once per store from its table names and its NOTIFY channel (a literal). */
+function statements (runs: string, events: string, sessions: string, channel: string) {
+  const insert = `
+    INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
+      request_id, trace_id, spec, ephemeral)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
+      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean`
+  // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
+  const replace = `
+    ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
+      status = EXCLUDED.status, background = EXCLUDED.background, attempt = EXCLUDED.attempt, last_seq = EXCLUDED.last_seq,
+      created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
+      request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
+      cancel_requested = false, expires_at = NULL, owner = NULL, lease_until = NULL
+    RETURNING run_id`
+  // Takes a session's lock: free, or held by a run that has ended (a compare-and-set on the lock's row, which
+  // concurrent takers queue on). A holder this statement cannot see yet (committed after it began) counts as
+  // running: the caller reads the lock again in a new statement to tell which.
+  const take = `
+    INSERT INTO ${sessions} AS h (session_id, run_id) VALUES ($1, $2)
+    ON CONFLICT (session_id) DO UPDATE SET run_id = EXCLUDED.run_id
+    WHERE EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id AND r.status IN ('completed', 'failed', 'cancelled'))
+    RETURNING session_id`
+  const live = '(expires_at IS NULL OR expires_at > $2)'
+  const addEvents = (seqs: number, types: number, data: number, when: string): string => `
+    INSERT INTO ${events} (run_id, seq, type, data)
+    SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
+    WHERE EXISTS (SELECT 1 FROM ${when})`
+  return {
+    create: `WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1) ${insert} ${replace}`,
+    createExclusive: `
+      WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken))
+      ${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace}`,
+    take,
+    holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
+    // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
+    dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,
+    get: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live}`,
+    spec: `SELECT spec FROM ${runs} WHERE run_id = $1 AND ${live}`,
+    lockRun: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
+    start: `UPDATE ${runs} SET status = 'running', started_at = $2 WHERE run_id = $1 RETURNING ${COLUMNS}`,
+    // a resumed run: its next attempt, its log going on, its end forgotten
+    reopen: `
+      UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = $2, request_id = $3, trace_id = $4, spec = $5,
+        ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, owner = NULL, lease_until = NULL
+      WHERE run_id = $1 RETURNING ${COLUMNS}`,
+    // the batch goes in only if it follows the log: last_seq is checked and moved in the same statement
+    append: `
+      WITH run AS (
+        UPDATE ${runs} SET last_seq = last_seq + $2 WHERE run_id = $1 AND last_seq = $3 AND status IN ('queued', 'running')
+        RETURNING last_seq),
+      added AS (${addEvents(4, 5, 6, 'run')})
+      SELECT last_seq, pg_notify(${channel}, 'e:' || $1 || ':' || last_seq) AS notified FROM run`,
+    // the last events, the end and the session given back, in one statement
+    end: `
+      WITH ended AS (
+        UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7
+        WHERE run_id = $1 AND status = $8 AND ($7 = 0 OR last_seq = $9)
+        RETURNING ${COLUMNS}),
+      added AS (${addEvents(10, 11, 12, 'ended')}),
+      freed AS (
+        DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
+        RETURNING h.session_id)
+      SELECT ended.*, (SELECT session_id FROM freed) AS freed,
+        pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
+        (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session
+      FROM ended`,
+    requestCancel: `
+      WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 RETURNING ${COLUMNS})
+      SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,
+    events: `
+      SELECT seq, type, data FROM ${events}
+      WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
+      ORDER BY seq LIMIT $3`,
+    poll: `SELECT run_id, last_seq, cancel_requested FROM ${runs} WHERE run_id = ANY($1::text[])`,
+    freeSessions: `
+      SELECT s.id FROM unnest($1::text[]) AS s (id)
+      WHERE NOT EXISTS (
+        SELECT 1 FROM ${sessions} h JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = s.id AND r.status IN ('queued', 'running'))`,
+    purge: `
+      WITH doomed AS (
+        SELECT run_id FROM ${runs} WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+      gone AS (DELETE FROM ${runs} WHERE run_id IN (SELECT run_id FROM doomed) RETURNING run_id),
+      logs AS (DELETE FROM ${events} WHERE run_id IN (SELECT run_id FROM gone))
+      SELECT count(*)::integer AS purged FROM gone`
+  }
+}

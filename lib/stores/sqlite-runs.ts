@@ -1,0 +1,473 @@
+// The SQLite run store: run records, event logs and session locks in three tables of the file, every write one
+// IMMEDIATE transaction. Watchers in this process hear this store's writes at once; writes made through another
+// connection (another process on the same file) are only found by polling, every `pollIntervalMs`: SQLite has no
+// notifications across connections.
+import type Database from 'better-sqlite3'
+import { RunLogGapError } from '../core/errors.js'
+import { checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs } from './common.js'
+import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
+import { RunWatchHub } from './run-watch.js'
+import type { RunState } from './run-watch.js'
+import { SqliteConnection } from './sqlite.js'
+import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import type {
+  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
+  RunStore, StartRunResult, StoredEvent
+} from './types.js'
+
+type Db = Database.Database
+
+export interface SqliteRunStoreOptions extends SqliteStoreOptions {
+  /** how often watchers look for writes made through other connections (default 250 ms) */
+  pollIntervalMs?: number
+}
+
+const BACKEND = 'SQLite'
+const POLL_MS = 250
+/** Events inserted per statement: a batch of n is about log2(n) + n/32 statements (as the audit store does). */
+const INSERT_ROWS = 32
+
+interface RunRow {
+  run_id: string
+  agent: string
+  session_id: string | null
+  principal: string
+  status: RunStatus
+  background: number
+  attempt: number
+  last_seq: number
+  created_at: number
+  started_at: number | null
+  ended_at: number | null
+  result: string | null
+  error: string | null
+  request_id: string
+  trace_id: string
+}
+
+const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
+  'result, error, request_id, trace_id'
+
+function toRecord (row: RunRow): RunRecord {
+  const record: RunRecord = {
+    runId: row.run_id,
+    agent: row.agent,
+    sessionId: row.session_id,
+    principal: row.principal,
+    status: row.status,
+    background: row.background === 1,
+    attempt: row.attempt,
+    lastSeq: row.last_seq,
+    createdAt: iso(row.created_at),
+    requestId: row.request_id,
+    traceId: row.trace_id
+  }
+  if (row.started_at !== null) record.startedAt = iso(row.started_at)
+  if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
+  if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
+  if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  return record
+}
+
+interface ListFilters { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined }
+
+function runStatements (db: Db, prefix: string) {
+  const runs = `"${prefix}runs"`
+  const events = `"${prefix}run_events"`
+  const sessions = `"${prefix}run_sessions"`
+  // `created_seq` is the order of creation lists follow (runs created in one millisecond too; AUTOINCREMENT: never
+  // reused). `owner` and `lease_until` are for the leases of background runs (contract §16), unused until then.
+  db.exec(`
+    CREATE TABLE IF NOT EXISTS ${runs} (
+      created_seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, agent TEXT NOT NULL, session_id TEXT, principal TEXT NOT NULL, status TEXT NOT NULL,
+      background INTEGER NOT NULL, attempt INTEGER NOT NULL, last_seq INTEGER NOT NULL, created_at INTEGER NOT NULL,
+      started_at INTEGER, ended_at INTEGER, result TEXT, error TEXT, request_id TEXT NOT NULL, trace_id TEXT NOT NULL,
+      spec TEXT NOT NULL, ephemeral INTEGER NOT NULL, cancel_requested INTEGER NOT NULL DEFAULT 0, expires_at INTEGER,
+      owner TEXT, lease_until INTEGER);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_expires" ON ${runs} (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS ${events} (
+      run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS ${sessions} (session_id TEXT PRIMARY KEY, run_id TEXT NOT NULL) WITHOUT ROWID;
+  `)
+  const live = '(expires_at IS NULL OR expires_at > @now)'
+  const inserts = new Map<number, Database.Statement<unknown[]>>()
+  for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
+    inserts.set(rows, db.prepare(`INSERT INTO ${events} (run_id, seq, type, data) VALUES ${Array(rows).fill('(?, ?, ?, ?)').join(', ')}`))
+  }
+  const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }>>()
+  const statements = {
+    run: db.prepare<[{ runId: string, now: number }], RunRow>(`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = @runId AND ${live}`),
+    spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
+    insert: db.prepare<[Record<string, unknown>]>(`
+      INSERT OR REPLACE INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at,
+        started_at, request_id, trace_id, spec, ephemeral)
+      VALUES (@runId, @agent, @sessionId, @principal, @status, @background, @attempt, @lastSeq, @createdAt, @startedAt, @requestId,
+        @traceId, @spec, @ephemeral)`),
+    clearEvents: db.prepare<[string]>(`DELETE FROM ${events} WHERE run_id = ?`),
+    // the run holding a session, and its status (null: the run is gone)
+    holder: db.prepare<[string], { run_id: string, status: RunStatus | null }>(`
+      SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = ?`),
+    take: db.prepare<[string, string]>(`INSERT OR REPLACE INTO ${sessions} (session_id, run_id) VALUES (?, ?)`),
+    release: db.prepare<[string, string]>(`DELETE FROM ${sessions} WHERE session_id = ? AND run_id = ?`),
+    // a resumed run: its next attempt, its log going on, its end forgotten
+    reopen: db.prepare<[Record<string, unknown>], RunRow>(`
+      UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = @startedAt, request_id = @requestId,
+        trace_id = @traceId, spec = @spec, ended_at = NULL, result = NULL, error = NULL, cancel_requested = 0, expires_at = NULL,
+        owner = NULL, lease_until = NULL
+      WHERE run_id = @runId RETURNING ${COLUMNS}`),
+    start: db.prepare<[number, string], RunRow>(`UPDATE ${runs} SET status = 'running', started_at = ? WHERE run_id = ? RETURNING ${COLUMNS}`),
+    lastSeq: db.prepare<[number, string]>(`UPDATE ${runs} SET last_seq = ? WHERE run_id = ?`),
+    end: db.prepare<[Record<string, unknown>], RunRow>(`
+      UPDATE ${runs} SET status = @status, ended_at = @endedAt, result = @result, error = @error, expires_at = @expiresAt,
+        last_seq = @lastSeq
+      WHERE run_id = @runId RETURNING ${COLUMNS}`),
+    requestCancel: db.prepare<[string], RunRow>(`UPDATE ${runs} SET cancel_requested = 1 WHERE run_id = ? RETURNING ${COLUMNS}`),
+    events: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
+    state: db.prepare<[string], { last_seq: number, cancel_requested: number }>(`SELECT last_seq, cancel_requested FROM ${runs} WHERE run_id = ?`),
+    doomed: db.prepare<[number, number], string>(`SELECT run_id FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
+    deleteRun: db.prepare<[string]>(`DELETE FROM ${runs} WHERE run_id = ?`),
+    insertEvents (runId: string, batch: readonly StoredEvent[]): void {
+      let next = 0
+      for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
+        while (batch.length - next >= rows) {
+          const values: unknown[] = []
+          for (let i = next; i < next + rows; i++) values.push(runId, batch[i]!.seq, batch[i]!.type, batch[i]!.data)
+          inserts.get(rows)!.run(values)
+          next += rows
+        }
+      }
+    },
+    list (filters: ListFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
+      const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}`
+      let statement = lists.get(key)
+      if (statement === undefined) {
+        // one statement per combination of filters: `(@x IS NULL OR x = @x)` would keep SQLite off the indexes
+        statement = db.prepare(`
+          SELECT ${COLUMNS}, created_seq FROM ${runs}
+          WHERE ${live} AND created_seq < @before
+            ${filters.sessionId === undefined ? '' : 'AND session_id = @sessionId'}
+            ${filters.agent === undefined ? '' : 'AND agent = @agent'}
+            ${filters.status === undefined ? '' : 'AND status = @status'}
+          ORDER BY created_seq DESC LIMIT @limit`)
+        lists.set(key, statement)
+      }
+      return statement
+    }
+  }
+  return statements
+}
+
+type Statements = ReturnType<typeof runStatements>
+
+interface Prepared {
+  statements: Statements
+  /** runs its callback in an IMMEDIATE transaction: the write lock first, so no other connection writes in between */
+  write: <T>(fn: (statements: Statements, now: number) => T) => T
+}
+
+function prepare (db: Db, prefix: string): Prepared {
+  const statements = runStatements(db, prefix)
+  const transaction = db.transaction((fn: (statements: Statements, now: number) => unknown) => fn(statements, Date.now()))
+  return { statements, write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T }
+}
+
+/** What a write tells the watchers once it has committed. */
+interface Heard {
+  runId: string
+  lastSeq?: number
+  cancel?: boolean
+  freed?: string | null
+}
+
+export class SqliteRunStore implements RunStore {
+  readonly #connection: SqliteConnection
+  readonly #prefix: string
+  readonly #hub: RunWatchHub
+  #prepared: Prepared | null = null
+  #closed = false
+
+  constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
+    this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
+    this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    this.#hub = new RunWatchHub({
+      poll: async (runIds) => this.#pollRuns(runIds),
+      pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
+      pollIntervalMs: options.pollIntervalMs === undefined ? POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs),
+      // a busy or closed database: the next tick tries again
+      onPollError: () => {}
+    })
+  }
+
+  #use (): Prepared {
+    if (this.#closed) throw storeClosedError()
+    return (this.#prepared ??= prepare(this.#connection.acquire(this) as unknown as Database.Database, this.#prefix))
+  }
+
+  #statements (): Statements {
+    return this.#use().statements
+  }
+
+  #write<T> (fn: (statements: Statements, now: number) => T): T {
+    return this.#use().write(fn)
+  }
+
+  #tell (heard: Heard): void {
+    if (heard.cancel === true) this.#hub.cancel(heard.runId)
+    if (heard.lastSeq !== undefined) this.#hub.events(heard.runId, heard.lastSeq)
+    if (heard.freed !== undefined && heard.freed !== null) this.#hub.sessionFree(heard.freed)
+  }
+
+  /** The session for `runId`, unless a run that has not ended holds it: then that run's id. */
+  #take (statements: Statements, sessionId: string, runId: string): string | null {
+    const holder = statements.holder.get(sessionId)
+    if (holder !== undefined && holder.status !== null && !isEnded(holder.status)) return holder.run_id
+    statements.take.run(sessionId, runId)
+    return null
+  }
+
+  async create (run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult> {
+    checkNewRun(BACKEND, true, run)
+    const { record } = run
+    const values = {
+      runId: record.runId,
+      agent: record.agent,
+      sessionId: record.sessionId,
+      principal: record.principal,
+      status: record.status,
+      background: record.background ? 1 : 0,
+      attempt: record.attempt,
+      lastSeq: record.lastSeq,
+      createdAt: toMs('createdAt', record.createdAt),
+      startedAt: record.startedAt === undefined ? null : toMs('startedAt', record.startedAt),
+      requestId: record.requestId,
+      traceId: record.traceId,
+      spec: JSON.stringify(run.spec),
+      ephemeral: run.ephemeral ? 1 : 0
+    }
+    const holder = this.#write((statements) => {
+      if (options.exclusive && record.sessionId !== null) {
+        const holder = this.#take(statements, record.sessionId, record.runId)
+        if (holder !== null) return holder
+      }
+      // a run created under the id of one past its retention (not purged yet) starts afresh: new record (and place
+      // in the lists), empty log
+      statements.clearEvents.run(record.runId)
+      statements.insert.run(values)
+      return null
+    })
+    return holder === null ? { outcome: 'created' } : { outcome: 'session_busy', holder }
+  }
+
+  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+    const { record } = run
+    const values = {
+      runId: record.runId,
+      startedAt: toMs('startedAt', record.startedAt!),
+      requestId: record.requestId,
+      traceId: record.traceId,
+      spec: JSON.stringify(run.spec)
+    }
+    this.#use()
+    if (!storable(record.runId, true)) return { outcome: 'not_found' }
+    checkText(BACKEND, true, 'requestId', record.requestId)
+    checkText(BACKEND, true, 'traceId', record.traceId)
+    return this.#write((statements, now): ReopenRunResult => {
+      const row = statements.run.get({ runId: record.runId, now })
+      if (row === undefined) return { outcome: 'not_found' }
+      if (!isEnded(row.status)) return { outcome: 'in_progress' }
+      if (options.exclusive && row.session_id !== null) {
+        const holder = this.#take(statements, row.session_id, record.runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      return { outcome: 'reopened', record: toRecord(statements.reopen.get(values)!) }
+    })
+  }
+
+  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+    const startedMs = toMs('startedAt', startedAt)
+    if (!storable(runId, true)) return { outcome: 'gone' }
+    return this.#write((statements, now): StartRunResult => {
+      const row = statements.run.get({ runId, now })
+      if (row === undefined || row.status !== 'queued') return { outcome: 'gone' }
+      if (row.session_id !== null) {
+        const holder = this.#take(statements, row.session_id, runId)
+        if (holder !== null) return { outcome: 'session_busy', holder }
+      }
+      return { outcome: 'started', record: toRecord(statements.start.get(startedMs, runId)!) }
+    })
+  }
+
+  /** Inserts a batch that follows the run's log (else RunLogGapError); returns the new lastSeq (the caller stores it). */
+  #append (statements: Statements, row: RunRow, events: readonly StoredEvent[]): number {
+    const expected = row.last_seq + 1
+    if (events.length > 0 && events[0]!.seq !== expected) throw new RunLogGapError(row.run_id, expected, events[0]!.seq)
+    statements.insertEvents(row.run_id, events)
+    return row.last_seq + events.length
+  }
+
+  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+    if (events.length === 0 || !storable(runId, true)) return
+    checkBatch(runId, events)
+    checkEvents(BACKEND, true, events)
+    const lastSeq = this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (row === undefined || isEnded(row.status)) return null
+      const lastSeq = this.#append(statements, row, events)
+      statements.lastSeq.run(lastSeq, runId)
+      return lastSeq
+    })
+    if (lastSeq !== null) this.#tell({ runId, lastSeq })
+  }
+
+  /** Ends the run (its status checked by the caller) with its last events, and gives its session back: one transaction. */
+  #end (statements: Statements, row: RunRow, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): { record: RunRecord, heard: Heard } {
+    const lastSeq = this.#append(statements, row, events)
+    const endedAt = toMs('endedAt', end.endedAt)
+    const ended = statements.end.get({
+      runId: row.run_id,
+      status: end.status,
+      endedAt,
+      result: end.result === undefined ? null : JSON.stringify(end.result),
+      error: end.error === undefined ? null : JSON.stringify(end.error),
+      expiresAt: endedAt + retentionMs,
+      lastSeq
+    })!
+    const freed = row.session_id !== null && statements.release.run(row.session_id, row.run_id).changes === 1 ? row.session_id : null
+    return { record: toRecord(ended), heard: { runId: row.run_id, lastSeq, freed } }
+  }
+
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    if (!storable(runId, true)) return null
+    checkBatch(runId, events)
+    checkEvents(BACKEND, true, events)
+    const done = this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (row === undefined || row.status !== 'running') return null
+      return this.#end(statements, row, events, end, retentionMs)
+    })
+    if (done === null) return null
+    this.#tell(done.heard)
+    return done.record
+  }
+
+  async get (runId: string): Promise<RunRecord | null> {
+    const statements = this.#statements()
+    if (!storable(runId, true)) return null
+    const row = statements.run.get({ runId, now: Date.now() })
+    return row === undefined ? null : toRecord(row)
+  }
+
+  async spec (runId: string): Promise<RunSpec | null> {
+    const statements = this.#statements()
+    if (!storable(runId, true)) return null
+    const spec = statements.spec.get({ runId, now: Date.now() })
+    return spec === undefined ? null : JSON.parse(spec) as RunSpec
+  }
+
+  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    const statements = this.#statements()
+    if (!storable(runId, true) || statements.run.get({ runId, now: Date.now() }) === undefined) return []
+    return statements.events.all(runId, afterSeq, limit)
+  }
+
+  async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
+    if (!storable(runId, true)) return { outcome: 'not_found' }
+    const result = this.#write((statements, now): { result: CancelRunResult, heard?: Heard } => {
+      const row = statements.run.get({ runId, now })
+      if (row === undefined) return { result: { outcome: 'not_found' } }
+      if (isEnded(row.status)) return { result: { outcome: 'ended', record: toRecord(row) } }
+      if (row.status === 'queued') {
+        const { record, heard } = this.#end(statements, row, [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs)
+        return { result: { outcome: 'cancelled', record }, heard }
+      }
+      const record = toRecord(statements.requestCancel.get(runId)!)
+      return { result: { outcome: 'requested', record }, heard: { runId, cancel: true } }
+    })
+    if (result.heard !== undefined) this.#tell(result.heard)
+    return result.result
+  }
+
+  watch (runId: string, listener: (change: RunChange) => void): () => void {
+    return this.#hub.watch(runId, listener)
+  }
+
+  watchSession (sessionId: string, listener: () => void): () => void {
+    return this.#hub.watchSession(sessionId, listener)
+  }
+
+  async listBySession (sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage> {
+    return this.#page({ sessionId }, query.limit, query.cursor)
+  }
+
+  async list (query: RunListQuery): Promise<RunPage> {
+    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status }, query.limit, query.cursor)
+  }
+
+  #page (filters: ListFilters, limitOption: number, cursor: string | undefined): RunPage {
+    const statements = this.#statements()
+    const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
+    const before = cursor === undefined ? Number.MAX_SAFE_INTEGER : Number(decodeSeqCursor(cursor))
+    const values: Record<string, unknown> = { now: Date.now(), before, limit: limit + 1 }
+    for (const [name, value] of Object.entries(filters)) if (value !== undefined) values[name] = value
+    const rows = statements.list(filters).all(values)
+    const page = rows.slice(0, limit)
+    const last = page.at(-1)
+    return {
+      runs: page.map(toRecord),
+      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
+    }
+  }
+
+  async purge (now: number, batch: number): Promise<number> {
+    this.#statements()
+    if (batch < 1) return 0
+    return this.#write((statements) => {
+      const doomed = statements.doomed.all(now, batch)
+      for (const runId of doomed) {
+        statements.clearEvents.run(runId)
+        statements.deleteRun.run(runId)
+      }
+      return doomed.length
+    })
+  }
+
+  #pollRuns (runIds: string[]): RunState[] {
+    const statements = this.#statements()
+    const states: RunState[] = []
+    for (const runId of runIds) {
+      const row = statements.state.get(runId)
+      if (row !== undefined) states.push({ runId, lastSeq: row.last_seq, cancelRequested: row.cancel_requested === 1 })
+    }
+    return states
+  }
+
+  #pollSessions (sessionIds: string[]): string[] {
+    const statements = this.#statements()
+    return sessionIds.filter((sessionId) => {
+      const holder = statements.holder.get(sessionId)
+      return holder === undefined || holder.status === null || isEnded(holder.status)
+    })
+  }
+
+  /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
+  async probe (): Promise<void> {
+    this.#use()
+    ;(this.#connection.acquire(this) as unknown as Database.Database).prepare('SELECT 1').get()
+  }
+
+  /** Whether the store opened its own database (from a filename): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#hub.close()
+    await this.#connection.release(this)
+  }
+}
+

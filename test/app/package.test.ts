@@ -1,0 +1,166 @@
+// The package as a user gets it: built, packed with `npm pack`, unpacked into a project that has only
+// fastify-agents, its dependencies, fastify, typescript and @types/node (no pg, ioredis, better-sqlite3, no
+// @types/pg, @types/better-sqlite3, @types/ws). There, the declarations type-check with skipLibCheck: false and
+// importing the package loads no database driver. The slowest test of the suite (a build and a type check).
+import { execFile } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { promisify } from 'node:util'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+
+const run = promisify(execFile)
+// a pack, an install and a type check: on a busy machine more than the suite's 60 s per file
+t.setTimeout(180_000)
+
+function projectRoot (): string {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
+  return dir
+}
+const root = projectRoot()
+const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+  dependencies: Record<string, string>
+  peerDependencies: Record<string, string>
+  peerDependenciesMeta: Record<string, { optional?: boolean }>
+  devDependencies: Record<string, string>
+  files: string[]
+}
+
+const drivers = ['better-sqlite3', 'ioredis', 'pg']
+
+/** The compiled sources (not the tests), .js and .d.ts, without their source-map comments. */
+async function copyBuild (from: string, to: string): Promise<void> {
+  for (const entry of await readdir(from, { withFileTypes: true })) {
+    const source = join(from, entry.name)
+    if (entry.isDirectory()) {
+      if (from.endsWith('.build') && !['app', 'bin', 'lib', 'plugins', 'routes', 'schemas'].includes(entry.name)) continue
+      await copyBuild(source, join(to, entry.name))
+    } else if (/\.(js|d\.ts)$/.test(entry.name)) {
+      await mkdir(to, { recursive: true })
+      await writeFile(join(to, entry.name), (await readFile(source, 'utf8')).replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n'))
+    }
+  }
+}
+
+t.test('the database drivers are optional peer dependencies', async (t) => {
+  for (const driver of drivers) {
+    t.equal(manifest.dependencies[driver], undefined, `${driver} is not a dependency`)
+    t.ok(manifest.peerDependencies[driver], `${driver} is a peer dependency`)
+    t.equal(manifest.peerDependenciesMeta[driver]?.optional, true, `${driver} is optional`)
+    t.ok(manifest.devDependencies[driver], `${driver} stays a devDependency for our tests`)
+  }
+})
+
+// A user's file: the main API, every store factory, the plugin form, the schemas.
+const consumerSource = `
+import Fastify from 'fastify'
+import agentService, {
+  createAgentService, defineAgent, memoryStores, postgresStores, redisStores, sqliteStores, schemas
+} from 'fastify-agents'
+import type { AgentServiceOptions, PgPool, RedisClient, RunResult, SqliteDatabase } from 'fastify-agents'
+
+const echo = defineAgent({
+  description: 'echo',
+  async run (input: { text: string }, ctx) {
+    ctx.log.info({ runId: ctx.runId }, 'echo')
+    return { output: input.text, usage: { inputTokens: 1, outputTokens: 1 } }
+  }
+})
+
+export function options (pool: PgPool, redis: RedisClient, db: SqliteDatabase): AgentServiceOptions[] {
+  return [
+    { agents: { echo }, ...memoryStores() },
+    { agents: { echo }, ...sqliteStores(db), storeTimeoutMs: 1000 },
+    { agents: { echo }, ...postgresStores(pool, { schema: 'agents' }), ...redisStores(redis) },
+    { agents: { echo }, ...postgresStores({ connectionString: 'postgres://localhost/db', max: 5 }) }
+  ]
+}
+
+export async function main (): Promise<RunResult | undefined> {
+  const service = createAgentService({ agents: { echo }, host: '127.0.0.1' })
+  await service.listen({ port: 0 })
+  await service.close(1000)
+  const app = Fastify()
+  await app.register(agentService, { agents: { echo }, adminApi: { enabled: true, bearerToken: 't' } })
+  void schemas.RunRequest
+  return undefined
+}
+`
+
+const tsconfig = {
+  compilerOptions: {
+    target: 'ES2022',
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
+    strict: true,
+    skipLibCheck: false,
+    noEmit: true,
+    types: ['node']
+  },
+  files: ['index.ts']
+}
+
+// What importing does without the drivers, and the errors their factories give.
+const runtimeCheck = `
+const api = await import('fastify-agents')
+const results = { loaded: typeof api.createAgentService === 'function' }
+for (const [name, make] of [['sqliteStores', () => api.sqliteStores('./data.db')], ['postgresStores', () => api.postgresStores('postgres://localhost/db')], ['redisStores', () => api.redisStores('redis://localhost')]]) {
+  try { make(); results[name] = 'no error' } catch (error) { results[name] = error.message }
+}
+for (const driver of ['pg', 'ioredis', 'better-sqlite3']) {
+  try { await import(driver); results[driver] = 'installed' } catch { results[driver] = 'absent' }
+}
+console.log(JSON.stringify(results))
+`
+
+t.test('npm pack: the declarations type-check for a user without the drivers or their types, and importing loads none', async (t) => {
+  const started = Date.now()
+  // outside this project: nothing of its node_modules may be found by walking up
+  const dir = await mkdtemp(join(tmpdir(), 'fa-package-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  const pkg = join(dir, 'pkg')
+  await mkdir(pkg)
+  for (const file of ['package.json', 'README.md', 'CHANGELOG.md']) await copyFile(join(root, file), join(pkg, file))
+  // the build: `npm test` has compiled the sources with their declarations into .build/ (tsconfig.test.json, the
+  // options of tsconfig.build.json plus source maps); the package gets them as `npm run build` writes them to dist/
+  await copyBuild(join(root, '.build'), join(pkg, 'dist'))
+  const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], { cwd: pkg })
+  const [packed] = JSON.parse(stdout) as Array<{ filename: string, files: Array<{ path: string }> }>
+  const files = packed!.files.map((f) => f.path)
+  t.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/bin/fastify-agents.js'), 'the build is packed')
+  t.notOk(files.some((f) => f.endsWith('.tsbuildinfo') || f.startsWith('test/') || f.endsWith('.ts') && !f.endsWith('.d.ts')), 'and nothing else of the tree')
+
+  const consumer = join(dir, 'consumer')
+  const modules = join(consumer, 'node_modules')
+  await mkdir(join(modules, 'fastify-agents'), { recursive: true })
+  await run('tar', ['-xzf', join(dir, packed!.filename), '-C', join(modules, 'fastify-agents'), '--strip-components=1'])
+  const installed = JSON.parse(await readFile(join(modules, 'fastify-agents/package.json'), 'utf8')) as { dependencies: Record<string, string> }
+  // its dependencies, as npm would install them, from this project's node_modules; nothing else
+  for (const name of [...Object.keys(installed.dependencies), '@types/node']) {
+    await mkdir(dirname(join(modules, name)), { recursive: true })
+    await symlink(join(root, 'node_modules', name), join(modules, name), 'dir')
+  }
+  await writeFile(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }))
+  await writeFile(join(consumer, 'tsconfig.json'), JSON.stringify(tsconfig))
+  await writeFile(join(consumer, 'index.ts'), consumerSource)
+  await writeFile(join(consumer, 'check.mjs'), runtimeCheck)
+
+  const typecheck = await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: consumer })
+    .then(() => '', (error: { stdout: string }) => error.stdout)
+  t.equal(typecheck, '', 'tsc --noEmit (strict, skipLibCheck: false, NodeNext) passes')
+
+  const results = JSON.parse((await run(process.execPath, ['check.mjs'], { cwd: consumer })).stdout) as Record<string, unknown>
+  t.same(results, {
+    loaded: true,
+    sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3',
+    postgresStores: 'postgresStores() needs the optional dependency pg: npm install pg',
+    redisStores: 'redisStores() needs the optional dependency ioredis: npm install ioredis',
+    pg: 'absent',
+    ioredis: 'absent',
+    'better-sqlite3': 'absent'
+  }, 'the package loads without the drivers; each factory names the one to install')
+  t.comment(`packed, installed and checked in ${Date.now() - started} ms`)
+})
