@@ -2,7 +2,7 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../core/service.js'
 import type { RunEvent } from '../protocols/run-events.js'
-import type { AgentRun, RunListener } from '../runs/run.js'
+import type { AgentRun, RunListener, RunOutcome } from '../runs/run.js'
 import { SseStream } from '../runs/sse.js'
 import { cancelRun } from './runs.js'
 import { followRun, isTerminal } from './follow.js'
@@ -61,6 +61,8 @@ export class ProjectedStream implements RunListener {
   readonly #stop = new AbortController()
   #projection: Projection | null = null
   #runId: string | null = null
+  /** the seq of the last event the run itself handed this stream */
+  #lastSeq = 0
   #done = false
 
   /** `cancelOnClose`: a client that leaves before the projection ended cancels the run (else the run goes on). */
@@ -85,7 +87,18 @@ export class ProjectedStream implements RunListener {
   }
 
   runEvent (event: RunEvent): void {
+    this.#lastSeq = event.seq
     if (!this.#done) this.#write(this.#projection!.push(event))
+  }
+
+  /**
+   * A run that stops here without ending (handed to another instance at a drain, or taken over after its lease
+   * lapsed) goes on elsewhere, in the same log: the response follows it there, with the same projection.
+   */
+  runSettled (outcome: RunOutcome): void {
+    if (this.#done || outcome.status !== 'detached') return
+    const projection = this.#projection!
+    this.follow(this.#runId!, { after: this.#lastSeq, projection: () => projection })
   }
 
   /** A run in progress here or elsewhere: its events from the log, then live ones. */

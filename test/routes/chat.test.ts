@@ -387,3 +387,26 @@ t.test('timeouts, the drain and the rate limit apply to chat runs as to any run'
   t.equal(chat.status, 'error')
   t.match(assistant(chat).metadata, { error: { code: 'SHUTDOWN' } })
 })
+
+t.test('a run handed to its next attempt mid-stream (a drain, a lapsed lease): the chat response follows it in the log', async (t) => {
+  const { url, app, seen, release } = await serve(t)
+  const { chat } = chatWith(url, { id: 'handed' })
+  const sent = chat.sendMessage({ text: 'wait' })
+  await eventually(() => chat.messages.length === 2 && assistant(chat).parts.length > 0)
+  const { runId } = seen[0]!
+  // what a drain does with a run that can go on elsewhere: back to the queue, stopped here without an end
+  const { runStore } = app.agentService.settings
+  t.ok(await runStore.requeue(runId, { owner: app.agentService.worker.owner }, 'SHUTDOWN'))
+  app.agentService.runs.get(runId)!.detach('SHUTDOWN')
+  // this instance has room: it claims the run for its next attempt
+  await eventually(() => seen.length === 2)
+  t.equal(seen[1]!.runId, runId, 'the same run, its second attempt')
+  release()
+  await sent
+  t.equal(chat.status, 'ready')
+  const message = assistant(chat)
+  t.equal(message.id, runId)
+  t.same(message.parts.map((part) => part.type), ['text', 'data-run.requeued', 'text'])
+  t.match(message.parts[1], { data: { attempt: 2, reason: 'SHUTDOWN' } })
+  t.match(message.parts[2], { text: 'tick tock' })
+})

@@ -31,8 +31,8 @@ async function all<T> (iterable: AsyncIterable<T>): Promise<T[]> {
 
 t.test('followRun and storedEvents: logs longer than a page, a signal, a run that is gone', async (t) => {
   const store = new MemoryRunStore()
-  await store.create({ record: record('long'), spec: { input: null }, ephemeral: false }, { exclusive: false })
-  await store.append('long', events(1, 600))
+  await store.create({ record: record('long'), spec: { input: null }, ephemeral: false, detachable: false, lease: { owner: 'me', until: Date.now() + 60_000 } }, { exclusive: false })
+  await store.append('long', events(1, 600), 'me')
   t.equal((await storedEvents(store, 'long')).length, 600, 'every page')
   const stop = new AbortController()
   stop.abort()
@@ -41,7 +41,7 @@ t.test('followRun and storedEvents: logs longer than a page, a signal, a run tha
   const live = followRun(store, 'long', 0)
   for (let i = 0; i < 600; i++) await live.next()
   const next = live.next()
-  await store.finish('long', [{ seq: 601, type: 'run.completed', data: '{"output":1}' }], { status: 'completed', endedAt: new Date().toISOString() }, 60_000)
+  await store.finish('long', [{ seq: 601, type: 'run.completed', data: '{"output":1}' }], { status: 'completed', endedAt: new Date().toISOString() }, 60_000, 'me')
   t.match(await next, { value: { seq: 601, type: 'run.completed', data: { output: 1 } } }, 'page after page, then live')
   t.match(await live.next(), { done: true }, 'the terminal event ends it')
   t.same(await all(followRun(store, 'nope', 0)), [], 'a run the store does not have ends at once')
