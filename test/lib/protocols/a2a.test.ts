@@ -441,6 +441,11 @@ t.test('the projection on its own: events it has no use for, and an ephemeral ru
   t.same(projection.push({ seq: 3, type: 'ping', data: undefined }).map((r) => (r.payload!.value as { status: { message: Message } }).status.message.parts[0]!.content),
     [{ $case: 'data', value: { type: 'ping', data: null } }])
   t.equal(projection.lastSeq, 3)
+  const streaming = new A2ATaskProjection('run-8', 'run-8')
+  streaming.push({ seq: 1, type: 'message.delta', data: { text: 'Hel' } })
+  streaming.push({ seq: 2, type: 'message.delta', data: { text: 'lo' } })
+  t.same(streaming.task().artifacts.map((a) => a.parts.map((p) => p.content)), [[{ $case: 'text', value: 'Hello' }]],
+    'mid-stream, the task\'s artifact is the text so far')
   t.same(projection.push({ seq: 4, type: 'run.completed', data: { output: undefined, usage: {}, finishReason: 'stop' } })
     .map((r) => r.payload!.$case), ['artifactUpdate', 'statusUpdate'])
   t.same(projection.task().artifacts[0]!.parts[0]!.content, { $case: 'data', value: null })
