@@ -47,7 +47,7 @@ export class AgUiProjection {
   readonly #parentRunId: string | undefined
   #service: RunStartedData | null = null
   #started = false
-  #open: { type: 'text' | 'reasoning', id: string } | null = null
+  #open: { type: 'text' | 'reasoning', id: string, deltaPrefix: string } | null = null
   #openTools = new Set<string>()
   #ended = false
 
@@ -72,6 +72,11 @@ export class AgUiProjection {
   /** The SSE text for one event ('' when it maps to nothing). */
   push (event: RunEvent): string {
     if (this.#ended) return ''
+    // the common case, a delta of the message already open: its frame by concatenation, the same bytes as
+    // JSON.stringify({ type, messageId, delta })
+    if (this.#open !== null && event.type === (this.#open.type === 'text' ? 'message.delta' : 'reasoning.delta')) {
+      return this.#open.deltaPrefix + JSON.stringify((event.data as TextDeltaData).text) + '}\n\n'
+    }
     const out: AgUiEvent[] = []
     if (event.type === 'run.started') this.#service ??= event.data as RunStartedData
     if (!this.#started) {
@@ -99,23 +104,20 @@ export class AgUiProjection {
     switch (event.type) {
       case 'run.started':
         return
+      // (a delta of the message already open took push's short way: this one opens a message)
       case 'message.delta': {
-        if (this.#open?.type !== 'text') {
-          this.#closeMessage(out)
-          this.#open = { type: 'text', id }
-          out.push({ type: 'TEXT_MESSAGE_START', messageId: id, role: 'assistant' })
-        }
-        out.push({ type: 'TEXT_MESSAGE_CONTENT', messageId: this.#open.id, delta: (event.data as TextDeltaData).text })
+        this.#closeMessage(out)
+        this.#open = { type: 'text', id, deltaPrefix: `data: {"type":"TEXT_MESSAGE_CONTENT","messageId":${JSON.stringify(id)},"delta":` }
+        out.push({ type: 'TEXT_MESSAGE_START', messageId: id, role: 'assistant' })
+        out.push({ type: 'TEXT_MESSAGE_CONTENT', messageId: id, delta: (event.data as TextDeltaData).text })
         return
       }
       case 'reasoning.delta': {
-        if (this.#open?.type !== 'reasoning') {
-          this.#closeMessage(out)
-          this.#open = { type: 'reasoning', id }
-          out.push({ type: 'REASONING_START', messageId: `${id}:span` })
-          out.push({ type: 'REASONING_MESSAGE_START', messageId: id, role: 'reasoning' })
-        }
-        out.push({ type: 'REASONING_MESSAGE_CONTENT', messageId: this.#open.id, delta: (event.data as TextDeltaData).text })
+        this.#closeMessage(out)
+        this.#open = { type: 'reasoning', id, deltaPrefix: `data: {"type":"REASONING_MESSAGE_CONTENT","messageId":${JSON.stringify(id)},"delta":` }
+        out.push({ type: 'REASONING_START', messageId: `${id}:span` })
+        out.push({ type: 'REASONING_MESSAGE_START', messageId: id, role: 'reasoning' })
+        out.push({ type: 'REASONING_MESSAGE_CONTENT', messageId: id, delta: (event.data as TextDeltaData).text })
         return
       }
       case 'tool.call.delta': {

@@ -32,7 +32,7 @@ export interface UiMessageStreamOptions {
 export class UiMessageStreamProjection {
   #started = false
   #start: Extract<UIMessageChunk, { type: 'start' }> | null = null
-  #open: { type: 'text' | 'reasoning', id: string } | null = null
+  #open: { type: 'text' | 'reasoning', id: string, deltaPrefix: string } | null = null
   #toolInputs = new Set<string>()
   #ended = false
 
@@ -79,6 +79,11 @@ export class UiMessageStreamProjection {
 
   #project (event: RunEvent, approvalDecidedLater: boolean): string {
     if (this.#ended) return ''
+    // the common case, a delta of the part already open: its frame by concatenation, the same bytes as
+    // JSON.stringify({ type, id, delta })
+    if (this.#open !== null && event.type === (this.#open.type === 'text' ? 'message.delta' : 'reasoning.delta')) {
+      return this.#open.deltaPrefix + JSON.stringify((event.data as TextDeltaData).text) + '}\n\n'
+    }
     const chunks: UIMessageChunk[] = []
     if (event.type === 'run.started') {
       this.#start ??= startChunk(event.data as RunStartedData)
@@ -99,15 +104,15 @@ export class UiMessageStreamProjection {
       case 'run.started':
       case 'checkpoint.saved':
         return
+      // (a delta of the part already open took #project's short way: this one opens a part)
       case 'message.delta':
       case 'reasoning.delta': {
         const type = event.type === 'message.delta' ? 'text' : 'reasoning'
-        if (this.#open?.type !== type) {
-          this.#close(chunks)
-          this.#open = { type, id: `${type}-${event.seq}` }
-          chunks.push({ type: `${type}-start`, id: this.#open.id })
-        }
-        chunks.push({ type: `${type}-delta`, id: this.#open.id, delta: (event.data as TextDeltaData).text })
+        this.#close(chunks)
+        const id = `${type}-${event.seq}`
+        this.#open = { type, id, deltaPrefix: `data: {"type":"${type}-delta","id":${JSON.stringify(id)},"delta":` }
+        chunks.push({ type: `${type}-start`, id })
+        chunks.push({ type: `${type}-delta`, id, delta: (event.data as TextDeltaData).text })
         return
       }
       case 'tool.call.delta': {
