@@ -15,9 +15,12 @@ import { drainPlugin } from '../plugins/drain.js'
 import { idempotencyPlugin } from '../plugins/idempotency.js'
 import { rateLimitPlugin } from '../plugins/rate-limit.js'
 import { requestContextPlugin } from '../plugins/request-context.js'
+import { a2aPlugin } from '../routes/a2a.js'
 import { adminApiPlugin } from '../routes/admin.js'
+import { agUiPlugin } from '../routes/ag-ui.js'
 import { agentsPlugin } from '../routes/agents.js'
 import { approvalsPlugin } from '../routes/approvals.js'
+import { chatPlugin } from '../routes/chat.js'
 import { healthPlugin } from '../routes/health.js'
 import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
@@ -84,6 +87,10 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
     await v1.register(runsPlugin)
+    // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
+    await v1.register(chatPlugin)
+    await v1.register(agUiPlugin)
+    await v1.register(a2aPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

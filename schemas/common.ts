@@ -40,6 +40,7 @@ const errorDescriptions: Record<number, string> = {
   426: 'Upgrade required (a WebSocket route asked without an upgrade)',
   429: 'Rate limited',
   500: 'Internal error',
+  501: 'Not available: an optional peer dependency is not installed',
   503: 'Unavailable (shutting down, a store unavailable, or degraded)',
   504: 'Agent timed out'
 }

@@ -108,7 +108,7 @@ export function startServer (spec, { nodeArgs = [], timeoutMs = 30_000 } = {}) {
  * One autocannon run. Latencies are collected exactly (autocannon's own histogram has 1 ms buckets),
  * throughput counts 2xx responses only.
  */
-export function load ({ url, path = '/', method = 'POST', headers = {}, body, connections = 50, duration, requests }) {
+export function load ({ url, path = '/', method = 'POST', headers = {}, body, connections = 50, duration, requests, idReplacement = false }) {
   return new Promise((resolve, reject) => {
     const latencies = []
     const instance = autocannon({
@@ -120,7 +120,9 @@ export function load ({ url, path = '/', method = 'POST', headers = {}, body, co
       duration,
       requests,
       pipelining: 1,
-      timeout: 10
+      timeout: 10,
+      // [<id>] in the body becomes a unique id per request (a chat id, a thread id)
+      idReplacement
     }, (err, result) => {
       if (err) return reject(err)
       latencies.sort((a, b) => a - b)

@@ -78,3 +78,7 @@ export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'appro
 export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)
 /** A string a durable store cannot keep as it is (PostgreSQL text holds no NUL; no backend keeps a lone surrogate). */
 export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored in %s: it holds %s', 400)
+
+// The front-end protocols (§17).
+/** A2A needs its optional peer dependency, loaded on the first A2A request. */
+export const A2aUnavailableError = createError('A2A_UNAVAILABLE', 'A2A needs the optional peer dependency @a2a-js/sdk: npm install @a2a-js/sdk', 501)

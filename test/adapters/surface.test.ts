@@ -37,8 +37,10 @@ t.test('each subpath exports its functions', async (t) => {
 })
 
 t.test('only the adapters import the optional peers, and the AI SDK adapter only its types', async (t) => {
+  // the front-end projections name the AI SDK's chunk types (erased at build, never loaded)
   const outside = ['index.ts', ...['app', 'bin', 'lib', 'plugins', 'routes', 'schemas'].flatMap(sources)]
-    .filter((file) => [...readFileSync(join(root, file), 'utf8').matchAll(peer)].length > 0)
+    .filter((file) => [...readFileSync(join(root, file), 'utf8').matchAll(peer)]
+      .some((match) => !(file.startsWith('lib/protocols/') && match[2] !== undefined)))
   t.same(outside, [])
   const aiImports = [...readFileSync(join(root, 'adapters/ai-sdk.ts'), 'utf8').matchAll(peer)]
   t.ok(aiImports.length > 0, 'the check sees the imports')

@@ -13,7 +13,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'UnauthorizedError',
-    'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',
+    'UpgradeRequiredError', 'a2aPlugin', 'adminApiPlugin', 'agUiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'chatPlugin', 'corePlugin',
     'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
     'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
     'sqliteStores', 'websocketPlugin'

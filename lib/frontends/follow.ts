@@ -1,0 +1,56 @@
+import type { RunStore } from '../stores/types.js'
+import type { RunEvent } from '../protocols/run-events.js'
+
+/** Events read from the store at a time: what a follower holds beyond its socket's buffer. */
+const PAGE = 256
+
+export function isTerminal (type: string): boolean {
+  return type === 'run.completed' || type === 'run.failed'
+}
+
+/**
+ * A run's stored events with seq greater than `after`, then live ones as the store is told of them (on this
+ * instance or another sharing it), until the terminal event; pull-based, so a slow reader never makes anyone hold
+ * more than a page. It also ends when the run is gone (purged, ephemeral) and when `signal` aborts: a generator's
+ * `return()` waits for a pending `next()`, so only the signal releases a follower waiting for the run's next event.
+ */
+export async function * followRun (store: RunStore, runId: string, after: number, signal?: AbortSignal): AsyncGenerator<RunEvent, void, undefined> {
+  let news = false
+  let wake: (() => void) | null = null
+  const notify = (): void => {
+    news = true
+    wake?.()
+  }
+  // watched before the first read: an event stored in between is read by one or the other
+  const unwatch = store.watch(runId, notify)
+  signal?.addEventListener('abort', notify)
+  try {
+    for (;;) {
+      news = false
+      const page = await store.events(runId, after, PAGE)
+      for (const stored of page) {
+        after = stored.seq
+        yield { seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) }
+        if (isTerminal(stored.type)) return
+      }
+      if (signal?.aborted === true) return
+      if (page.length === PAGE) continue
+      if (page.length === 0 && await store.get(runId) === null) return
+      if (!news) await new Promise<void>((resolve) => { wake = resolve })
+      wake = null
+    }
+  } finally {
+    unwatch()
+    signal?.removeEventListener('abort', notify)
+  }
+}
+
+/** Every event of the run stored so far (a task's state, an approval's place in the log). */
+export async function storedEvents (store: RunStore, runId: string): Promise<RunEvent[]> {
+  const events: RunEvent[] = []
+  for (;;) {
+    const page = await store.events(runId, events.length === 0 ? 0 : events.at(-1)!.seq, PAGE)
+    for (const stored of page) events.push({ seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) })
+    if (page.length < PAGE) return events
+  }
+}

@@ -1,0 +1,109 @@
+// A real browser chats with an agent through the service: a page using @ai-sdk/react's useChat (test/browser/
+// chat-app.tsx, bundled by esbuild here, offline) in Chromium driven by playwright-core. It shows a tool call,
+// approves an approval from the page, and reloads mid-stream to resume the run. The DOM is checked; screenshots
+// (after the approval, after the resume) are kept in test-artifacts/ (gitignored).
+import t from 'tap'
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import Fastify from 'fastify'
+import { build as bundle } from 'esbuild'
+import { chromium } from 'playwright-core'
+import fastifyAgents from '../../index.js'
+import { scripted } from '../helpers/frontends.js'
+import { requireService } from '../helpers/services.js'
+
+const CHROMIUM = '/usr/bin/chromium'
+const KEY = 'browser-key-0123456789'
+
+function projectRoot (): string {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
+  return dir
+}
+const root = projectRoot()
+
+const PAGE = '<!doctype html><html><head><meta charset="utf-8"><title>chat</title></head>' +
+  '<body><div id="root"></div><script type="module" src="/app.js"></script></body></html>'
+
+t.test('useChat in Chromium: a tool call, an approval from the page, a reload mid-stream that resumes', async (t) => {
+  if (!requireService(t, existsSync(CHROMIUM), `the browser test needs Chromium at ${CHROMIUM}: apt-get install -y chromium`)) return
+  const began = performance.now()
+  const built = await bundle({
+    entryPoints: [join(root, 'test/browser/chat-app.tsx')],
+    bundle: true,
+    write: false,
+    format: 'esm',
+    platform: 'browser',
+    jsx: 'automatic',
+    define: { 'process.env.NODE_ENV': '"production"' },
+    logLevel: 'silent'
+  })
+  const script = built.outputFiles[0]!.text
+
+  // plugin mode: the page and its script are the host app's routes, the service is mounted beside them
+  const helper = scripted()
+  const app = Fastify()
+  await app.register(fastifyAgents, { agents: { helper: helper.agent }, auth: { strategy: 'api-key', keys: [KEY] } })
+  app.get('/', async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
+  app.get('/app.js', async (_request, reply) => reply.type('text/javascript; charset=utf-8').send(script))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => app.close())
+  const origin = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
+
+  const profile = await mkdtemp(join(tmpdir(), 'fastify-agents-chromium-'))
+  t.teardown(() => rm(profile, { recursive: true, force: true }))
+  const browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-quic', '--no-first-run']
+  })
+  t.teardown(() => browser.close())
+  // nothing leaves the machine: the page talks to the service only
+  await browser.route('**/*', (route) => new URL(route.request().url()).origin === origin ? route.continue() : route.abort())
+  const page = browser.pages()[0] ?? await browser.newPage()
+  page.setDefaultTimeout(10_000)
+  const failures: string[] = []
+  page.on('pageerror', (error) => failures.push(error.message))
+
+  await page.goto(`${origin}/?chat=browser-1&key=${KEY}`)
+  await page.waitForSelector('main[data-status="ready"]')
+
+  // a tool call, then an approval asked of the page
+  await page.fill('input[name=message]', 'mail')
+  await page.click('button[type=submit]')
+  await page.waitForSelector('[data-tool="sendEmail"][data-state="approval-requested"] [data-approve]')
+  t.equal(await page.getAttribute('[data-tool="draft"]', 'data-state'), 'input-available', 'the tool call is shown')
+  t.equal(await page.textContent('section[data-role="assistant"] [data-part="text"]'), 'Sending.')
+  await page.click('[data-approve]')
+  await page.waitForSelector('[data-tool="sendEmail"][data-state="output-available"]')
+  await page.waitForSelector('main[data-status="ready"]')
+  t.same(await page.$$eval('section[data-role="assistant"] [data-part="text"]', (nodes) => nodes.map((node) => node.textContent)), ['Sending.', ' Sent.'])
+  t.equal(await page.getAttribute('[data-tool="draft"]', 'data-state'), 'output-available', 'the tool\'s result came with the rest of the run')
+  const mail = helper.seen[0]!
+  t.equal(await page.getAttribute('section[data-role="assistant"]', 'data-id'), mail.runId, 'one message: the run\'s')
+  t.equal((await app.inject({ url: '/v1/approvals?runId=' + mail.runId, headers: { 'x-api-key': KEY } })).json().approvals.length, 0)
+  const artifacts = join(root, 'test-artifacts')
+  await mkdir(artifacts, { recursive: true })
+  await page.screenshot({ path: join(artifacts, 'browser-chat-approved.png'), fullPage: true })
+
+  // a run that streams, then waits: the page reloads mid-stream and resumes it
+  await page.fill('input[name=message]', 'wait')
+  await page.click('button[type=submit]')
+  await page.waitForSelector('section[data-role="assistant"]:last-of-type [data-part="text"]:text-is("tick")')
+  const waiting = helper.seen[1]!
+  await page.reload()
+  const resumed = `section[data-role="assistant"][data-id="${waiting.runId}"]`
+  await page.waitForSelector(`${resumed} [data-part="text"]:text-is("tick")`)
+  t.equal(await page.getAttribute('main', 'data-status'), 'streaming', 'resumed: the run is still going')
+  helper.release()
+  await page.waitForSelector(`${resumed} [data-part="text"]:text-is("tick tock")`)
+  await page.waitForSelector('main[data-status="ready"]')
+  t.equal(helper.seen.length, 2, 'the reload started no run')
+  t.same(failures, [])
+
+  await page.screenshot({ path: join(artifacts, 'browser-chat-resumed.png'), fullPage: true })
+  t.comment(`browser test: ${Math.round(performance.now() - began)} ms (bundle, service, Chromium, two chats, a reload)`)
+})

@@ -1,0 +1,213 @@
+// The edges of what the front-end routes share (lib/frontends): following a run's log (long logs, a signal, a run
+// that is gone), deciding answers, the A2A port's own checks, a store that fails under a stream, a reader too far
+// behind, a socket that needs draining. The protocols themselves are tested with their clients in test/routes/.
+import t from 'tap'
+import type { FastifyRequest } from 'fastify'
+import type { AgentServiceCore } from '../../../lib/core/service.js'
+import { ApprovalNotFoundError } from '../../../lib/core/errors.js'
+import { ServiceRunPort } from '../../../lib/frontends/a2a.js'
+import { followRun, storedEvents } from '../../../lib/frontends/follow.js'
+import { cancelRun, conversationSessionId, decideAnswers, decisionError } from '../../../lib/frontends/runs.js'
+import type { Agent } from '../../../lib/core/types.js'
+import { MemoryApprovalStore } from '../../../lib/stores/memory.js'
+import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'
+import type { ApprovalRecord, RunRecord, StoredEvent } from '../../../lib/stores/types.js'
+import { build, eventually, listen, principalFromHeader } from '../../helper.js'
+
+function record (runId: string): RunRecord {
+  const now = new Date().toISOString()
+  return { runId, agent: 'a', sessionId: null, principal: 'p', status: 'running', background: false, attempt: 1, lastSeq: 0, createdAt: now, startedAt: now, requestId: 'r', traceId: 't' }
+}
+
+function events (from: number, count: number): StoredEvent[] {
+  return Array.from({ length: count }, (_, i) => ({ seq: from + i, type: 'message.delta', data: JSON.stringify({ text: String(from + i) }) }))
+}
+
+async function all<T> (iterable: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = []
+  for await (const item of iterable) out.push(item)
+  return out
+}
+
+t.test('followRun and storedEvents: logs longer than a page, a signal, a run that is gone', async (t) => {
+  const store = new MemoryRunStore()
+  await store.create({ record: record('long'), spec: { input: null }, ephemeral: false, detachable: false, lease: { owner: 'me', until: Date.now() + 60_000 } }, { exclusive: false })
+  await store.append('long', events(1, 600), 'me')
+  t.equal((await storedEvents(store, 'long')).length, 600, 'every page')
+  const stop = new AbortController()
+  stop.abort()
+  t.equal((await all(followRun(store, 'long', 0, stop.signal))).length, 256, 'an aborted signal ends the follower after the page it read')
+
+  const live = followRun(store, 'long', 0)
+  for (let i = 0; i < 600; i++) await live.next()
+  const next = live.next()
+  await store.finish('long', [{ seq: 601, type: 'run.completed', data: '{"output":1}' }], { status: 'completed', endedAt: new Date().toISOString() }, 60_000, 'me')
+  t.match(await next, { value: { seq: 601, type: 'run.completed', data: { output: 1 } } }, 'page after page, then live')
+  t.match(await live.next(), { done: true }, 'the terminal event ends it')
+  t.same(await all(followRun(store, 'nope', 0)), [], 'a run the store does not have ends at once')
+})
+
+t.test('decideAnswers: the earliest of a run\'s answered approvals; a failing store is not "not found"', async (t) => {
+  const approvalStore = new MemoryApprovalStore()
+  const service = { settings: { approvalStore } } as unknown as AgentServiceCore
+  const owner = { sessionId: 's', principal: 'p', agent: 'a' }
+  const approval = (id: string, at: string): ApprovalRecord => ({
+    id, runId: 'run', agent: 'a', sessionId: 's', principal: 'p', action: 'x', payload: null, reason: null, status: 'pending',
+    requestedAt: at, expiresAt: new Date(Date.now() + 60_000).toISOString()
+  })
+  await approvalStore.create(approval('late', '2030-01-01T00:00:02.000Z'))
+  await approvalStore.create(approval('early', '2030-01-01T00:00:01.000Z'))
+  const first = await decideAnswers(service, [{ id: 'late', decision: { approved: true } }, { id: 'other', decision: { approved: true } }, { id: 'early', decision: { approved: false } }], owner)
+  t.equal(first.id, 'early')
+  await t.rejects(decideAnswers(service, [{ id: 'other', decision: { approved: true } }], owner), ApprovalNotFoundError)
+
+  const failing = { settings: { approvalStore: { get: async () => { throw new Error('store down') } } } } as unknown as AgentServiceCore
+  await t.rejects(decideAnswers(failing, [{ id: 'x', decision: { approved: true } }], owner), /store down/)
+  const vanishing = { settings: { approvalStore: { get: async () => approval('gone', '2030-01-01T00:00:00.000Z'), decide: async () => ({ outcome: 'not_found' }) } } } as unknown as AgentServiceCore
+  await t.rejects(decideAnswers(vanishing, [{ id: 'gone', decision: { approved: true } }], owner), ApprovalNotFoundError, 'deleted between the read and the decision')
+  t.match(decisionError('a', 'expired'), { code: 'APPROVAL_EXPIRED', statusCode: 409 })
+  t.match(decisionError('a', 'already_decided'), { code: 'APPROVAL_ALREADY_DECIDED', statusCode: 409 })
+})
+
+t.test('cancelRun: a run the store does not have, one that has ended', async (t) => {
+  const outcomes = ['not_found', 'ended']
+  const service = { settings: { runRetentionMs: 1, runStore: { cancel: async () => ({ outcome: outcomes.shift() }) } } } as unknown as AgentServiceCore
+  await t.rejects(cancelRun(service, 'r'), { code: 'RUN_NOT_FOUND', statusCode: 404 })
+  await t.rejects(cancelRun(service, 'r'), { code: 'RUN_ALREADY_ENDED', statusCode: 409 })
+})
+
+t.test('the A2A port checks ownership itself, and answers a lost compare-and-set with its code', async (t) => {
+  const asks: Agent = { async run (_input, ctx) { await ctx.requestApproval({ action: 'x' }); return { output: 'ok' } } }
+  const { app } = build(t, { agents: { helper: asks } })
+  principalFromHeader(app)
+  const port = (request: FastifyRequest): ServiceRunPort => new ServiceRunPort(app.agentService, request, 'helper')
+  app.post<{ Params: { runId: string } }>('/probe/cancel/:runId', async (request) => { await port(request).cancel(request.params.runId); return {} })
+  app.post<{ Params: { id: string } }>('/probe/decide/:id', async (request) => { await port(request).decide(request.params.id, { approved: true }); return {} })
+  await app.ready()
+  const started = app.inject({ method: 'POST', url: '/v1/agents/helper/runs', headers: { 'x-test-principal': 'alice' }, payload: { input: 1 } })
+  const [approval] = await eventually(async () => {
+    const pending = await app.agentService.settings.approvalStore.listPending()
+    return pending.length > 0 && pending
+  })
+  t.match((await app.inject({ method: 'POST', url: `/probe/cancel/${approval!.runId}`, headers: { 'x-test-principal': 'bob' } })).json(), { code: 'RUN_NOT_FOUND' })
+  t.match((await app.inject({ method: 'POST', url: `/probe/decide/${approval!.id}`, headers: { 'x-test-principal': 'bob' } })).json(), { code: 'APPROVAL_NOT_FOUND' })
+  await app.agentService.settings.approvalStore.decide(approval!.id, { approved: false, comment: null, decidedBy: null, decidedAt: new Date().toISOString() })
+  t.match((await app.inject({ method: 'POST', url: `/probe/decide/${approval!.id}`, headers: { 'x-test-principal': 'alice' } })).json(), { statusCode: 409, code: 'APPROVAL_ALREADY_DECIDED' })
+  t.equal((await started).statusCode, 200)
+})
+
+t.test('a run store that fails under a resumed stream cuts the connection (the client may resume again)', async (t) => {
+  class FailingEvents extends MemoryRunStore {
+    failing = false
+    override async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+      if (this.failing) throw new Error('store down')
+      return super.events(runId, afterSeq, limit)
+    }
+  }
+  const runStore = new FailingEvents()
+  let release!: () => void
+  const waits: Agent = { async * run () { yield 'tick'; await new Promise<void>((resolve) => { release = resolve }) } }
+  const { url } = await listen(t, { agents: { helper: waits }, runStore })
+  const body = JSON.stringify({ id: 'c', messages: [{ id: 'u', role: 'user', parts: [{ type: 'text', text: 'x' }] }] })
+  const first = await fetch(`${url}/v1/agents/helper/chat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+  const reader = first.body!.getReader()
+  await reader.read()
+  runStore.failing = true
+  const resumed = await fetch(`${url}/v1/agents/helper/chat/c/stream`)
+  t.equal(resumed.status, 200)
+  await t.rejects(resumed.text(), 'the connection is cut')
+  runStore.failing = false
+  release()
+  await reader.cancel()
+})
+
+function chatOn (url: string, text: string, id: string): Promise<Response> {
+  return fetch(`${url}/v1/agents/helper/chat`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ id, messages: [{ id: 'u', role: 'user', parts: [{ type: 'text', text }] }] })
+  })
+}
+
+t.test('a client that leaves a resumed stream while the run waits: the follower stops, the run goes on', async (t) => {
+  let release: (() => void) | undefined
+  const waits: Agent = { async * run () { yield 'tick'; await new Promise<void>((resolve) => { release = resolve }); return { output: 'done' } } }
+  const { url, service } = await listen(t, { agents: { helper: waits } })
+  const live = await chatOn(url, 'wait', 'leave')
+  const reader = live.body!.getReader()
+  await reader.read()
+  const leaving = new AbortController()
+  const resumed = await fetch(`${url}/v1/agents/helper/chat/leave/stream`, { signal: leaving.signal })
+  await resumed.body!.getReader().read()
+  const heartbeat = service.app.agentService.heartbeat
+  t.equal(heartbeat.size, 2)
+  leaving.abort()
+  await eventually(() => heartbeat.size === 1)
+  release!()
+  t.ok((await reader.read()).value, 'the run went on')
+  await reader.cancel()
+})
+
+t.test('a response holding more than maxStreamBufferBytes unsent is cut (the chat run goes on)', async (t) => {
+  const floods: Agent = { async * run () { yield 'x'.repeat(64 * 1024); return { output: 'done' } } }
+  const { url, service } = await listen(t, { agents: { helper: floods }, maxStreamBufferBytes: 32 * 1024 })
+  await t.rejects(chatOn(url, 'go', 'cut').then((res) => res.text()), 'the connection is cut (here before its head was sent)')
+  t.equal(service.app.agentService.stats.slowConsumers, 1)
+  await eventually(async () => (await service.app.agentService.settings.runStore.list({ limit: 1 })).runs[0]?.status === 'completed')
+})
+
+t.test('a resume of a log with an event larger than the socket takes at once is written at the socket\'s pace', async (t) => {
+  const big = 'x'.repeat(1024 * 1024)
+  let release: (() => void) | undefined
+  const waits: Agent = { async * run () { yield big; await new Promise<void>((resolve) => { release = resolve }); return { output: 'done' } } }
+  const { url } = await listen(t, { agents: { helper: waits } })
+  const live = await chatOn(url, 'wait', 'drain')
+  const reader = live.body!.getReader()
+  await reader.read()
+  const resumed = await fetch(`${url}/v1/agents/helper/chat/drain/stream`)
+  const text = resumed.text()
+  await eventually(() => release !== undefined)
+  release!()
+  t.ok((await text).includes(big))
+  await reader.cancel()
+})
+
+t.test('a client that leaves while its socket drains: the resumed chat stream and the A2A stream stop writing', async (t) => {
+  // more than the socket takes at once, so that the writers wait for 'drain' and see the client leave meanwhile
+  const big = 'x'.repeat(6 * 1024 * 1024)
+  const waiting: Array<() => void> = []
+  const floods: Agent = {
+    async * run () {
+      yield big
+      yield big
+      yield big
+      await new Promise<void>((resolve) => { waiting.push(resolve) })
+      return { output: 'done' }
+    }
+  }
+  const { url, service } = await listen(t, { agents: { helper: floods } })
+  const heartbeat = service.app.agentService.heartbeat
+  // the chat's run, started as a JSON run in the chat's session (a chat response of 18 MB would be cut)
+  const sessionId = conversationSessionId('chat', 'anonymous', 'helper', 'drain-leave')
+  await service.app.agentService.settings.sessionStore.create({ id: sessionId, agent: 'helper', principal: 'anonymous', metadata: {} }, 60_000)
+  const run = service.app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'go', sessionId } })
+  await eventually(() => waiting.length === 1)
+
+  const leaving = new AbortController()
+  const resumed = await fetch(`${url}/v1/agents/helper/chat/drain-leave/stream`, { signal: leaving.signal })
+  t.equal(resumed.status, 200)
+  leaving.abort()
+  await eventually(() => heartbeat.size === 0, 5_000, 'the resumed stream is gone')
+
+  const a2a = new AbortController()
+  const streaming = await fetch(`${url}/v1/a2a/helper`, {
+    method: 'POST',
+    signal: a2a.signal,
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendStreamingMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'go' }] } } })
+  })
+  t.equal(streaming.status, 200)
+  await eventually(() => heartbeat.size === 1)
+  a2a.abort()
+  await eventually(() => heartbeat.size === 0, 5_000, 'the A2A stream is gone')
+  for (const release of waiting) release()
+  t.equal((await run).statusCode, 200)
+})
