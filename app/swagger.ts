@@ -97,12 +97,14 @@ function addAgentOperations (document: Json, settings: Settings): void {
     operation.operationId = `run${id}Agent`
     operation.summary = `Run ${name}`
     operation.description = (agent.description ?? '') + (agent.description === undefined ? '' : '\n\n') +
-      `Answers JSON. For Server-Sent Events use runAgent (\`POST ${base}/agents/{name}/runs\`) with \`Accept: text/event-stream\`.`
+      `Answers JSON. For Server-Sent Events (\`Accept: text/event-stream\`) or a background run (\`"background": true\`, 202) use runAgent (\`POST ${base}/agents/{name}/runs\`).`
     operation.parameters = (operation.parameters as Json[]).filter((parameter) => parameter.name !== 'name')
     if (operation.parameters.length === 0) delete operation.parameters
     const body = operation.requestBody.content['application/json']
     delete body.schema.properties.stream
-    // without `stream`: this operation answers JSON only
+    delete body.schema.properties.background
+    delete operation.responses['202']
+    // without `stream` and `background`: this operation answers the run's JSON result only
     body.schema.title = 'AgentRunRequest'
     if (agent.input !== undefined) {
       body.schema.properties.input = plain(agent.input)

@@ -139,11 +139,14 @@ t.test('servers, license, an operationId for every operation, named schemas by $
   t.same(run.responses['404'].content['application/json'].schema, { $ref: '#/components/schemas/ErrorResponse' })
   t.equal(run.responses['404'].description, 'Not found', 'each status keeps its own description')
   t.ok(run.responses['200'].content['text/event-stream'], 'the SSE answer on runAgent')
+  t.same(run.responses['202'].content['application/json'].schema, { $ref: '#/components/schemas/QueuedRun' }, 'and the background one')
 
   const greet = document.paths['/v1/agents/greeter/runs'].post
   t.same(Object.keys(greet.responses['200'].content), ['application/json'], 'the agent\'s own operation answers JSON only')
   t.match(schemas.GreeterRunRequest.properties.input, { type: 'object', properties: { name: { type: 'string' } } })
   t.notOk('stream' in schemas.GreeterRunRequest.properties)
+  t.notOk('background' in schemas.GreeterRunRequest.properties)
+  t.notOk(greet.responses['202'], 'no queued answer: data is the run result, not a union')
   t.match(schemas.GreeterRunResult.properties.output, { type: 'object', properties: { greeting: { type: 'string' } } })
   t.same(greet.requestBody.content['application/json'].example, { input: { name: 'Ada' } })
 })
