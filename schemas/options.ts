@@ -3,7 +3,7 @@ import type { Static, TUnsafe } from '@sinclair/typebox'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../lib/stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
 // plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
@@ -22,7 +22,8 @@ export const storeMethods = {
   runStore: [
     'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
     'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
-  ]
+  ],
+  webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -34,6 +35,7 @@ export const ApprovalStoreOption = withMethods<ApprovalStore>(storeMethods.appro
 export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.checkpointStore, 'a CheckpointStore')
 export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
 export const RunStoreOption = withMethods<RunStore>(storeMethods.runStore, 'a RunStore')
+export const WebhookStoreOption = withMethods<WebhookStore>(storeMethods.webhookStore, 'a WebhookStore: the outbox of webhook deliveries')
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),

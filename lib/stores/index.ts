@@ -24,3 +24,5 @@ export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores 
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'
 export { RedisRunStore } from './redis-runs.js'
 export type { RedisRunStoreOptions } from './redis-runs.js'
+export { DEFAULT_MAX_RETAINED_DELIVERIES, MemoryWebhookStore } from './memory-webhooks.js'
+export type { MemoryWebhookStoreOptions } from './memory-webhooks.js'

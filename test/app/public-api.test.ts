@@ -6,9 +6,9 @@ import * as api from '../../index.js'
 t.test('index.ts exports exactly the public names', async (t) => {
   t.same(Object.keys(api).sort(), [
     'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
-    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
+    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
-    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
+    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
