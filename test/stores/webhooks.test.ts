@@ -1,5 +1,4 @@
 // The outbox of webhook deliveries (contract §16) in memory and in SQLite; PostgreSQL and Redis have files of their own.
-import { join } from 'node:path'
 import t from 'tap'
 import { DEFAULT_MAX_RETAINED_DELIVERIES, MemoryWebhookStore } from '../../lib/stores/memory-webhooks.js'
 import { memoryStores } from '../../lib/stores/memory.js'
