@@ -12,6 +12,7 @@ export {
 } from './sqlite.js'
 export type { SqliteDatabase, SqliteSource, SqliteStoreOptions } from './sqlite.js'
 export { SqliteRunStore } from './sqlite-runs.js'
+export { SqliteWebhookStore } from './sqlite-webhooks.js'
 export type { SqliteRunStoreOptions } from './sqlite-runs.js'
 export {
   PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,

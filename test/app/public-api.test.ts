@@ -12,7 +12,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
-    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'UnauthorizedError',
+    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',
     'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
     'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
