@@ -20,6 +20,7 @@ export {
 } from './postgres.js'
 export type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
 export { PostgresRunStore } from './postgres-runs.js'
+export { PostgresWebhookStore } from './postgres-webhooks.js'
 export type { PostgresRunStoreOptions } from './postgres-runs.js'
 export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'

@@ -634,7 +634,7 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
   }
 }
 
-/** All six stores on one Database (opened from a filename, or yours). */
+/** Every store on one Database (opened from a filename, or yours). */
 export function sqliteStores (source: string | SqliteDatabase, options: SqliteStoreOptions = {}): Required<StoreSet> {
   const connection = new SqliteConnection(source)
   return {

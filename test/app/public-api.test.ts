@@ -9,7 +9,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
     'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
-    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore',
+    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore', 'PostgresWebhookStore',
     'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
