@@ -10,7 +10,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
     'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore', 'PostgresWebhookStore',
-    'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
+    'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RedisWebhookStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'adminApiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'corePlugin',

@@ -160,6 +160,8 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     t.same(rest.attempts.map((x) => [x.runId, x.attempt]), [['run-a', 1]])
     t.equal(rest.nextCursor, null, 'the last page, exactly full')
     t.same(await store.attempts({ limit: 10, runId: 'nobody' }), { attempts: [], nextCursor: null })
+    t.same(await store.attempts({ limit: 10, runId: 'run-a', event: 'approval.requested' }), { attempts: [], nextCursor: null })
+    t.same((await store.attempts({ limit: 10, event: 'approval.requested', outcome: 'delivered' })).attempts.map((x) => [x.runId, x.attempt]), [['run-b', 3]])
 
     await t.rejects(store.attempts({ limit: 10, cursor: 'not a cursor' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(async () => store.attempts({ limit: 0 }), RangeError)
