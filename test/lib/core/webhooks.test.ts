@@ -2,6 +2,7 @@
 // delivery with standardwebhooks' own Webhook.verify; the outbox in memory here (the shared ones: webhooks-*.test.ts).
 import t from 'tap'
 import type { Test } from 'tap'
+import { buildOpenApiDocument } from '../../../app/openapi.js'
 import { createAgentService } from '../../../app/service.js'
 import { DEFAULT_WEBHOOK_TUNING, describeFailure, retryDelay, useWebhookTuning, webhookId, webhookPayload } from '../../../lib/core/webhooks.js'
 import type { WebhookTuning } from '../../../lib/core/webhooks.js'
@@ -293,6 +294,42 @@ t.test('the Admin listing: limits and cursors checked, and empty without webhook
   t.match(bad.json(), { code: 'FA_INVALID_CURSOR' })
   const plain = build(t, { adminApi: { enabled: true } })
   t.same((await plain.app.inject({ method: 'GET', url: '/admin/webhooks?cursor=anything' })).json(), { attempts: [], nextCursor: null })
+})
+
+t.test('the core purges ended deliveries past their retention, and logs a purge that fails', async (t) => {
+  const hook = await receiver(t)
+  const store = new MemoryWebhookStore()
+  const { app } = service(t, hook, { webhookStore: store, webhooks: { url: hook.url, secret: hook.secret, retentionMs: 1 } })
+  await app.inject(run('echo'))
+  await eventually(async () => (await store.attempts({ limit: 10 })).attempts.length === 1, 10_000, 'delivered')
+  const warnings: string[] = []
+  app.agentService.stopPurging()
+  app.agentService.startPurging({ warn: (_o: unknown, message: string) => warnings.push(message) } as never, 5)
+  await eventually(async () => (await store.attempts({ limit: 10 })).attempts.length === 0, 5_000, 'purged')
+  store.purge = async () => { throw new Error('outbox down') }
+  await eventually(() => warnings.includes('could not purge ended webhook deliveries'), 5_000, 'a failed purge logged')
+  app.agentService.stopPurging()
+})
+
+t.test('the OpenAPI document has the Admin listing; building it delivers nothing from the outbox', async (t) => {
+  const touched: string[] = []
+  const outbox = new Proxy(new MemoryWebhookStore(), {
+    get (target, property) {
+      touched.push(String(property))
+      return Reflect.get(target, property, target)
+    }
+  })
+  const document = await buildOpenApiDocument({
+    agents: { echo }, adminApi: { enabled: true, bearerToken: 'token' }, webhooks: { url: 'https://example.com', secret: newSecret() }, webhookStore: outbox
+  }) as any
+  t.same(touched, [], 'the outbox untouched')
+  const operation = document.paths['/admin/webhooks'].get
+  t.equal(operation.operationId, 'listWebhookAttempts')
+  t.same(operation.security, [{ adminBearer: [] }])
+  t.same(operation.parameters.map((p: { name: string }) => p.name).sort(), ['cursor', 'event', 'limit', 'outcome', 'runId'])
+  t.ok(document.components.schemas.WebhookAttempt)
+  t.ok(document.components.schemas.AdminWebhookAttemptPage)
+  t.ok(operation.responses['400'])
 })
 
 t.test('bad options: every problem named by its path, before anything is bound', async (t) => {
