@@ -127,6 +127,14 @@ function given (value: string | undefined): value is string {
   return value !== undefined && value !== ''
 }
 
+/**
+ * The bin serves no webhooks: a factory's outbox is left out, unopened (probed, it would hold the connection open
+ * past the service's close, which closes only the stores it uses).
+ */
+function withoutOutbox ({ webhookStore: _outbox, ...set }: StoreSet): StoreSet {
+  return set
+}
+
 /** Turns flags into service options; every store named by a URL is opened here (lazily: probe them before serving). */
 export function buildServeOptions (flags: ServeFlags, agents: Record<string, Agent>, sources: FlagSources = {}): ServePlan {
   const name = (key: keyof ServeFlags): string => sources[key] ?? flagNames[key]
@@ -138,8 +146,8 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   const db = flags.db
   if (given(db)) {
     let set: StoreSet
-    if (db.startsWith('file:')) set = sqliteStores(db)
-    else if (/^postgres(ql)?:\/\//.test(db)) set = postgresStores(db)
+    if (db.startsWith('file:')) set = withoutOutbox(sqliteStores(db))
+    else if (/^postgres(ql)?:\/\//.test(db)) set = withoutOutbox(postgresStores(db))
     else throw new Error(`${name('db')} must be file:<path> or postgres://…, got "${redact(db)}"`)
     stores.push({ source: name('db'), url: redact(db), set })
     Object.assign(options, set)
@@ -149,7 +157,7 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   }
   if (given(flags.redis)) {
     if (!/^rediss?:\/\//.test(flags.redis)) throw new Error(`${name('redis')} must be redis://… or rediss://…, got "${redact(flags.redis)}"`)
-    const set = redisStores(flags.redis)
+    const set = withoutOutbox(redisStores(flags.redis))
     stores.push({ source: name('redis'), url: redact(flags.redis), set })
     Object.assign(options, set)
   }

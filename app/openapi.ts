@@ -11,7 +11,8 @@ function withoutStores (adminApi: NonNullable<AgentServiceOptions['adminApi']>):
 export async function buildOpenApiDocument (options: AgentServiceOptions): Promise<Record<string, unknown>> {
   // The stores do not shape the document, and the service closes those that own their connection: it gets
   // none of yours (memory ones instead), so the options can go on to serve.
-  const { auditStore: _a, sessionStore: _s, approvalStore: _p, checkpointStore: _c, db: _d, idempotency, adminApi, ...rest } = options
+  // Nor do webhooks: a service that delivered them from your outbox while building a document would be a surprise.
+  const { auditStore: _a, sessionStore: _s, approvalStore: _p, checkpointStore: _c, db: _d, idempotency, adminApi, webhooks: _w, webhookStore: _o, ...rest } = options
   const service = createAgentService({
     logger: false,
     ...rest,

@@ -32,13 +32,17 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   service.audit.declare(fastify)
   service.startPurging(fastify.log)
   // leases, claiming and recovery run once the app is up (a host app still registering has no routes to serve yet)
-  fastify.addHook('onReady', async () => { service.worker.start(fastify.log) })
+  fastify.addHook('onReady', async () => {
+    service.worker.start(fastify.log)
+    service.webhooks?.start()
+  })
   // a client the service's stores opened themselves (ioredis from a URL) reports its connection errors here
   for (const store of settings.stores) (store as { useLogger?: (log: FastifyBaseLogger) => void }).useLogger?.(fastify.log)
   // onClose runs after the drain (a preClose hook): nothing in flight uses the stores any more
   fastify.addHook('onClose', async () => {
     service.stopPurging()
     service.worker.stop()
+    await service.webhooks?.stop()
     await service.audit.writer.flush()
     await closeOwnedStores(settings.stores, settings.storeTimeoutMs, fastify.log)
   })

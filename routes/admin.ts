@@ -13,6 +13,7 @@ import {
 } from '../schemas/admin.js'
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
 import { AdminRunPage, AdminRunsQuery } from '../schemas/runs.js'
+import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks.js'
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
@@ -173,6 +174,17 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     const { limit = DEFAULT_AUDIT_LIMIT, cursor, status, agent, sessionId } = request.query
     const page = await settings.runStore.list({ limit, cursor, status, agent, sessionId })
     return { runs: page.runs.map(({ result: _result, ...record }) => record), nextCursor: page.nextCursor }
+  })
+
+  fastify.get('/webhooks', route('Webhook delivery attempts, most recent first, by cursor', {
+    operationId: 'listWebhookAttempts',
+    querystring: AdminWebhooksQuery,
+    response: { 200: AdminWebhookAttemptPage, ...errors(400) }
+  }), async (request) => {
+    const { limit = DEFAULT_AUDIT_LIMIT, ...filters } = request.query
+    // without the option there is no outbox to read (and a store named for it is left unopened)
+    if (settings.webhooks === null) return { attempts: [], nextCursor: null }
+    return settings.webhooks.store.attempts({ limit, ...filters })
   })
 
   fastify.get('/stats', route('Service figures since start', {

@@ -3,7 +3,8 @@ import type { Static, TUnsafe } from '@sinclair/typebox'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../lib/stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
+import { WebhooksOptions } from './webhooks.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
 // plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
@@ -22,7 +23,8 @@ export const storeMethods = {
   runStore: [
     'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
     'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
-  ]
+  ],
+  webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -34,6 +36,7 @@ export const ApprovalStoreOption = withMethods<ApprovalStore>(storeMethods.appro
 export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.checkpointStore, 'a CheckpointStore')
 export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
 export const RunStoreOption = withMethods<RunStore>(storeMethods.runStore, 'a RunStore')
+export const WebhookStoreOption = withMethods<WebhookStore>(storeMethods.webhookStore, 'a WebhookStore: the outbox of webhook deliveries')
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
@@ -99,6 +102,8 @@ export const AgentServiceOptions = Type.Object({
   runLeaseMs: Type.Optional(Type.Integer({ minimum: 100, description: 'how long a run\'s lease lasts unless renewed: another instance takes over within this + 5 s of an instance\'s death (default 30 s)' })),
   runConcurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'the most background (and handed-off) runs one instance runs at once (default 64)' })),
   maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),
+  webhooks: Type.Optional(WebhooksOptions),
+  webhookStore: Type.Optional(WebhookStoreOption),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),

@@ -10,6 +10,7 @@ import { Drain } from './drain.js'
 import type { Settings } from './settings.js'
 import type { StoredEvent } from '../stores/types.js'
 import { ServiceStats } from './stats.js'
+import { WebhookDispatcher } from './webhooks.js'
 
 // Every augmentation of Fastify's types the service makes, in one place.
 declare module 'fastify' {
@@ -63,6 +64,8 @@ export class AgentServiceCore {
   readonly worker: RunWorker
   readonly heartbeat = new SseHeartbeat()
   readonly capabilities: RunCapabilities
+  /** delivers the `webhooks` option's events; null without it */
+  readonly webhooks: WebhookDispatcher | null
   readonly startedAt = new Date().toISOString()
   #accessCheck = everyone
   #streamSettler = nothingToSettle
@@ -76,19 +79,21 @@ export class AgentServiceCore {
     this.worker = new RunWorker(this)
     this.drain = new Drain(this.runs, this.worker)
     this.capabilities = storeCapabilities(settings)
+    this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log)
   }
 
   #purger: NodeJS.Timeout | null = null
 
-  /** Starts purging runs past their retention, in bounded batches (and a failure logged, never thrown). */
+  /** Starts purging runs and ended webhook deliveries past their retention, in bounded batches (a failure logged, never thrown). */
   startPurging (log: FastifyBaseLogger, intervalMs = PURGE_INTERVAL_MS): void {
     let purging = false
     this.#purger = setInterval(() => {
       if (purging) return
       purging = true
-      this.settings.runStore.purge(Date.now(), PURGE_BATCH)
-        .catch((err: unknown) => log.warn({ err }, 'could not purge expired runs'))
-        .finally(() => { purging = false })
+      void Promise.all([
+        this.settings.runStore.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired runs')),
+        this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries'))
+      ]).finally(() => { purging = false })
     }, intervalMs)
     this.#purger.unref()
   }

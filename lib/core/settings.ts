@@ -8,6 +8,8 @@ import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
 import { compileInputValidator } from './validation.js'
+import { resolveWebhooks, webhookProblems } from './webhook-options.js'
+import type { WebhookSettings } from './webhook-options.js'
 import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
@@ -49,6 +51,8 @@ export interface Settings {
   readonly runConcurrency: number
   readonly maxRunAttempts: number
   readonly maxStreamBufferBytes: number
+  /** the `webhooks` option, its outbox (`webhookStore`) with the store deadline; null without it */
+  readonly webhooks: WebhookSettings | null
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
   readonly rateLimit: RateLimitOptions | null
@@ -197,6 +201,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   }
 
   if (options.auth !== undefined) problems.push(...authProblems(options.auth))
+  if (typeof options.webhooks === 'object' && options.webhooks !== null) problems.push(...webhookProblems(options.webhooks))
 
   let dbProbe: HealthProbe | null = null
   if (typeof options.db === 'object' && options.db !== null) {
@@ -216,6 +221,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     checkpointStore: options.checkpointStore ?? admin?.checkpointStore ?? defaults.checkpointStore,
     idempotencyStore: options.idempotency?.store ?? defaults.idempotency.store,
     runStore: options.runStore ?? defaults.runStore,
+    // the outbox is used (probed, closed) only with webhooks to deliver
+    webhookStore: options.webhooks === undefined ? undefined : options.webhookStore ?? defaults.webhookStore,
     adminAuditStore: admin?.auditStore,
     adminCheckpointStore: admin?.checkpointStore
   }
@@ -253,6 +260,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     runConcurrency: options.runConcurrency ?? DEFAULT_RUN_CONCURRENCY,
     maxRunAttempts: options.maxRunAttempts ?? DEFAULT_MAX_RUN_ATTEMPTS,
     maxStreamBufferBytes: options.maxStreamBufferBytes ?? DEFAULT_MAX_STREAM_BUFFER_BYTES,
+    webhooks: given.webhookStore === undefined
+      ? null
+      : resolveWebhooks(options.webhooks!, withDeadline(given.webhookStore, storeMethods.webhookStore, 'webhookStore')),
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({

@@ -38,6 +38,16 @@ export class ServiceStats {
   slowConsumers = 0
   /** how long claimed runs waited in the queue, in seconds (for the metrics) */
   readonly queueWaits = new Histogram()
+  readonly #webhookDeliveries = new Map<string, number>()
+
+  /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (§16); 'lost' for a delivery the outbox never took. */
+  recordWebhookDelivery (outcome: string): void {
+    this.#webhookDeliveries.set(outcome, (this.#webhookDeliveries.get(outcome) ?? 0) + 1)
+  }
+
+  webhookDeliveries (): ReadonlyMap<string, number> {
+    return this.#webhookDeliveries
+  }
 
   recordQueueWait (seconds: number): void {
     this.queueWaits.record(Math.max(0, seconds) * 1000)

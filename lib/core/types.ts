@@ -79,3 +79,4 @@ export type {
   AdminApiOptions, AgentServiceOptions, ApiKeyAuthOptions, DbHealthCheck, DbHealthResult, IdempotencyOptions, JwtAlgorithm,
   JwtAuthOptions, RateLimitOptions
 } from '../../schemas/options.js'
+export type { WebhooksOptions } from '../../schemas/webhooks.js'

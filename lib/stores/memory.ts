@@ -4,6 +4,7 @@ import {
   decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
 } from './common.js'
 import { MemoryRunStore } from './memory-runs.js'
+import { MemoryWebhookStore } from './memory-webhooks.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -487,6 +488,8 @@ export interface MemoryStoresOptions {
   maxSessions?: number
   /** the most ended runs the run store keeps (default 10,000) */
   maxRetainedRuns?: number
+  /** the most delivered or failed webhook deliveries the outbox keeps (default 10,000) */
+  maxRetainedDeliveries?: number
 }
 
 export function memoryStores (options: MemoryStoresOptions = {}): Required<StoreSet> {
@@ -496,6 +499,7 @@ export function memoryStores (options: MemoryStoresOptions = {}): Required<Store
     approvalStore: new MemoryApprovalStore(),
     checkpointStore: new MemoryCheckpointStore(),
     idempotency: { store: new MemoryIdempotencyStore() },
-    runStore: new MemoryRunStore({ maxRetainedRuns: options.maxRetainedRuns })
+    runStore: new MemoryRunStore({ maxRetainedRuns: options.maxRetainedRuns }),
+    webhookStore: new MemoryWebhookStore({ maxRetainedDeliveries: options.maxRetainedDeliveries })
   }
 }

@@ -9,6 +9,7 @@ import {
 } from './common.js'
 import { loadDriver } from './drivers.js'
 import { PostgresRunStore } from './postgres-runs.js'
+import { PostgresWebhookStore } from './postgres-webhooks.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -693,7 +694,7 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
 }
 
 /**
- * All six stores on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
+ * Every store on one pool: `postgresStores(url)`, `postgresStores(pool, { schema })` or
  * `postgresStores({ connectionString, max, schema })`.
  */
 export function postgresStores (source: string | PgPool | PostgresStoresOptions, options: PostgresStoreOptions = {}): Required<StoreSet> {
@@ -712,6 +713,7 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
     idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
-    runStore: new PostgresRunStore(connection, storeOptions)
+    runStore: new PostgresRunStore(connection, storeOptions),
+    webhookStore: new PostgresWebhookStore(connection, storeOptions)
   }
 }

@@ -7,6 +7,7 @@ import {
 } from './common.js'
 import { loadDriver } from './drivers.js'
 import { RedisRunStore } from './redis-runs.js'
+import { RedisWebhookStore } from './redis-webhooks.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -359,11 +360,12 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 }
 
 /** Sessions, idempotency and runs on one client (opened from a URL, or yours). */
-export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore'> {
+export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
     idempotency: { store: new RedisIdempotencyStore(connection, options) },
-    runStore: new RedisRunStore(connection, options)
+    runStore: new RedisRunStore(connection, options),
+    webhookStore: new RedisWebhookStore(connection, options)
   }
 }

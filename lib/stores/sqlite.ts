@@ -8,6 +8,7 @@ import {
 } from './common.js'
 import { loadDriver } from './drivers.js'
 import { SqliteRunStore } from './sqlite-runs.js'
+import { SqliteWebhookStore } from './sqlite-webhooks.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -633,7 +634,7 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
   }
 }
 
-/** All six stores on one Database (opened from a filename, or yours). */
+/** Every store on one Database (opened from a filename, or yours). */
 export function sqliteStores (source: string | SqliteDatabase, options: SqliteStoreOptions = {}): Required<StoreSet> {
   const connection = new SqliteConnection(source)
   return {
@@ -642,6 +643,7 @@ export function sqliteStores (source: string | SqliteDatabase, options: SqliteSt
     approvalStore: new SqliteApprovalStore(connection, options),
     checkpointStore: new SqliteCheckpointStore(connection, options),
     idempotency: { store: new SqliteIdempotencyStore(connection, options) },
-    runStore: new SqliteRunStore(connection, options)
+    runStore: new SqliteRunStore(connection, options),
+    webhookStore: new SqliteWebhookStore(connection, options)
   }
 }

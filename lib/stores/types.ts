@@ -7,6 +7,7 @@ import type { Approval, ApprovalDecision, ApprovalStatus } from '../../schemas/a
 import type { storeMethods } from '../../schemas/options.js'
 import type { RunRecord, RunResult, RunStatus } from '../../schemas/runs.js'
 import type { Session, SessionMessage, SessionWithMessages as SessionWithMessagesSchema } from '../../schemas/sessions.js'
+import type { WebhookAttempt, WebhookOutcome } from '../../schemas/webhooks.js'
 
 export type AuditEntry = Static<typeof AdminAuditEntry>
 
@@ -342,6 +343,77 @@ export interface RunStore {
   close?(): Promise<void>
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// webhooks (contract §16): the outbox of deliveries and their attempts
+
+export type { WebhookAttempt, WebhookOutcome }
+
+/** One event for the endpoint, as enqueued. */
+export interface NewWebhookDelivery {
+  /** the `webhook-id`: the same event enqueued again is a no-op */
+  id: string
+  /** the event type */
+  type: string
+  runId: string
+  /** the body, JSON text: the same bytes on every attempt */
+  payload: string
+  /** epoch ms: when the event was stored */
+  createdAt: number
+  /** epoch ms: when its first attempt is due */
+  dueAt: number
+  /** epoch ms: an attempt failing after this gives the delivery up */
+  giveUpAt: number
+}
+
+/** A claimed delivery: attempt number `attempt` is its claimer's to make, while the lease lasts. */
+export interface WebhookDelivery {
+  id: string
+  type: string
+  runId: string
+  payload: string
+  createdAt: number
+  giveUpAt: number
+  /** from 1: the attempt this claim is for */
+  attempt: number
+}
+
+export interface WebhookAttemptQuery {
+  /** 1..500 */
+  limit: number
+  cursor?: string
+  outcome?: WebhookOutcome
+  event?: string
+  runId?: string
+}
+
+export interface WebhookAttemptPage {
+  /** most recent first */
+  attempts: WebhookAttempt[]
+  nextCursor: string | null
+}
+
+export interface WebhookStore {
+  /** Adds pending deliveries; one whose id is in the outbox already is left as it is. Resolves once they are durable. */
+  enqueue(deliveries: readonly NewWebhookDelivery[]): Promise<void>
+  /**
+   * Claims at most `limit` pending deliveries due by `now`, soonest due first: each one's attempt number goes up by
+   * one, and it is leased to `lease.owner` until `lease.until` — when it is due again, should the attempt never be
+   * recorded (its instance died). Atomic: of instances claiming at once, each delivery goes to one.
+   */
+  claim(lease: RunLease, now: number, limit: number): Promise<WebhookDelivery[]>
+  /**
+   * Lists the attempt, and when `owner` still holds the delivery for that attempt, sets what follows from its
+   * outcome: `retried`, due again at `next.dueAt`; `delivered` or `failed`, ended and kept `next.retentionMs`.
+   * Resolves false (the attempt listed all the same) when the delivery was no longer `owner`'s.
+   */
+  record(attempt: WebhookAttempt, owner: string, next: { dueAt: number, retentionMs: number }): Promise<boolean>
+  /** Attempts, most recent first; pages are stable while attempts are recorded. */
+  attempts(query: WebhookAttemptQuery): Promise<WebhookAttemptPage>
+  /** Deletes ended deliveries past their retention, with their attempts, at most `batch`; resolves with how many. */
+  purge(now: number, batch: number): Promise<number>
+  close?(): Promise<void>
+}
+
 /** What a store factory returns: keys are option names, so the result spreads into the options. */
 export interface StoreSet {
   auditStore?: AuditStore
@@ -350,6 +422,7 @@ export interface StoreSet {
   checkpointStore?: CheckpointStore
   idempotency?: { store: IdempotencyStore }
   runStore?: RunStore
+  webhookStore?: WebhookStore
 }
 
 // The options check (schemas/options.ts) lists the methods each store must have: these fail to compile when a
@@ -363,5 +436,6 @@ export type StoreMethodsMatch = [
   Check<Same<RequiredMethods<ApprovalStore>, typeof storeMethods.approvalStore[number]>>,
   Check<Same<RequiredMethods<CheckpointStore>, typeof storeMethods.checkpointStore[number]>>,
   Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>,
-  Check<Same<RequiredMethods<RunStore>, typeof storeMethods.runStore[number]>>
+  Check<Same<RequiredMethods<RunStore>, typeof storeMethods.runStore[number]>>,
+  Check<Same<RequiredMethods<WebhookStore>, typeof storeMethods.webhookStore[number]>>
 ]

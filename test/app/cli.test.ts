@@ -92,6 +92,8 @@ t.test('--db postgres:// and --redis', async (t) => {
   t.equal(plan.options.idempotency?.store, plan.stores[1]!.set.idempotency!.store, 'and idempotency')
   t.equal(plan.options.runStore, plan.stores[1]!.set.runStore, 'and runs')
   t.equal(plan.options.auditStore, plan.stores[0]!.set.auditStore, 'postgres backs the audit log')
+  t.equal(plan.options.webhookStore, undefined, 'no webhooks served: no outbox opened')
+  t.ok(plan.stores.every((s) => s.set.webhookStore === undefined))
   await probeStores(plan.stores, 2000)
 })
 

@@ -6,13 +6,13 @@ import * as api from '../../index.js'
 t.test('index.ts exports exactly the public names', async (t) => {
   t.same(Object.keys(api).sort(), [
     'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
-    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
+    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
-    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
-    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore',
-    'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RouteNotFoundError', 'RunInProgressError',
+    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'PostgresApprovalStore',
+    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresRunStore', 'PostgresSessionStore', 'PostgresWebhookStore',
+    'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisRunStore', 'RedisSessionStore', 'RedisWebhookStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
-    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'UnauthorizedError',
+    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'a2aPlugin', 'adminApiPlugin', 'agUiPlugin', 'agentsPlugin', 'approvalsPlugin', 'buildOpenApiDocument', 'chatPlugin', 'corePlugin',
     'createAgentService', 'default', 'defineAgent', 'demoAgents', 'fastifyAgents', 'hasAccess', 'healthPlugin', 'memoryStores',
     'postgresStores', 'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
