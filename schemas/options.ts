@@ -117,6 +117,9 @@ export const AgentServiceOptions = Type.Object({
   logger: Type.Optional(Type.Unsafe<FastifyServerOptions['logger'] | FastifyBaseLogger>(Type.Union([Type.Boolean(), Type.Object({})]))),
   adminApi: Type.Optional(Type.Union([Type.Literal(true), AdminApiOptions], { description: '`true` is the deprecated form of `{ enabled: true }`' })),
   bodyLimit: Type.Optional(Type.Integer({ minimum: 1 })),
+  headersTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, description: 'standalone: a request\'s headers must arrive within this, else 408 and the connection closed (default 10000)' })),
+  bodyTimeoutMs: Type.Optional(Type.Integer({ minimum: 1, description: 'standalone: a whole request, headers and body, must arrive within this from its first byte, else 408 and the connection closed (default 30000)' })),
+  maxJsonDepth: Type.Optional(Type.Integer({ minimum: 1, description: 'JSON bodies nested deeper are 400 JSON_TOO_DEEP, before any agent runs (default 64)' })),
   trustProxy: Type.Optional(Type.Boolean()),
   docs: Type.Optional(Type.Boolean()),
   drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' }))

@@ -21,6 +21,10 @@ export const RunSessionMismatchError = createError('RUN_SESSION_MISMATCH', 'Run 
 export const ApprovalAlreadyDecidedError = createError('APPROVAL_ALREADY_DECIDED', 'Approval "%s" was already decided', 409)
 export const ApprovalExpiredError = createError('APPROVAL_EXPIRED', 'Approval "%s" has expired', 409)
 export const UpgradeRequiredError = createError('UPGRADE_REQUIRED', 'This route only accepts WebSocket upgrades', 426)
+export const RequestTimeoutError = createError('REQUEST_TIMEOUT', 'The request %s did not arrive within %d ms', 408)
+export const HeadersTooLargeError = createError('HEADERS_TOO_LARGE', 'The request headers are too large', 431)
+/** What Node's HTTP parser refuses (bad header bytes, conflicting lengths, an unknown method): its code names the fault. */
+export const MalformedRequestError = createError('MALFORMED_REQUEST', 'The request is malformed (%s)', 400)
 export const AgentError = createError('AGENT_ERROR', '%s', 500)
 export const ShutdownError = createError('SHUTDOWN', 'The service is shutting down', 503)
 export const StoreUnavailableError = createError('STORE_UNAVAILABLE', '%s', 503)
