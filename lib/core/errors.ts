@@ -34,6 +34,9 @@ export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
 export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded, retry in %s', 429)
 /** A run's input that fails its agent's `input` schema: the same code and status as a body that fails its route's. */
 export const InputValidationError = createError('FST_ERR_VALIDATION', '%s', 400)
+/** Input no store could keep as it is, refused for every store alike (§19): before anything runs. */
+export const UnstorableInputError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored: it holds %s', 400)
+export const JsonTooDeepError = createError('JSON_TOO_DEEP', 'The JSON is nested deeper than %d levels', 400)
 export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID', '%s', 400)
 export const IdempotencyKeyReusedError = createError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was used with another request body', 422)
 export const IdempotencyInProgressError = createError('IDEMPOTENCY_IN_PROGRESS', 'A request with this idempotency key is still in progress', 409)
