@@ -29,6 +29,8 @@ export const DEFAULT_ADMIN_PREFIX = '/admin'
 export const DEFAULT_RUN_RETENTION_MS = 60 * 60_000
 export const DEFAULT_MAX_STREAM_BUFFER_BYTES = 8 * 1024 * 1024
 export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000
+export const DEFAULT_AUDIT_RETENTION_MS = 30 * 24 * 60 * 60_000
+export const DEFAULT_APPROVAL_RETENTION_MS = 7 * 24 * 60 * 60_000
 export const DEFAULT_BODY_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_JSON_DEPTH = 64
 
@@ -50,6 +52,8 @@ export interface Settings {
   readonly checkpointStore: CheckpointStore
   readonly runStore: RunStore
   readonly runRetentionMs: number
+  readonly auditRetentionMs: number
+  readonly approvalRetentionMs: number
   readonly runLeaseMs: number
   readonly runConcurrency: number
   readonly maxRunAttempts: number
@@ -267,6 +271,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     // watch and watchSession answer at once (they only register a listener): no deadline
     runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
+    auditRetentionMs: options.auditRetentionMs ?? DEFAULT_AUDIT_RETENTION_MS,
+    approvalRetentionMs: options.approvalRetentionMs ?? DEFAULT_APPROVAL_RETENTION_MS,
     runLeaseMs: options.runLeaseMs ?? DEFAULT_RUN_LEASE_MS,
     runConcurrency: options.runConcurrency ?? DEFAULT_RUN_CONCURRENCY,
     maxRunAttempts: options.maxRunAttempts ?? DEFAULT_MAX_RUN_ATTEMPTS,
