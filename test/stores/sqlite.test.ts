@@ -11,7 +11,7 @@ import type { RunEnd, StoreSet } from '../../lib/stores/types.js'
 import { eventually } from '../helper.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
@@ -154,8 +154,8 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
   t.teardown(() => store.close())
   t.equal(await store.get('warm-up'), null)
   const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
-  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_session', 'app_runs_status'])
-  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
+  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
+  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
   t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
   t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
   const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
@@ -166,6 +166,13 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
       new RegExp(`USING INDEX app_runs_${index}`), `lists by ${column} use their index`)
   }
   t.notMatch(plan('SELECT * FROM app_runs WHERE created_seq < 9 ORDER BY created_seq DESC LIMIT 5'), /SCAN app_runs$|TEMP B-TREE/, 'the whole list walks the table backwards')
+  // the queries of leases and the queue, as the store words them
+  t.match(plan("SELECT * FROM app_runs WHERE status = 'running' AND lease_until < 9 ORDER BY lease_until LIMIT 5"),
+    /^SEARCH app_runs USING INDEX app_runs_lease \(status=\? AND lease_until<\?\)$/, 'lapsed leases: the running runs\' index, in order')
+  t.match(plan("SELECT 1 FROM app_runs WHERE session_id = 'x' AND status = 'queued' AND detachable = 1 LIMIT 1"),
+    /USING COVERING INDEX app_runs_waiting/, 'a queued run waiting for a session')
+  t.match(plan("SELECT * FROM app_runs WHERE status = 'queued' AND detachable = 1 AND created_seq > 0 ORDER BY created_seq LIMIT 5"),
+    /^SEARCH app_runs USING INDEX app_runs_status \(status=\? AND created_seq>\?\)$/, 'the queue, oldest first')
 })
 
 t.test('runs: closing the file and opening it again keeps the runs and their logs', async (t) => {
@@ -174,8 +181,8 @@ t.test('runs: closing the file and opening it again keeps the runs and their log
   const run = newRun({ sessionId: 'kept' })
   const id = run.record.runId
   await first.create(run, { exclusive: true })
-  await first.append(id, [event(1, 'run.started'), event(2)])
-  const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+  await first.append(id, [event(1, 'run.started'), event(2)], OWNER)
+  const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR, OWNER)
   const queued = newRun({ sessionId: 'kept', status: 'queued' })
   await first.create(queued, { exclusive: false })
   await first.close()
@@ -187,7 +194,7 @@ t.test('runs: closing the file and opening it again keeps the runs and their log
   t.same(await again.events(id, 0, 10), [event(1, 'run.started'), event(2), event(3, 'run.failed')])
   t.same(await again.spec(id), run.spec)
   t.same((await again.listBySession('kept', { limit: 10 })).runs.map((r) => r.runId), [queued.record.runId, id])
-  t.match(await again.start(queued.record.runId, new Date().toISOString()), { outcome: 'started' }, 'the session was given back before the restart')
+  t.match(await again.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'started' }, 'the session was given back before the restart')
 })
 
 t.test('runs: purge deletes at most a batch of expired runs, their logs with them', async (t) => {
@@ -199,8 +206,8 @@ t.test('runs: purge deletes at most a batch of expired runs, their logs with the
   for (let i = 0; i < 7; i++) {
     const run = newRun()
     await store.create(run, { exclusive: false })
-    await store.append(run.record.runId, [event(1), event(2)])
-    await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1)
+    await store.append(run.record.runId, [event(1), event(2)], OWNER)
+    await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1, OWNER)
   }
   const later = Date.now() + 1_000
   t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
@@ -255,9 +262,9 @@ t.test('runs: a closed store refuses every call; bad options are named', async (
   await t.rejects(store.get(run.record.runId), closed)
   await t.rejects(store.spec(run.record.runId), closed)
   await t.rejects(store.events(run.record.runId, 0, 1), closed)
-  await t.rejects(store.append(run.record.runId, [event(1)]), closed)
-  await t.rejects(store.finish(run.record.runId, [], cancelledEnd(), HOUR), closed)
-  await t.rejects(store.start(run.record.runId, new Date().toISOString()), closed)
+  await t.rejects(store.append(run.record.runId, [event(1)], OWNER), closed)
+  await t.rejects(store.finish(run.record.runId, [], cancelledEnd(), HOUR, OWNER), closed)
+  await t.rejects(store.start(run.record.runId, new Date().toISOString(), lease()), closed)
   await t.rejects(store.cancel(run.record.runId, cancelledEnd(), HOUR), closed)
   await t.rejects(store.list({ limit: 1 }), closed)
   await t.rejects(store.purge(Date.now(), 1), closed)
