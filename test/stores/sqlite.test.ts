@@ -8,7 +8,7 @@ import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { NewRun, RunEnd, RunRecord, StoreSet } from '../../lib/stores/types.js'
-import { eventually } from '../helper.js'
+import { build, eventually } from '../helper.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
@@ -436,4 +436,24 @@ t.test('runs: a health probe opens the file; a store knows whether it owns its c
   t.equal(lent.ownsConnection, false)
   await lent.close()
   db.close()
+})
+
+t.test('runs: a background run queued by one process\'s service is claimed by another\'s, woken by the queue poll', async (t) => {
+  const file = join(t.testdir(), 'services.db')
+  let ranOn: string | null = null
+  const agents = { where: { async run (_input: unknown, ctx: { requestId: string }) { ranOn = ctx.requestId; return { output: 'done' } } } }
+  // each its own connection to the file, as two processes would have
+  const a = build(t, { ...sqliteStores(file), agents })
+  const b = build(t, { ...sqliteStores(file), agents })
+  await a.app.ready()
+  await b.app.ready()
+  a.app.agentService.worker.stopClaiming()
+  const started = Date.now()
+  const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/where/runs', payload: { input: null, background: true } })).json()
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${queued.runId as string}` })).json().status === 'completed', 3_000)
+  const elapsed = Date.now() - started
+  // B's own claim poll is every 5 s: within about the 250 ms of the queue poll, it was the poll that woke it
+  t.ok(elapsed < 2_000, `claimed and run on B ${elapsed} ms after it was queued on A`)
+  t.equal(ranOn, queued.requestId)
+  t.equal(a.app.agentService.runs.size, 0, 'not on A')
 })
