@@ -360,8 +360,8 @@ export class SqliteRunStore implements RunStore {
     const startedMs = toMs('startedAt', startedAt)
     this.#use()
     if (limit < 1) return []
-    // read in pages (better-sqlite3 runs no statement while another's rows are being read): most runs are claimable,
-    // so a page of `limit` is usually all it takes; runs whose session is busy are stepped over
+    // read in pages (better-sqlite3 runs no statement while another's rows are being read): most queued runs are
+    // claimable, so one page is usually all it takes; runs whose session is busy are stepped over
     const page = Math.max(limit, CLAIM_PAGE)
     return this.#write((statements) => {
       const claimed: RunRecord[] = []
