@@ -7,7 +7,7 @@ import { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores 
 import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
-import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
 import { eventually } from '../helper.js'
 import type { RunEnd } from '../../lib/stores/types.js'
 
@@ -174,10 +174,10 @@ if (await redisReachable()) {
     const run = newRun({ sessionId: 's1', agent: 'echo' })
     const id = run.record.runId
     await store.create(run, { exclusive: true })
-    await store.append(id, [event(1), event(2)])
+    await store.append(id, [event(1), event(2)], OWNER)
     t.equal(await admin.get(`${prefix}run-session:s1`), id, 'the session lock')
     t.equal(await admin.pttl(`${prefix}run:${id}`), -1, 'no expiry while it runs')
-    await store.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+    await store.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR, OWNER)
     for (const key of [`${prefix}run:${id}`, `${prefix}run-events:${id}`]) {
       const ttl = await admin.pttl(key)
       t.ok(ttl > HOUR - 5_000 && ttl <= HOUR, `${key} expires with the retention`)
@@ -199,9 +199,9 @@ if (await redisReachable()) {
     for (let i = 0; i < 7; i++) {
       const run = newRun({ sessionId: `s${i}`, agent: 'echo' })
       await store.create(run, { exclusive: true })
-      await store.append(run.record.runId, [event(1)])
+      await store.append(run.record.runId, [event(1)], OWNER)
       // some expire in Redis before the purge, the others are purged ahead of their keys' expiry
-      await store.finish(run.record.runId, [event(2, 'run.failed')], cancelledEnd(), i < 4 ? 20 : HOUR)
+      await store.finish(run.record.runId, [event(2, 'run.failed')], cancelledEnd(), i < 4 ? 20 : HOUR, OWNER)
     }
     await sleep(60)
     const later = Date.now() + 2 * HOUR
@@ -211,8 +211,9 @@ if (await redisReachable()) {
     const left = await admin.keys(`${prefix}*`)
     t.same(left.sort(), [
       `${prefix}run:${kept.record.runId}`, `${prefix}runs`, `${prefix}runs:agent:echo`, `${prefix}runs:status:running`,
-      `${prefix}runs:session:${kept.record.sessionId}`, `${prefix}runs:seq`
-    ].sort(), 'nothing else left: no session, status or expiry set, no log')
+      `${prefix}runs:session:${kept.record.sessionId}`, `${prefix}runs:seq`, `${prefix}runs:leases`
+    ].sort(), 'nothing else left: no session, status, expiry or queue set, no log')
+    t.same(await admin.zrange(`${prefix}runs:leases`, '0', '-1'), [kept.record.runId], 'the running one\'s lease only')
   })
 
   t.test('runs: lists drop members whose run is gone or no longer belongs; a clock ahead of Redis hides expired runs', async (t) => {
@@ -221,8 +222,8 @@ if (await redisReachable()) {
     t.teardown(() => store.close())
     const runs = Array.from({ length: 5 }, () => newRun({ sessionId: 'listed' }))
     for (const run of runs) await store.create(run, { exclusive: false })
-    await store.finish(runs[1]!.record.runId, [], cancelledEnd(), 20)
-    await store.finish(runs[3]!.record.runId, [], cancelledEnd(), 20)
+    await store.finish(runs[1]!.record.runId, [], cancelledEnd(), 20, OWNER)
+    await store.finish(runs[3]!.record.runId, [], cancelledEnd(), 20, OWNER)
     await sleep(50)
     const page = await store.listBySession('listed', { limit: 2 })
     t.same(page.runs.map((r) => r.runId), [runs[4]!.record.runId, runs[2]!.record.runId])
@@ -236,8 +237,8 @@ if (await redisReachable()) {
     const late = newRun()
     const id = late.record.runId
     await store.create(late, { exclusive: false })
-    await store.append(id, [event(1)])
-    await store.finish(id, [event(2, 'run.failed')], cancelledEnd(), 20)
+    await store.append(id, [event(1)], OWNER)
+    await store.finish(id, [event(2, 'run.failed')], cancelledEnd(), 20, OWNER)
     await admin.persist(`${prefix}run:${id}`)
     await sleep(40)
     t.equal(await admin.exists(`${prefix}run:${id}`), 1)
@@ -260,11 +261,11 @@ if (await redisReachable()) {
       await store.create(run, { exclusive: false })
       calls.length = 0
       const started = performance.now()
-      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)))
+      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)), OWNER)
       timings.push(performance.now() - started)
       t.same(calls, ['evalsha'], 'append of 100 events: one script')
       calls.length = 0
-      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR)
+      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR, OWNER)
       t.same(calls, ['evalsha'], 'finish: one script')
     }
     t.comment(`Redis append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
@@ -281,12 +282,12 @@ if (await redisReachable()) {
     const stop = b.watch(run.record.runId, (change) => { if (change.kind === 'events') heard.set(change.lastSeq, performance.now()) })
     t.teardown(stop)
     let seq = 0
-    await eventually(async () => { await a.append(run.record.runId, [event(++seq)]); await sleep(10); return heard.has(seq) }, 2_000)
+    await eventually(async () => { await a.append(run.record.runId, [event(++seq)], OWNER); await sleep(10); return heard.has(seq) }, 2_000)
     const delays: number[] = []
     while (delays.length < 100) {
       seq++
       const sent = performance.now()
-      await a.append(run.record.runId, [event(seq)])
+      await a.append(run.record.runId, [event(seq)], OWNER)
       await eventually(() => heard.has(seq), 1_000)
       delays.push(heard.get(seq)! - sent)
     }
@@ -322,7 +323,7 @@ if (await redisReachable()) {
     const stopToo = store.watch(watched.record.runId, (change) => { if (change.kind === 'events') heard.push(change.lastSeq) })
     t.teardown(stopToo)
     const started = Date.now()
-    await other.append(watched.record.runId, [event(1)])
+    await other.append(watched.record.runId, [event(1)], OWNER)
     await eventually(() => heard.includes(1), 1_000)
     t.ok(Date.now() - started < 100, 'subscribed again: heard before the next poll')
   })
@@ -338,18 +339,23 @@ if (await redisReachable()) {
 
     const starts = newRun({ status: 'queued', sessionId: null })
     await store.create(starts, { exclusive: false })
-    race.once = () => other.start(starts.record.runId, startedAt())
+    race.once = () => other.start(starts.record.runId, startedAt(), lease())
     t.match(await store.cancel(starts.record.runId, cancelledEnd(), HOUR), { outcome: 'requested', record: { status: 'running' } }, 'it started meanwhile')
 
     const grows = newRun({ status: 'queued', sessionId: null })
     await store.create(grows, { exclusive: false })
-    race.once = () => other.append(grows.record.runId, [event(1, 'custom.note')])
-    t.match(await store.cancel(grows.record.runId, cancelledEnd(), HOUR), { outcome: 'cancelled', record: { lastSeq: 2 } }, 'an event came in meanwhile')
-    t.same((await store.events(grows.record.runId, 0, 10)).map((e) => e.type), ['custom.note', 'run.failed'])
+    // started, and handed back to the queue with an event or two, meanwhile
+    race.once = async () => {
+      await other.start(grows.record.runId, startedAt(), lease())
+      await other.append(grows.record.runId, [event(1, 'run.started')], OWNER)
+      await other.requeue(grows.record.runId, { owner: OWNER }, 'SHUTDOWN')
+    }
+    t.match(await store.cancel(grows.record.runId, cancelledEnd(), HOUR), { outcome: 'cancelled', record: { lastSeq: 3 } }, 'events came in meanwhile')
+    t.same((await store.events(grows.record.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued', 'run.failed'])
 
     const ends = newRun()
     await store.create(ends, { exclusive: false })
-    race.once = () => other.finish(ends.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR)
+    race.once = () => other.finish(ends.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER)
     t.match(await store.cancel(ends.record.runId, cancelledEnd(), HOUR), { outcome: 'ended' }, 'it ended meanwhile')
   })
 
@@ -388,9 +394,9 @@ if (await redisReachable()) {
     await t.rejects(store.get('r1'), closed)
     await t.rejects(store.spec('r1'), closed)
     await t.rejects(store.events('r1', 0, 1), closed)
-    await t.rejects(store.append('r1', [event(1)]), closed)
-    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR), closed)
-    await t.rejects(store.start('r1', new Date().toISOString()), closed)
+    await t.rejects(store.append('r1', [event(1)], OWNER), closed)
+    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR, OWNER), closed)
+    await t.rejects(store.start('r1', new Date().toISOString(), lease()), closed)
     await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
     await t.rejects(store.list({ limit: 1 }), closed)
     await t.rejects(store.purge(Date.now(), 1), closed)
