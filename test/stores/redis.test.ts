@@ -1,5 +1,6 @@
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -7,9 +8,9 @@ import { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores 
 import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
-import { OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
 import { eventually } from '../helper.js'
-import type { RunEnd } from '../../lib/stores/types.js'
+import type { NewRun, RunEnd } from '../../lib/stores/types.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
 
@@ -359,6 +360,181 @@ if (await redisReachable()) {
     t.match(await store.cancel(ends.record.runId, cancelledEnd(), HOUR), { outcome: 'ended' }, 'it ended meanwhile')
   })
 
+  t.test('runs: the queue and the lease set follow a run through its leases', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const store = new RedisRunStore(admin, { prefix })
+    t.teardown(() => store.close())
+    const queue = async (): Promise<string[]> => await admin.zrange(`${prefix}runs:queue`, '0', '-1')
+    const leases = async (): Promise<string[]> => await admin.zrange(`${prefix}runs:leases`, '0', '-1', 'WITHSCORES')
+    const queued = newRun({ status: 'queued', background: true, sessionId: 'leased' })
+    delete queued.record.startedAt
+    queued.detachable = true
+    const id = queued.record.runId
+    const own = newRun({ status: 'queued' })
+    delete own.record.startedAt
+    await store.create(queued, { exclusive: true })
+    await store.create(own, { exclusive: false })
+    t.same(await queue(), [id], 'a queued detachable run is queued; one its own instance starts is not')
+    t.same(await leases(), [])
+
+    const until = Date.now() + HOUR
+    t.same((await store.claim({ owner: OWNER, until }, new Date().toISOString(), 10)).map((r) => r.runId), [id])
+    t.same(await queue(), [])
+    t.same(await leases(), [id, String(until)], 'leased until then')
+    t.match(await admin.hgetall(`${prefix}run:${id}`), { owner: OWNER, leaseUntil: String(until), detachable: '1' })
+    t.same(await store.renew(OWNER, [id, 'lone \ud800 id'], until + 1), [id], 'an id no store keeps is held by nobody')
+    t.same(await leases(), [id, String(until + 1)])
+
+    // back in the queue, keeping its session: started again by `start` (the session's lock names it already)
+    t.match(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN'), { status: 'queued', attempt: 2 })
+    t.same(await queue(), [id])
+    t.same(await leases(), [])
+    t.notOk(await admin.hexists(`${prefix}run:${id}`, 'owner'))
+    t.match(await store.start(id, new Date().toISOString(), { owner: OWNER, until }), { outcome: 'started', record: { attempt: 2 } })
+    t.same(await queue(), [])
+    t.same(await leases(), [id, String(until)])
+    await store.finish(id, [event(2, 'run.completed')], cancelledEnd(), HOUR, OWNER)
+    t.same(await leases(), [], 'an ended run holds no lease')
+    t.notOk(await admin.hexists(`${prefix}run:${id}`, 'owner'))
+
+    const cancelled = newRun({ status: 'queued' })
+    delete cancelled.record.startedAt
+    cancelled.detachable = true
+    await store.create(cancelled, { exclusive: false })
+    await store.cancel(cancelled.record.runId, cancelledEnd(), HOUR)
+    t.same(await queue(), [], 'a cancelled queued run leaves the queue')
+
+    // a running run without a lease (none given): neither lapsed nor requeued
+    const unleased = newRun()
+    unleased.lease = null
+    await store.create(unleased, { exclusive: false })
+    t.same(await leases(), [])
+    t.equal(await store.requeue(unleased.record.runId, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST'), null)
+    t.same(await store.lapsed(Date.now() + HOUR, 10), [])
+    t.equal(await store.requeue('lone \ud800 id', { owner: OWNER }, 'SHUTDOWN'), null)
+    t.equal(await store.abandon('lone \ud800 id', Date.now(), cancelledEnd(), HOUR), null)
+
+    // what Redis holds but should not (a key changed by hand) is dropped, never claimed or reported
+    await admin.zadd(`${prefix}runs:queue`, 0, own.record.runId)
+    await admin.zadd(`${prefix}runs:leases`, 0, cancelled.record.runId)
+    t.same(await store.claim(lease(), new Date().toISOString(), 10), [])
+    t.same(await store.lapsed(Date.now(), 10), [])
+    t.same([await queue(), await leases()], [[], []])
+  })
+
+  t.test('runs: requeue and abandon read again when the run changes between their read and their write', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const race: { once?: () => Promise<unknown> } = {}
+    const { client } = spied(admin, race)
+    const store = new RedisRunStore(client, { prefix })
+    const owner = new RedisRunStore(admin, { prefix })
+    t.teardown(async () => { await store.close(); await owner.close() })
+    const lapsing = async (): Promise<string> => {
+      const run = newRun()
+      run.lease = lease(OWNER, -1)
+      run.detachable = true
+      await store.create(run, { exclusive: false })
+      return run.record.runId
+    }
+    const failed: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
+
+    const written = await lapsing()
+    race.once = () => owner.append(written, [event(1)], OWNER)
+    t.match(await store.requeue(written, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), { status: 'queued', lastSeq: 2, attempt: 2 }, 'its owner wrote meanwhile')
+    t.same((await store.events(written, 0, 10)).map((e) => e.type), ['message.delta', 'run.requeued'])
+
+    const renewed = await lapsing()
+    race.once = () => owner.renew(OWNER, [renewed], Date.now() + HOUR)
+    t.equal(await store.requeue(renewed, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'renewed meanwhile')
+
+    const ending = await lapsing()
+    race.once = () => owner.append(ending, [event(1)], OWNER)
+    t.match(await store.abandon(ending, Date.now(), failed, HOUR), { status: 'failed', lastSeq: 2 }, 'its owner wrote meanwhile')
+    t.same((await store.events(ending, 0, 10)).map((e) => e.type), ['message.delta', 'run.failed'])
+
+    const kept = await lapsing()
+    race.once = () => owner.renew(OWNER, [kept], Date.now() + HOUR)
+    t.equal(await store.abandon(kept, Date.now(), failed, HOUR), null, 'renewed meanwhile')
+    t.match(await store.get(kept), { status: 'running' })
+  })
+
+  t.test('runs: another instance is woken when a run is queued or a session freed while runs wait; a store hears itself once', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const a = new RedisRunStore(admin, { prefix })
+    const b = new RedisRunStore(redisUrl(), { prefix })
+    t.teardown(async () => { await a.close(); await b.close() })
+    let onA = 0
+    let onB = 0
+    const stops = [a.watchQueue(() => { onA++ }), b.watchQueue(() => { onB++ })]
+    t.teardown(() => { for (const stop of stops) stop() })
+    // each catches up once it is subscribed (whatever was queued before is claimed then); counted from there
+    await eventually(() => onA > 0 && onB > 0, 2_000)
+    await sleep(50)
+    onA = onB = 1
+    const queued = (sessionId: string | null): NewRun => {
+      const run = newRun({ status: 'queued', background: true, sessionId })
+      delete run.record.startedAt
+      run.detachable = true
+      return run
+    }
+
+    const holder = newRun({ sessionId: 'woken' })
+    await a.create(holder, { exclusive: true })
+    const waiting = queued('woken')
+    await a.create(waiting, { exclusive: false })
+    t.equal(onA, 2, 'told at once, here')
+    await eventually(() => onB === 2, 1_000)
+    t.same(await b.claim(lease(OTHER), new Date().toISOString(), 10), [], 'its session is busy')
+    await a.finish(holder.record.runId, [], cancelledEnd(), HOUR, OWNER)
+    t.equal(onA, 3)
+    await eventually(() => onB === 3, 1_000)
+    t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [waiting.record.runId])
+    await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN')
+    t.equal(onB, 4)
+    await eventually(() => onA === 4, 1_000)
+    await sleep(50)
+    t.same([onA, onB], [4, 4], 'nobody hears its own message twice')
+
+    // nothing queued: a freed session wakes nobody
+    await a.cancel(waiting.record.runId, cancelledEnd(), HOUR)
+    const lone = newRun({ sessionId: 'woken' })
+    await a.create(lone, { exclusive: true })
+    await a.finish(lone.record.runId, [], cancelledEnd(), HOUR, OWNER)
+    await sleep(50)
+    t.same([onA, onB], [4, 4])
+  })
+
+  t.test('runs: a queued run is claimed by another instance woken over pub/sub (claim latency)', async (t) => {
+    const prefix = withRedisPrefix(t, admin)
+    const a = new RedisRunStore(admin, { prefix })
+    // no poll: the notification is the only way the claimer learns of the run
+    const b = new RedisRunStore(redisUrl(), { prefix, pollIntervalMs: 60_000 })
+    t.teardown(async () => { await a.close(); await b.close() })
+    const claimedAt = new Map<string, number>()
+    let claiming = Promise.resolve()
+    const stop = b.watchQueue(() => {
+      claiming = claiming.then(async () => {
+        for (const record of await b.claim(lease(OTHER), new Date().toISOString(), 10)) claimedAt.set(record.runId, performance.now())
+      })
+    })
+    t.teardown(stop)
+    await sleep(50)
+    const delays: number[] = []
+    for (let i = 0; i < 200; i++) {
+      const run = newRun({ status: 'queued', background: true, sessionId: null })
+      delete run.record.startedAt
+      run.detachable = true
+      const sent = performance.now()
+      await a.create(run, { exclusive: false })
+      await eventually(() => claimedAt.has(run.record.runId), 1_000)
+      delays.push(claimedAt.get(run.record.runId)! - sent)
+    }
+    const p50 = percentile(delays, 0.5)
+    const p99 = percentile(delays, 0.99)
+    t.ok(p99 < 250, `p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms`)
+    t.comment(`Redis claim latency (created on one instance, claimed by another woken over pub/sub), 200 trials: p50 ${p50.toFixed(2)} ms, p99 ${p99.toFixed(2)} ms`)
+  })
+
   t.test('runs: scripts are sent in full when the server does not know them', async (t) => {
     const prefix = withRedisPrefix(t, admin)
     const failing = (message: string): Redis => new Proxy(admin, {
@@ -397,6 +573,11 @@ if (await redisReachable()) {
     await t.rejects(store.append('r1', [event(1)], OWNER), closed)
     await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR, OWNER), closed)
     await t.rejects(store.start('r1', new Date().toISOString(), lease()), closed)
+    await t.rejects(store.claim(lease(), new Date().toISOString(), 1), closed)
+    await t.rejects(store.renew(OWNER, ['r1'], Date.now()), closed)
+    await t.rejects(store.lapsed(Date.now(), 1), closed)
+    await t.rejects(store.requeue('r1', { owner: OWNER }, 'SHUTDOWN'), closed)
+    await t.rejects(store.abandon('r1', Date.now(), cancelledEnd(), HOUR), closed)
     await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
     await t.rejects(store.list({ limit: 1 }), closed)
     await t.rejects(store.purge(Date.now(), 1), closed)
@@ -404,6 +585,10 @@ if (await redisReachable()) {
 
     const owned = new RedisRunStore(redisUrl(), { prefix })
     t.equal(await owned.get('r1'), null)
+    t.equal(owned.ownsConnection, true, 'opened from a URL: the service closes it')
+    t.equal(store.ownsConnection, false)
+    owned.useLogger({ warn: () => {}, info: () => {} } as unknown as FastifyBaseLogger)
+    await owned.probe()
     await owned.close()
     t.equal(new RedisRunStore(admin).prefix, 'fa:')
     t.throws(() => new RedisRunStore(admin, { prefix: 42 as unknown as string }), { name: 'TypeError', message: /prefix/ })
