@@ -480,7 +480,8 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
   t.test('runs: lapsed leases are found; requeue and abandon are compare-and-sets on the lapse (or the owner)', async (t) => {
     const store = await open(t, factory)
     const lapsing = newRun({ sessionId: 'lapse-session', traceId: 'd'.repeat(32) })
-    lapsing.lease = lease(OWNER, 30)
+    // long enough for a durable store's three writes and a read before it lapses (under coverage, on a busy machine)
+    lapsing.lease = lease(OWNER, 250)
     lapsing.detachable = true
     const fresh = newRun()
     await store.create(lapsing, { exclusive: true })
@@ -488,7 +489,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const id = lapsing.record.runId
     await store.append(id, [event(1, 'run.started')], OWNER)
     t.same(await store.lapsed(Date.now(), 10), [], 'not yet')
-    await sleep(60)
+    await sleep(300)
     const now = Date.now()
     const found = await store.lapsed(now, 10)
     t.same(found.map((l) => l.record.runId), [id])
