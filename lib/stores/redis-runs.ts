@@ -295,7 +295,7 @@ local id = ARGV[2]
 local key = runKey(id)
 local run = redis.call('HMGET', key, 'status', 'owner', 'leaseUntil', 'lastSeq', 'attempt', 'seq')
 if not held(run[1], run[2], run[3], ARGV[5], ARGV[6]) then return nil end
-if run[4] ~= ARGV[7] or run[5] ~= ARGV[8] then return 'again' end
+if tonumber(run[4]) ~= tonumber(ARGV[7]) or tonumber(run[5]) ~= tonumber(ARGV[8]) then return 'again' end
 redis.call('RPUSH', eventsKey(id), ARGV[9])
 local last = tonumber(run[4]) + 1
 redis.call('HSET', key, 'status', 'queued', 'attempt', tonumber(run[5]) + 1, 'lastSeq', last, 'detachable', '1')
@@ -583,7 +583,8 @@ export class RedisRunStore implements RunStore {
   }
 
   async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
-    const found = await LAPSED.run(this.#client(), [this.prefix, now, limit]) as string[][]
+    // (a negative LIMIT count would be no limit at all)
+    const found = await LAPSED.run(this.#client(), [this.prefix, now, Math.max(0, limit)]) as string[][]
     return found.map((flat) => {
       const hash = pairs(flat)
       return { record: toRecord(hash), detachable: hash.detachable === '1', cancelRequested: hash.cancel === '1' }
