@@ -13,6 +13,7 @@ export {
 export type { SqliteDatabase, SqliteSource, SqliteStoreOptions } from './sqlite.js'
 export { SqliteRunStore } from './sqlite-runs.js'
 export { SqliteWebhookStore } from './sqlite-webhooks.js'
+export { SqliteQuotaStore } from './sqlite-quotas.js'
 export type { SqliteRunStoreOptions } from './sqlite-runs.js'
 export {
   PostgresApprovalStore, PostgresAuditStore, PostgresCheckpointStore, PostgresConnection, PostgresIdempotencyStore,
