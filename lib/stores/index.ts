@@ -22,6 +22,7 @@ export {
 export type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions, PostgresStoresOptions } from './postgres.js'
 export { PostgresRunStore } from './postgres-runs.js'
 export { PostgresWebhookStore } from './postgres-webhooks.js'
+export { PostgresQuotaStore } from './postgres-quotas.js'
 export type { PostgresRunStoreOptions } from './postgres-runs.js'
 export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from './redis.js'
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'
