@@ -28,6 +28,7 @@ export { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores 
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis.js'
 export { RedisRunStore } from './redis-runs.js'
 export { RedisWebhookStore } from './redis-webhooks.js'
+export { RedisQuotaStore } from './redis-quotas.js'
 export type { RedisRunStoreOptions } from './redis-runs.js'
 export { DEFAULT_MAX_RETAINED_DELIVERIES, MemoryWebhookStore } from './memory-webhooks.js'
 export type { MemoryWebhookStoreOptions } from './memory-webhooks.js'
