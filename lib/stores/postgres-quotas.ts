@@ -66,11 +66,15 @@ export class PostgresQuotaStore implements QuotaStore {
     }
   }
 
-  /** One transaction on one connection; a failure discards the connection, and the server rolls back with it. */
+  /**
+   * One transaction on one connection; a failure discards the connection, and the server rolls back with it. Its
+   * commit does not wait for the disk: the run admitted is stored next, with a commit that does, which flushes the
+   * log past this one (a slot is a lease anyway).
+   */
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
     const client = await (await this.#pool()).connect()
     try {
-      await client.query('BEGIN')
+      await client.query('BEGIN; SET LOCAL synchronous_commit = off')
       const result = await fn(client)
       await client.query('COMMIT')
       client.release()
