@@ -101,6 +101,14 @@ t.test('every way to start a run counts: SSE, WebSocket, chat, resume; a failure
   })
   t.equal(chat.statusCode, 429)
   t.equal(chat.headers['retry-after'], '1')
+  const agUi = await app.inject({
+    method: 'POST',
+    url: '/v1/agents/held/ag-ui',
+    headers: as('alice'),
+    payload: { threadId: 't', runId: 'r', state: {}, messages: [{ id: 'u', role: 'user', content: 'hi' }], tools: [], context: [], forwardedProps: {} }
+  })
+  t.equal(agUi.statusCode, 429, 'AG-UI')
+  t.equal(agUi.json().code, 'QUOTA_EXCEEDED')
   const ws = await openWs(url, { headers: as('alice') })
   t.teardown(() => ws.socket.close())
   ws.send({ type: 'run.start', ref: 'w1', agent: 'held', input: 1 })
