@@ -280,6 +280,25 @@ t.test('a run handed off at a drain keeps its slot on the instance that claims i
   t.equal((await next).statusCode, 200)
 })
 
+t.test('an instance that stops renewing (it died) leaves its slots to expire within a lease', async (t) => {
+  const held = gated()
+  const [a, b] = pair(t, { agents: { held: { ...held.agent, resumable: false } }, quotas: { maxConcurrentRuns: 1 }, runLeaseMs: 200 })
+  await Promise.all([a.app.ready(), b.app.ready()])
+  const first = await run(a.app, 'alice', { input: 1, background: true })
+  await eventually(() => held.started() === 1)
+  t.equal((await run(b.app, 'alice', { input: 2, background: true })).statusCode, 429)
+  // no more renewals (nor claims) from the first instance, as if it had died
+  a.app.agentService.worker.stop()
+  const admitted = await eventually(async () => {
+    const res = await run(b.app, 'alice', { input: 2, background: true })
+    return res.statusCode === 202 && res
+  }, 3_000, 'the dead instance\'s slot expiring')
+  t.equal(admitted.statusCode, 202)
+  // and the other instance ends its run, whose lease lapsed with it
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${first.json().runId as string}`, headers: as('alice') })).json().error?.code === 'INSTANCE_LOST')
+  held.open()
+})
+
 /** A memory store whose calls fail while `failing` names them. */
 class FlakyQuotaStore extends MemoryQuotaStore implements QuotaStore {
   failing = new Set<string>()
