@@ -11,6 +11,7 @@ import type { Settings } from './settings.js'
 import type { StoredEvent } from '../stores/types.js'
 import { ServiceStats } from './stats.js'
 import { WebhookDispatcher } from './webhooks.js'
+import { Quotas } from './quotas.js'
 
 // Every augmentation of Fastify's types the service makes, in one place.
 declare module 'fastify' {
@@ -66,6 +67,8 @@ export class AgentServiceCore {
   readonly capabilities: RunCapabilities
   /** delivers the `webhooks` option's events; null without it */
   readonly webhooks: WebhookDispatcher | null
+  /** the `quotas` option's admissions and slots; null without it */
+  readonly quotas: Quotas | null
   readonly startedAt = new Date().toISOString()
   #accessCheck = everyone
   #streamSettler = nothingToSettle
@@ -80,6 +83,7 @@ export class AgentServiceCore {
     this.drain = new Drain(this.runs, this.worker)
     this.capabilities = storeCapabilities(settings)
     this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log)
+    this.quotas = settings.quotas === null ? null : new Quotas(settings.quotas, settings.runLeaseMs, log)
   }
 
   #purger: NodeJS.Timeout | null = null
@@ -92,7 +96,8 @@ export class AgentServiceCore {
       purging = true
       void Promise.all([
         this.settings.runStore.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired runs')),
-        this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries'))
+        this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries')),
+        this.settings.quotas?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired quota counts'))
       ]).finally(() => { purging = false })
     }, intervalMs)
     this.#purger.unref()

@@ -10,6 +10,7 @@ import { toHealthProbe } from './health-probe.js'
 import { compileInputValidator } from './validation.js'
 import { resolveWebhooks, webhookProblems } from './webhook-options.js'
 import type { WebhookSettings } from './webhook-options.js'
+import type { QuotaSettings } from './quotas.js'
 import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
@@ -53,6 +54,8 @@ export interface Settings {
   readonly maxStreamBufferBytes: number
   /** the `webhooks` option, its outbox (`webhookStore`) with the store deadline; null without it */
   readonly webhooks: WebhookSettings | null
+  /** the `quotas` option, its store (`quotaStore`) with the store deadline; null without it */
+  readonly quotas: QuotaSettings | null
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
   readonly rateLimit: RateLimitOptions | null
@@ -202,6 +205,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   if (options.auth !== undefined) problems.push(...authProblems(options.auth))
   if (typeof options.webhooks === 'object' && options.webhooks !== null) problems.push(...webhookProblems(options.webhooks))
+  if (typeof options.quotas === 'object' && options.quotas !== null && options.quotas.maxConcurrentRuns === undefined && options.quotas.tokens === undefined) {
+    problems.push('/quotas must set maxConcurrentRuns, tokens or both')
+  }
 
   let dbProbe: HealthProbe | null = null
   if (typeof options.db === 'object' && options.db !== null) {
@@ -223,6 +229,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     runStore: options.runStore ?? defaults.runStore,
     // the outbox is used (probed, closed) only with webhooks to deliver
     webhookStore: options.webhooks === undefined ? undefined : options.webhookStore ?? defaults.webhookStore,
+    // likewise the quotas' counts, only with quotas to count
+    quotaStore: options.quotas === undefined ? undefined : options.quotaStore ?? defaults.quotaStore,
     adminAuditStore: admin?.auditStore,
     adminCheckpointStore: admin?.checkpointStore
   }
@@ -263,6 +271,13 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     webhooks: given.webhookStore === undefined
       ? null
       : resolveWebhooks(options.webhooks!, withDeadline(given.webhookStore, storeMethods.webhookStore, 'webhookStore')),
+    quotas: given.quotaStore === undefined
+      ? null
+      : Object.freeze({
+        store: withDeadline(given.quotaStore, storeMethods.quotaStore, 'quotaStore'),
+        maxConcurrentRuns: options.quotas!.maxConcurrentRuns ?? null,
+        tokens: options.quotas!.tokens ?? null
+      }),
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({
