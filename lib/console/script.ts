@@ -216,8 +216,8 @@ async function loadRuns () {
   $('#runs-body').replaceChildren(table('Runs in progress', ['Run', 'Agent', 'Status', 'Principal', 'Started', 'Actions'],
     runs.map((r) => [h('code', { title: r.runId, text: r.runId }), r.agent, r.status, r.principal, when(r.startedAt || r.createdAt),
       h('span', { class: 'actions' },
-        h('button', { type: 'button', 'aria-label': 'Follow run ' + r.runId, onclick: () => follow(r.runId), text: 'Follow' }),
-        h('button', { type: 'button', class: 'danger', 'aria-label': 'Cancel run ' + r.runId, onclick: () => cancel(r.runId), text: 'Cancel' }))])))
+        h('button', { type: 'button', 'aria-label': 'Follow run ' + r.runId + ' of ' + r.agent, onclick: () => follow(r.runId), text: 'Follow' }),
+        h('button', { type: 'button', class: 'danger', 'aria-label': 'Cancel run ' + r.runId + ' of ' + r.agent, onclick: () => cancel(r.runId), text: 'Cancel' }))])))
 }
 
 // ---- approvals inbox ----
@@ -248,8 +248,8 @@ async function loadApprovals () {
       a.payload !== null ? h('pre', { text: JSON.stringify(a.payload, null, 2) }) : null,
       h('label', { for: id, text: 'Comment (optional)' }), comment,
       h('div', { class: 'actions' },
-        h('button', { type: 'button', onclick: () => decide(a, true, comment.value), text: 'Approve' }),
-        h('button', { type: 'button', class: 'danger', onclick: () => decide(a, false, comment.value), text: 'Reject' })))
+        h('button', { type: 'button', 'aria-label': 'Approve ' + a.action, onclick: () => decide(a, true, comment.value), text: 'Approve' }),
+        h('button', { type: 'button', class: 'danger', 'aria-label': 'Reject ' + a.action, onclick: () => decide(a, false, comment.value), text: 'Reject' })))
   })))
 }
 
