@@ -29,12 +29,16 @@ export type TracedOutcome =
   | { status: 'detached', code: string, message: string }
 
 /**
- * The parent of a run's span: the incoming traceparent, so that the span's trace id is the run's `traceId`. A
+ * The parent of a run's span: the active span of the same trace if the host has one (its HTTP server span), else
+ * the incoming traceparent, so that the span's trace id is the run's `traceId`. A
  * trace the service started itself has no parent span: a remote one with a fresh id stands in, since the API
  * offers no other way to give a root span a trace id of our choosing.
  */
 function parentContext (traceContext: TraceContext): Context {
-  return trace.setSpanContext(context.active(), {
+  // the host's own server span for this request (its HTTP instrumentation), a child of the same traceparent
+  const active = context.active()
+  if (trace.getSpanContext(active)?.traceId === traceContext.traceId) return active
+  return trace.setSpanContext(active, {
     traceId: traceContext.traceId,
     spanId: traceContext.parentSpanId ?? randomBytes(8).toString('hex'),
     // an absent or unparsable flag field: sampled, as a trace the service starts itself is

@@ -1,11 +1,11 @@
 // Contract §18: a run's OpenTelemetry span, checked with the SDK's in-memory exporter. Without an SDK nothing is made.
 import t from 'tap'
-import { SpanStatusCode, trace } from '@opentelemetry/api'
+import { ROOT_CONTEXT, SpanStatusCode, context, trace } from '@opentelemetry/api'
 import { AlwaysOffSampler } from '@opentelemetry/sdk-trace-base'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
 import { RunTrace, tracingEnabled } from '../../../lib/core/tracing.js'
 import type { Agent } from '../../../lib/core/types.js'
-import { build, eventually, parseSse } from '../../helper.js'
+import { build, eventually, listen, parseSse } from '../../helper.js'
 import { registerTracing } from '../../helpers/otel.js'
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'
@@ -154,4 +154,21 @@ t.test('a run detached here (handed to another instance) ends its span with an e
   const [ended] = exporter.getFinishedSpans()
   t.same(ended!.events.map((e) => [e.name, e.attributes]), [['run.detached', { 'fastify_agents.detach.code': 'SHUTDOWN' }]])
   t.equal(ended!.parentSpanContext?.traceState?.get('k'), 'v')
+})
+
+t.test('with the host\'s own server span active (its HTTP instrumentation), the run span is its child', async (t) => {
+  const exporter = registerTracing(t)
+  const { service, url } = await listen(t)
+  // what @opentelemetry/instrumentation-http does: the server's 'request' event runs in the server span's context
+  const remote = trace.setSpanContext(ROOT_CONTEXT, { traceId: TRACE_ID, spanId: PARENT_ID, traceFlags: 1, isRemote: true })
+  const server = trace.getTracer('host').startSpan('POST /v1/agents/:name/runs', {}, remote)
+  const emit = service.app.server.emit.bind(service.app.server)
+  service.app.server.emit = ((event: string, ...args: unknown[]) => event === 'request'
+    ? context.with(trace.setSpan(remote, server), () => emit(event, ...args))
+    : emit(event, ...args)) as typeof service.app.server.emit
+  const res = await fetch(`${url}/v1/agents/echo/runs`, { method: 'POST', headers: { traceparent: TRACEPARENT, 'content-type': 'application/json' }, body: JSON.stringify({ input: 'hi' }) })
+  server.end()
+  const run = named(exporter.getFinishedSpans(), 'invoke_agent echo')
+  t.equal(run.spanContext().traceId, ((await res.json()) as { traceId: string }).traceId)
+  t.equal(run.parentSpanContext?.spanId, server.spanContext().spanId)
 })
