@@ -1,5 +1,5 @@
 import { ProxyTracerProvider, SpanKind, SpanStatusCode, context, createTraceState, trace } from '@opentelemetry/api'
-import type { Context, Span, Tracer } from '@opentelemetry/api'
+import type { Context, Span, Tracer, TracerProvider } from '@opentelemetry/api'
 import { randomBytes } from 'node:crypto'
 import type { TraceContext } from './types.js'
 import { packageVersion } from './version.js'
@@ -8,10 +8,21 @@ import { packageVersion } from './version.js'
 // is registered and a run makes no span, no context and no attribute at all.
 const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate()
 
-/** Whether the host registered an OpenTelemetry SDK (read per run: a provider may be registered after start). */
+// the tracer of the provider last seen: trace.getTracer() per run would check the API's version each time
+let cached: { provider: TracerProvider, tracer: Tracer } | null = null
+
+/** The host's SDK's tracer, or null without one (read per run: a provider may be registered after start). */
+function currentTracer (): Tracer | null {
+  // the API's global is always its proxy, delegating to the registered provider (or to the no-op one)
+  const provider = (trace.getTracerProvider() as ProxyTracerProvider).getDelegate()
+  if (provider === NOOP_PROVIDER) return null
+  if (cached?.provider !== provider) cached = { provider, tracer: provider.getTracer('fastify-agents', packageVersion) }
+  return cached.tracer
+}
+
+/** Whether the host registered an OpenTelemetry SDK. */
 export function tracingEnabled (): boolean {
-  const provider = trace.getTracerProvider()
-  return !(provider instanceof ProxyTracerProvider) || provider.getDelegate() !== NOOP_PROVIDER
+  return currentTracer() !== null
 }
 
 /** What a span needs of its run; an AgentRun fits. */
@@ -60,9 +71,8 @@ export class RunTrace {
   readonly #tracer: Tracer
   #tools: Map<string, Span> | null = null
 
-  constructor (run: TracedRun) {
-    // per run, not once: the SDK caches its tracers, and a provider registered anew (a test's) is then the one used
-    this.#tracer = trace.getTracer('fastify-agents', packageVersion)
+  constructor (run: TracedRun, tracer: Tracer) {
+    this.#tracer = tracer
     const parent = parentContext(run.options.trace)
     this.span = this.#tracer.startSpan(`invoke_agent ${run.agentName}`, {
       kind: SpanKind.INTERNAL,
@@ -137,5 +147,6 @@ export class RunTrace {
 
 /** The run's trace, or null without an SDK (then nothing about tracing costs a run anything). */
 export function startRunTrace (run: TracedRun): RunTrace | null {
-  return tracingEnabled() ? new RunTrace(run) : null
+  const tracer = currentTracer()
+  return tracer === null ? null : new RunTrace(run, tracer)
 }

@@ -3,7 +3,7 @@ import t from 'tap'
 import { ROOT_CONTEXT, SpanStatusCode, context, trace } from '@opentelemetry/api'
 import { AlwaysOffSampler } from '@opentelemetry/sdk-trace-base'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
-import { RunTrace, tracingEnabled } from '../../../lib/core/tracing.js'
+import { startRunTrace, tracingEnabled } from '../../../lib/core/tracing.js'
 import type { Agent } from '../../../lib/core/types.js'
 import { build, eventually, listen, parseSse } from '../../helper.js'
 import { registerTracing } from '../../helpers/otel.js'
@@ -149,7 +149,7 @@ t.test('a span the sampler drops records nothing, and the run goes on', async (t
 
 t.test('a run detached here (handed to another instance) ends its span with an event; a traceState is kept', async (t) => {
   const exporter = registerTracing(t)
-  const span = new RunTrace({ runId: 'r1', agentName: 'a', sessionId: null, options: { trace: { traceId: TRACE_ID, parentSpanId: PARENT_ID, traceFlags: '01', traceState: 'k=v' } } })
+  const span = startRunTrace({ runId: 'r1', agentName: 'a', sessionId: null, options: { trace: { traceId: TRACE_ID, parentSpanId: PARENT_ID, traceFlags: '01', traceState: 'k=v' } } })!
   span.end({ status: 'detached', code: 'SHUTDOWN', message: 'handed off' })
   const [ended] = exporter.getFinishedSpans()
   t.same(ended!.events.map((e) => [e.name, e.attributes]), [['run.detached', { 'fastify_agents.detach.code': 'SHUTDOWN' }]])
