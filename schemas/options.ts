@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { Static, TUnsafe } from '@sinclair/typebox'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
+import type { Registry } from 'prom-client'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
 import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, QuotaStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
@@ -132,7 +133,10 @@ export const AgentServiceOptions = Type.Object({
   bodyLimit: Type.Optional(Type.Integer({ minimum: 1 })),
   trustProxy: Type.Optional(Type.Boolean()),
   docs: Type.Optional(Type.Boolean()),
-  drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' }))
+  drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' })),
+  metrics: Type.Optional(Type.Object({
+    registry: Type.Optional(withMethods<Registry>(['metrics', 'registerMetric', 'getSingleMetric'], 'a prom-client Registry: {adminPrefix}/metrics serves it, with the service\'s metrics added'))
+  }, { additionalProperties: false }))
 }, { additionalProperties: false })
 export type AgentServiceOptions = Static<typeof AgentServiceOptions>
 export type AdminApiOptions = Static<typeof AdminApiOptions>

@@ -26,6 +26,8 @@ declare module 'fastify' {
     access?: Access
     /** Admin API routes: their own bearer token, no service auth, counted apart in the stats */
     admin?: boolean
+    /** the operator console's page and assets: served without the Admin API token (they hold no data; the page asks for it) */
+    adminPublic?: boolean
     /** the route honours `Idempotency-Key` (POST /v1/agents/:name/runs, POST /v1/approvals/:id) */
     idempotency?: boolean
   }
@@ -81,7 +83,7 @@ export class AgentServiceCore {
     this.audit = new AuditLog(settings.auditStore, this.stats, log)
     this.worker = new RunWorker(this)
     this.drain = new Drain(this.runs, this.worker)
-    this.capabilities = storeCapabilities(settings)
+    this.capabilities = storeCapabilities(settings, this.stats)
     this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log)
     this.quotas = settings.quotas === null ? null : new Quotas(settings.quotas, settings.runLeaseMs, log)
   }

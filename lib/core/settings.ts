@@ -1,4 +1,5 @@
 import { Ajv } from 'ajv'
+import type { Registry } from 'prom-client'
 import type { ErrorObject } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
@@ -77,6 +78,8 @@ export interface Settings {
   readonly trustProxy: boolean
   readonly docs: boolean
   readonly drainTimeoutMs: number
+  /** the host's prom-client Registry (`metrics.registry`); null: the Admin API makes its own */
+  readonly metricsRegistry: Registry | null
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false })
@@ -310,6 +313,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
     trustProxy: options.trustProxy ?? false,
     docs: options.docs ?? false,
-    drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS
+    drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
+    metricsRegistry: options.metrics?.registry ?? null
   })
 }
