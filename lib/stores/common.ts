@@ -256,3 +256,8 @@ export function unrefInterval (fn: () => void, ms: number): NodeJS.Timeout {
 export function endedBeforeStartEvent (record: { lastSeq: number, traceId: string }, end: { error?: { code: string, message: string } }): { seq: number, type: string, data: string } {
   return { seq: record.lastSeq + 1, type: 'run.failed', data: JSON.stringify({ error: end.error, traceId: record.traceId }) }
 }
+
+/** What a requeued run's log says: the attempt about to start and why. */
+export function requeuedEvent (record: { lastSeq: number }, attempt: number, reason: string): { seq: number, type: string, data: string } {
+  return { seq: record.lastSeq + 1, type: 'run.requeued', data: JSON.stringify({ attempt, reason }) }
+}

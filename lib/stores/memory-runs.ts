@@ -1,6 +1,6 @@
 // The in-process run store: records and event logs of one instance, watched in-process.
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
-import { checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
+import { checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, storeClosedError, toMs } from './common.js'
 import { RunWatchHub } from './run-watch.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
@@ -32,12 +32,6 @@ export interface MemoryRunStoreOptions {
 function ended (record: RunRecord): boolean {
   return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
 }
-
-/** What a requeued run's log says: the attempt about to start and why. */
-function requeuedEvent (record: RunRecord, attempt: number, reason: string): StoredEvent {
-  return { seq: record.lastSeq + 1, type: 'run.requeued', data: JSON.stringify({ attempt, reason }) }
-}
-
 
 export class MemoryRunStore implements RunStore {
   readonly maxRetainedRuns: number

@@ -1,12 +1,13 @@
 // The PostgreSQL run store, shared by every instance on the database: run records, event logs and session locks
-// in three tables. A write is one statement (append, finish, create) or one short transaction (start, cancel);
-// the NOTIFY that tells the other instances is sent from inside it, so it is delivered when the write commits.
-// Each store LISTENs on one connection of its own; a poll every `pollIntervalMs` makes up for what it missed.
-import { createHash } from 'node:crypto'
+// in three tables. A write is one statement (append, finish, create, renew) or one short transaction (start,
+// cancel, claim, requeue, abandon); the NOTIFY that tells the other instances is sent from inside it, so it is
+// delivered when the write commits. Each store LISTENs on one connection of its own; a poll every
+// `pollIntervalMs` makes up for what it missed (the queue's watchers have the worker's own poll instead).
+import { createHash, randomBytes } from 'node:crypto'
 import type { Notification, Pool, PoolClient, QueryResultRow } from 'pg'
-import { RunLogGapError } from '../core/errors.js'
+import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
-  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs
+  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, storeClosedError, toMs
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -14,8 +15,8 @@ import type { RunState } from './run-watch.js'
 import { PostgresConnection } from './postgres.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
-  RunStore, StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
+  RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -74,7 +75,20 @@ function toRecord (row: RunRow): RunRecord {
 
 interface Holder { run_id: string, status: RunStatus | null }
 
+/** What a write refused for its lease needs to know of the run. */
+interface LeaseRow { status: RunStatus, last_seq: number, owner: string | null }
+
+type LeasedRow = RunRow & { owner: string | null, lease_until: Date | null, detachable: boolean, cancel_requested: boolean }
+
+/** The lease's columns, for a run that starts under it (or a queued one, without). */
+function leaseValues (lease: RunLease | null): [string | null, Date | null] {
+  return lease === null ? [null, null] : [lease.owner, new Date(lease.until)]
+}
+
 type Queryable = Pick<Pool, 'query'> | Pick<PoolClient, 'query'>
+
+/** A run ended by `#end`: the session it gave back, and whether a queued detachable run waits for that session. */
+type Ended = RunRow & { freed: string | null, queue_waits: boolean }
 
 function noop (): void {}
 
@@ -98,6 +112,9 @@ export class PostgresRunStore implements RunStore {
   #closed = false
   #listening: Promise<void> | null = null
   #listener: PoolClient | null = null
+  readonly #queueWatchers = new Set<() => void>()
+  /** Names this store in its queue notifications: it tells its own watchers at once, and ignores its echo. */
+  readonly #nonce = randomBytes(6).toString('hex')
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
@@ -109,7 +126,7 @@ export class PostgresRunStore implements RunStore {
     this.#runs = table('runs')
     this.#events = table('run_events')
     this.#sessions = table('run_sessions')
-    this.#sql = statements(this.#runs, this.#events, this.#sessions, literal(this.channel))
+    this.#sql = statements(this.#runs, this.#events, this.#sessions, literal(this.channel), literal(`q:${this.#nonce}`))
     this.#hub = new RunWatchHub({
       poll: async (runIds) => this.#pollRuns(runIds),
       pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
@@ -142,7 +159,7 @@ export class PostgresRunStore implements RunStore {
     const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
     const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
     // `created_seq` is the order of creation lists follow (runs created in one millisecond too). `owner` and
-    // `lease_until` are for the leases of background runs (contract §16), unused until then.
+    // `lease_until` are a running run's lease (contract §16): the lapsed ones are found by a partial index.
     try {
       await pool.query(`
         SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
@@ -152,12 +169,14 @@ export class PostgresRunStore implements RunStore {
           status text NOT NULL, background boolean NOT NULL, attempt integer NOT NULL, last_seq integer NOT NULL,
           created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
           request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
-          cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz);
+          cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
+          detachable boolean NOT NULL DEFAULT false);
         CREATE INDEX IF NOT EXISTS ${index('runs_created')} ON ${this.#runs} (created_seq);
         CREATE INDEX IF NOT EXISTS ${index('runs_session')} ON ${this.#runs} (session_id, created_seq);
         CREATE INDEX IF NOT EXISTS ${index('runs_agent')} ON ${this.#runs} (agent, created_seq);
         CREATE INDEX IF NOT EXISTS ${index('runs_status')} ON ${this.#runs} (status, created_seq);
         CREATE INDEX IF NOT EXISTS ${index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS ${index('runs_lease')} ON ${this.#runs} (lease_until) WHERE status = 'running';
         CREATE TABLE IF NOT EXISTS ${this.#events} (
           run_id text NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
         CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`)
@@ -218,21 +237,26 @@ export class PostgresRunStore implements RunStore {
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
       record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
-      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral
+      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
     ]
     if (!options.exclusive || record.sessionId === null) {
       await this.#query(this.#sql.create, values)
-      return { outcome: 'created' }
+      return this.#created(run)
     }
     const pool = await this.#pool()
     for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
       const { rowCount } = await pool.query(this.#sql.createExclusive, values)
-      if (rowCount === 1) return { outcome: 'created' }
+      if (rowCount === 1) return this.#created(run)
       const holder = await this.#busy(pool, record.sessionId)
       if (holder !== null) return { outcome: 'session_busy', holder }
     }
     /* c8 ignore next 2: the lock changed hands under every attempt, a race no test provokes on purpose */
     throw lockRaceError(record.sessionId)
+  }
+
+  #created (run: NewRun): CreateRunResult {
+    if (run.record.status === 'queued' && run.detachable) this.#notifyQueue()
+    return { outcome: 'created' }
   }
 
   async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
@@ -251,13 +275,13 @@ export class PostgresRunStore implements RunStore {
         if (holder !== null) return { outcome: 'session_busy', holder }
       }
       const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
-        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec)
+        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec), run.detachable, ...leaseValues(run.lease)
       ])
       return { outcome: 'reopened', record: toRecord(reopened!) }
     })
   }
 
-  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
     const startedMs = toMs('startedAt', startedAt)
     this.#check()
     if (!storable(runId, false)) return { outcome: 'gone' }
@@ -268,60 +292,150 @@ export class PostgresRunStore implements RunStore {
         const holder = await this.#takeSession(client, run.session_id, runId)
         if (holder !== null) return { outcome: 'session_busy', holder }
       }
-      const { rows: [started] } = await client.query<RunRow>(this.#sql.start, [runId, new Date(startedMs)])
+      const { rows: [started] } = await client.query<RunRow>(this.#sql.start, [[runId], new Date(startedMs), ...leaseValues(lease)])
       return { outcome: 'started', record: toRecord(started!) }
     })
   }
 
-  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+  async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
+    const startedMs = toMs('startedAt', startedAt)
+    this.#check()
+    // the worker claims on a timer too: a queue watcher whose listening connection dropped listens again here
+    if (this.#queueWatchers.size > 0) this.#listen().catch(noop)
+    if (limit < 1) return []
+    return this.#transaction(async (client): Promise<RunRecord[]> => {
+      // locked rows are another claimer's: skipped, never waited for, so that claimers at once share the queue
+      const { rows: candidates } = await client.query<{ run_id: string, session_id: string | null }>(this.#sql.claimable, [new Date(), limit])
+      const taken: string[] = []
+      for (const { run_id: runId, session_id: sessionId } of candidates) {
+        // a session another claimer (or an earlier candidate) took meanwhile: the run waits for its next turn
+        if (sessionId === null || await this.#takeSession(client, sessionId, runId) === null) taken.push(runId)
+      }
+      if (taken.length === 0) return []
+      const { rows } = await client.query<RunRow & { created_seq: string }>(this.#sql.start, [taken, new Date(startedMs), ...leaseValues(lease)])
+      return rows.sort((a, b) => Number(a.created_seq) - Number(b.created_seq)).map(toRecord)
+    })
+  }
+
+  async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
+    this.#check()
+    const ids = runIds.filter((id) => storable(id, false))
+    if (ids.length === 0) return []
+    const rows = await this.#query<{ run_id: string }>(this.#sql.renew, [owner, ids, new Date(until)])
+    return rows.map((row) => row.run_id)
+  }
+
+  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
+    this.#check()
+    if (limit < 1) return []
+    const rows = await this.#query<LeasedRow>(this.#sql.lapsed, [new Date(now), limit])
+    return rows.map((row) => ({ record: toRecord(row), detachable: row.detachable, cancelRequested: row.cancel_requested }))
+  }
+
+  /** The run, locked, if it runs under the lease `condition` names: its owner's, or lapsed before then. */
+  async #leased (client: PoolClient, runId: string, condition: { owner: string } | { lapsedBefore: number }): Promise<LeasedRow | null> {
+    const { rows: [row] } = await client.query<LeasedRow>(this.#sql.lockLeased, [runId, new Date()])
+    if (row === undefined || row.status !== 'running' || row.lease_until === null) return null
+    const held = 'owner' in condition ? row.owner === condition.owner : row.lease_until.getTime() < condition.lapsedBefore
+    return held ? row : null
+  }
+
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+    this.#check()
+    if (!storable(runId, false)) return null
+    const requeued = await this.#transaction(async (client): Promise<RunRow | null> => {
+      const row = await this.#leased(client, runId, condition)
+      if (row === null) return null
+      const event = requeuedEvent(toRecord(row), row.attempt + 1, reason)
+      const { rows: [requeued] } = await client.query<RunRow>(this.#sql.requeue, [runId, event.seq, event.type, event.data])
+      return requeued!
+    })
+    if (requeued === null) return null
+    this.#hub.events(runId, requeued.last_seq)
+    this.#notifyQueue()
+    return toRecord(requeued)
+  }
+
+  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    this.#check()
+    if (!storable(runId, false)) return null
+    const ended = await this.#transaction(async (client) => {
+      const row = await this.#leased(client, runId, { lapsedBefore })
+      if (row === null) return null
+      return this.#end(client, runId, 'running', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs, null)
+    })
+    return ended === null ? null : this.#ended(ended)
+  }
+
+  watchQueue (listener: () => void): () => void {
+    this.#listen().catch(noop)
+    this.#queueWatchers.add(listener)
+    return () => { this.#queueWatchers.delete(listener) }
+  }
+
+  #notifyQueue (): void {
+    for (const listener of [...this.#queueWatchers]) listener()
+  }
+
+  /** After a write of the log that was not made: whether the run is there, running, whose, and where its log is. */
+  async #state (runId: string): Promise<LeaseRow | undefined> {
+    const [row] = await this.#query<LeaseRow>(this.#sql.state, [runId, new Date()])
+    return row
+  }
+
+  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
     this.#check()
     if (events.length === 0 || !storable(runId, false)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
     const first = events[0]!.seq
     const [appended] = await this.#query<{ last_seq: number }>(this.#sql.append, [
-      runId, events.length, first - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data)
+      runId, events.length, first - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
     ])
     if (appended !== undefined) {
       this.#hub.events(runId, appended.last_seq)
       return
     }
-    // not appended: the run is unknown or ended (nothing to do), or the batch does not follow its log
-    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
-    if (row !== undefined && !isEnded(row.status)) throw new RunLogGapError(runId, row.last_seq + 1, first)
+    // not appended: the run is unknown or ended (nothing to do), not this owner's, or the batch does not follow its log
+    const row = await this.#state(runId)
+    if (row === undefined || isEnded(row.status)) return
+    if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(runId)
+    throw new RunLogGapError(runId, row.last_seq + 1, first)
   }
 
   /**
-   * Ends a run whose status is `from` with its last events, in one statement; null when it is not `from`. The
-   * caller tells the watchers (`#ended`) once the statement's transaction has committed.
+   * Ends a run whose status is `from` (and whose lease is `owner`'s, when named) with its last events, in one
+   * statement; null when it is not. The caller tells the watchers (`#ended`) once the transaction has committed.
    */
-  async #end (q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<(RunRow & { freed: string | null }) | null> {
+  async #end (q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string | null): Promise<Ended | null> {
     const endedMs = toMs('endedAt', end.endedAt)
-    const { rows: [ended] } = await q.query<RunRow & { freed: string | null }>(this.#sql.end, [
+    const { rows: [ended] } = await q.query<Ended>(this.#sql.end, [
       runId, end.status, new Date(endedMs), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(endedMs + retentionMs), events.length, from,
-      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data)
+      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
     ])
     return ended ?? null
   }
 
-  #ended (ended: RunRow & { freed: string | null }): RunRecord {
+  #ended (ended: Ended): RunRecord {
     this.#hub.events(ended.run_id, ended.last_seq)
     if (ended.freed !== null) this.#hub.sessionFree(ended.freed)
+    if (ended.queue_waits) this.#notifyQueue()
     return toRecord(ended)
   }
 
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
     this.#check()
     if (!storable(runId, false)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
-    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs)
+    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs, owner)
     if (ended !== null) return this.#ended(ended)
-    if (events.length === 0) return null
-    // not ended: the run is not running (null), or the batch does not follow its log
-    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
-    if (row?.status === 'running') throw new RunLogGapError(runId, row.last_seq + 1, events[0]!.seq)
+    // not ended: the run is not running (null: a queued run too, requeued under an old owner), not this owner's,
+    // or the batch does not follow its log
+    const row = await this.#state(runId)
+    if (row?.status === 'running' && row.owner !== owner) throw new RunLeaseLostError(runId)
+    if (row?.status === 'running' && events.length > 0) throw new RunLogGapError(runId, row.last_seq + 1, events[0]!.seq)
     return null
   }
 
@@ -348,12 +462,12 @@ export class PostgresRunStore implements RunStore {
   async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
     this.#check()
     if (!storable(runId, false)) return { outcome: 'not_found' }
-    const result = await this.#transaction(async (client): Promise<CancelRunResult | RunRow & { freed: string | null }> => {
+    const result = await this.#transaction(async (client): Promise<CancelRunResult | Ended> => {
       const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [runId, new Date()])
       if (row === undefined) return { outcome: 'not_found' }
       if (isEnded(row.status)) return { outcome: 'ended', record: toRecord(row) }
       if (row.status === 'queued') {
-        return (await this.#end(client, runId, 'queued', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs))!
+        return (await this.#end(client, runId, 'queued', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs, null))!
       }
       const { rows: [requested] } = await client.query<RunRow>(this.#sql.requestCancel, [runId])
       return { outcome: 'requested', record: toRecord(requested!) }
@@ -432,6 +546,7 @@ export class PostgresRunStore implements RunStore {
     // closed first: calls still on their way in now fail instead of taking a connection
     this.#closed = true
     this.#hub.close()
+    this.#queueWatchers.clear()
     await this.#listening?.catch(noop)
     this.#unlisten()
     await this.#connection.release(this)
@@ -468,6 +583,7 @@ export class PostgresRunStore implements RunStore {
     await client.query(`LISTEN ${quote(this.channel)}`)
     // what was written before LISTEN took effect was not notified: the watchers catch up now
     void this.#hub.refresh()
+    this.#notifyQueue()
   }
 
   #unlisten (error?: Error): void {
@@ -478,7 +594,7 @@ export class PostgresRunStore implements RunStore {
     client?.release(error ?? true)
   }
 
-  /** `e:<runId>:<lastSeq>`, `c:<runId>` or `s:<sessionId>`, from the statements below. */
+  /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */
   #heard (payload: string): void {
     const body = payload.slice(2)
     switch (payload[0]) {
@@ -488,33 +604,43 @@ export class PostgresRunStore implements RunStore {
         break
       }
       case 'c': this.#hub.cancel(body); break
+      // its own were told at once
+      case 'q': if (body !== this.#nonce) this.#notifyQueue(); break
       default: this.#hub.sessionFree(body)
     }
   }
 }
 
-/** Every statement of the store, made once per store from its table names and its NOTIFY channel (a literal). */
-function statements (runs: string, events: string, sessions: string, channel: string) {
+/**
+ * Every statement of the store, made once per store from its table names, its NOTIFY channel and its queue
+ * notification's payload (literals).
+ */
+function statements (runs: string, events: string, sessions: string, channel: string, queued: string) {
   const insert = `
     INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
-      request_id, trace_id, spec, ephemeral)
+      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
-      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean`
+      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz`
   // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
     ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
       status = EXCLUDED.status, background = EXCLUDED.background, attempt = EXCLUDED.attempt, last_seq = EXCLUDED.last_seq,
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
-      cancel_requested = false, expires_at = NULL, owner = NULL, lease_until = NULL
+      cancel_requested = false, expires_at = NULL, detachable = EXCLUDED.detachable, owner = EXCLUDED.owner,
+      lease_until = EXCLUDED.lease_until
     RETURNING run_id`
-  // Takes a session's lock: free, or held by a run that has ended (a compare-and-set on the lock's row, which
-  // concurrent takers queue on). A holder this statement cannot see yet (committed after it began) counts as
-  // running: the caller reads the lock again in a new statement to tell which.
+  // a queued detachable run is news for every instance's claimer
+  const created = `
+    SELECT run_id, CASE WHEN $5::text = 'queued' AND $15::boolean THEN pg_notify(${channel}, ${queued}) END AS notified FROM created`
+  // Takes a session's lock: free, already the run's (a requeued run keeps it), or held by a run that has ended (a
+  // compare-and-set on the lock's row, which concurrent takers queue on). A holder this statement cannot see yet
+  // (committed after it began) counts as running: the caller reads the lock again in a new statement to tell which.
   const take = `
     INSERT INTO ${sessions} AS h (session_id, run_id) VALUES ($1, $2)
     ON CONFLICT (session_id) DO UPDATE SET run_id = EXCLUDED.run_id
-    WHERE EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id AND r.status IN ('completed', 'failed', 'cancelled'))
+    WHERE h.run_id = EXCLUDED.run_id
+      OR EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id AND r.status IN ('completed', 'failed', 'cancelled'))
     RETURNING session_id`
   const live = '(expires_at IS NULL OR expires_at > $2)'
   const addEvents = (seqs: number, types: number, data: number, when: string): string => `
@@ -522,11 +648,12 @@ function statements (runs: string, events: string, sessions: string, channel: st
     SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
     WHERE EXISTS (SELECT 1 FROM ${when})`
   return {
-    create: `WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1) ${insert} ${replace}`,
+    create: `WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`,
     createExclusive: `
       WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
-      cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken))
-      ${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace}`,
+      cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken)),
+      created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
+      ${created}`,
     take,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
@@ -534,33 +661,68 @@ function statements (runs: string, events: string, sessions: string, channel: st
     get: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live}`,
     spec: `SELECT spec FROM ${runs} WHERE run_id = $1 AND ${live}`,
     lockRun: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
-    start: `UPDATE ${runs} SET status = 'running', started_at = $2 WHERE run_id = $1 RETURNING ${COLUMNS}`,
+    lockLeased: `SELECT ${COLUMNS}, owner, lease_until FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
+    state: `SELECT status, last_seq, owner FROM ${runs} WHERE run_id = $1 AND ${live}`,
+    start: `
+      UPDATE ${runs} SET status = 'running', started_at = $2, owner = $3, lease_until = $4 WHERE run_id = ANY($1::text[])
+      RETURNING ${COLUMNS}, created_seq`,
+    // The oldest queued detachable runs whose session is free (no lock, or one held by a run that ended, has
+    // gone, or is theirs). Locked rows are skipped: another claimer has them.
+    claimable: `
+      SELECT q.run_id, q.session_id FROM ${runs} q
+      WHERE q.status = 'queued' AND q.detachable AND (q.expires_at IS NULL OR q.expires_at > $1)
+        AND NOT EXISTS (
+          SELECT 1 FROM ${sessions} h JOIN ${runs} r ON r.run_id = h.run_id
+          WHERE h.session_id = q.session_id AND h.run_id <> q.run_id AND r.status IN ('queued', 'running'))
+      ORDER BY q.created_seq LIMIT $2 FOR UPDATE OF q SKIP LOCKED`,
+    renew: `
+      UPDATE ${runs} SET lease_until = $3 WHERE run_id = ANY($2::text[]) AND status = 'running' AND owner = $1 RETURNING run_id`,
+    lapsed: `
+      SELECT ${COLUMNS}, detachable, cancel_requested FROM ${runs} WHERE status = 'running' AND lease_until < $1
+      ORDER BY lease_until LIMIT $2`,
+    // back to the queue for its next attempt, with the event saying so (the caller holds the row's lock)
+    requeue: `
+      WITH requeued AS (
+        UPDATE ${runs} SET status = 'queued', attempt = attempt + 1, last_seq = $2, started_at = NULL, owner = NULL,
+          lease_until = NULL, detachable = true, cancel_requested = false
+        WHERE run_id = $1 RETURNING ${COLUMNS}),
+      added AS (INSERT INTO ${events} (run_id, seq, type, data) SELECT $1, $2, $3, $4 FROM requeued)
+      SELECT requeued.*, pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
+        pg_notify(${channel}, ${queued}) AS notified_queue
+      FROM requeued`,
     // a resumed run: its next attempt, its log going on, its end forgotten
     reopen: `
       UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = $2, request_id = $3, trace_id = $4, spec = $5,
-        ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, owner = NULL, lease_until = NULL
+        ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, detachable = $6, owner = $7,
+        lease_until = $8
       WHERE run_id = $1 RETURNING ${COLUMNS}`,
-    // the batch goes in only if it follows the log: last_seq is checked and moved in the same statement
+    // the batch goes in only if it follows the log, and the run is the owner's: checked and moved in one statement
     append: `
       WITH run AS (
-        UPDATE ${runs} SET last_seq = last_seq + $2 WHERE run_id = $1 AND last_seq = $3 AND status IN ('queued', 'running')
+        UPDATE ${runs} SET last_seq = last_seq + $2 WHERE run_id = $1 AND last_seq = $3 AND status = 'running' AND owner = $7
         RETURNING last_seq),
       added AS (${addEvents(4, 5, 6, 'run')})
       SELECT last_seq, pg_notify(${channel}, 'e:' || $1 || ':' || last_seq) AS notified FROM run`,
-    // the last events, the end and the session given back, in one statement
+    // The last events, the end and the session given back, in one statement (by the lease's owner, when named):
+    // a queued detachable run waiting for that session is news for the claimers.
     end: `
       WITH ended AS (
-        UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7
-        WHERE run_id = $1 AND status = $8 AND ($7 = 0 OR last_seq = $9)
+        UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
+          owner = NULL, lease_until = NULL
+        WHERE run_id = $1 AND status = $8 AND ($7 = 0 OR last_seq = $9) AND ($13::text IS NULL OR owner = $13)
         RETURNING ${COLUMNS}),
       added AS (${addEvents(10, 11, 12, 'ended')}),
       freed AS (
         DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
-        RETURNING h.session_id)
-      SELECT ended.*, (SELECT session_id FROM freed) AS freed,
+        RETURNING h.session_id),
+      waits AS (
+        SELECT EXISTS (SELECT 1 FROM ${runs} q JOIN freed ON q.session_id = freed.session_id
+          WHERE q.status = 'queued' AND q.detachable) AS queue_waits)
+      SELECT ended.*, (SELECT session_id FROM freed) AS freed, waits.queue_waits,
         pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
-        (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session
-      FROM ended`,
+        (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session,
+        CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
+      FROM ended, waits`,
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

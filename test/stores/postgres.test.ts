@@ -6,12 +6,12 @@ import type { Test } from 'tap'
 import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
-import type { ApprovalDecision, RunEnd, StoreSet } from '../../lib/stores/types.js'
+import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
 import { eventually } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
 
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/test'
 
@@ -55,9 +55,14 @@ if (await requirePg(t)) {
 
   storeConformance(t, factoriesOf((t) => postgresStores(shared, { schema: withPgSchema(t, shared) })))
 
-  // the twin is another instance: a pool of its own on the same schema
+  // the twin is another instance: a pool of its own on the same schema. The tables are made before a test
+  // starts: a lease of a few ms would lapse while they are.
   runStoreConformance(t, {
-    store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).runStore,
+    store: async (t) => {
+      const store = postgresStores(shared, { schema: withPgSchema(t, shared) }).runStore!
+      await store.get('warm-up')
+      return store
+    },
     twin: (_t, first) => new PostgresRunStore({ connectionString: pgUrl(), max: 3 }, { schema: (first as PostgresRunStore).schema })
   })
 
@@ -260,6 +265,7 @@ if (await pgReachable()) {
       app_runs_agent: '(agent, created_seq)',
       app_runs_created: '(created_seq)',
       app_runs_expires: '(expires_at) WHERE (expires_at IS NOT NULL)',
+      app_runs_lease: '(lease_until) WHERE (status = \'running\'::text)',
       app_runs_pkey: '(run_id)',
       app_runs_session: '(session_id, created_seq)',
       app_runs_status: '(status, created_seq)'
@@ -274,8 +280,8 @@ if (await pgReachable()) {
     const run = newRun({ sessionId: 'kept' })
     const id = run.record.runId
     await first.create(run, { exclusive: true })
-    await first.append(id, [event(1, 'run.started'), event(2)])
-    const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+    await first.append(id, [event(1, 'run.started'), event(2)], OWNER)
+    const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR, OWNER)
     await first.close()
     const again = new PostgresRunStore({ connectionString: pgUrl(), max: 2 }, { schema })
     t.teardown(() => again.close())
@@ -295,11 +301,11 @@ if (await pgReachable()) {
       await store.create(run, { exclusive: false })
       queries.length = 0
       const started = performance.now()
-      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)))
+      await store.append(run.record.runId, Array.from({ length: 100 }, (_, n) => event(n + 1)), OWNER)
       timings.push(performance.now() - started)
       t.equal(queries.length, 1, 'append of 100 events: one query')
       queries.length = 0
-      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR)
+      await store.finish(run.record.runId, [event(101), event(102, 'run.completed')], cancelledEnd(), HOUR, OWNER)
       t.equal(queries.length, 1, 'finish: one query')
     }
     t.comment(`append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
@@ -317,12 +323,12 @@ if (await pgReachable()) {
     t.teardown(stop)
     // once B listens (its first watch starts it), every event is timed
     let seq = 0
-    await eventually(async () => { await a.append(run.record.runId, [event(++seq)]); await sleep(10); return heard.has(seq) }, 2_000)
+    await eventually(async () => { await a.append(run.record.runId, [event(++seq)], OWNER); await sleep(10); return heard.has(seq) }, 2_000)
     const delays: number[] = []
     while (delays.length < 100) {
       seq++
       const sent = performance.now()
-      await a.append(run.record.runId, [event(seq)])
+      await a.append(run.record.runId, [event(seq)], OWNER)
       await eventually(() => heard.has(seq), 1_000)
       delays.push(heard.get(seq)! - sent)
     }
@@ -357,15 +363,85 @@ if (await pgReachable()) {
     const heard: number[] = []
     const stopToo = store.watch(watched.record.runId, (change) => { if (change.kind === 'events') heard.push(change.lastSeq) })
     t.teardown(stopToo)
-    await other.append(watched.record.runId, [event(1)])
+    await other.append(watched.record.runId, [event(1)], OWNER)
     await eventually(() => heard.includes(1), 1_000)
     await eventually(async () => await listening() === 1, 2_000)
     listener.emit('error', new Error('a late error from the dropped connection'))
     const started = Date.now()
-    await other.append(watched.record.runId, [event(2)])
+    await other.append(watched.record.runId, [event(2)], OWNER)
     await eventually(() => heard.includes(2), 1_000)
     t.ok(Date.now() - started < 100, 'listening again: heard before the next poll')
     t.equal(await listening(), 1)
+  })
+
+  t.test('runs: instances hear of runs to claim by NOTIFY, and claiming at once never share a run', async (t) => {
+    const schema = withPgSchema(t, admin)
+    const pool = newPool(t)
+    const checkedOut: PoolClient[] = []
+    pool.on('acquire', (client) => checkedOut.push(client))
+    // polls a minute apart: what is heard within the test was notified
+    const a = new PostgresRunStore(pgUrl(), { schema, pollIntervalMs: 60_000 })
+    const b = new PostgresRunStore(pool, { schema, pollIntervalMs: 60_000 })
+    t.teardown(async () => { await a.close(); await b.close() })
+    let heardA = 0
+    let heardB = 0
+    const stopA = a.watchQueue(() => { heardA++ })
+    const stopB = b.watchQueue(() => { heardB++ })
+    t.teardown(() => { stopA(); stopB() })
+    const listening = async (): Promise<number> => (await admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1', [`LISTEN "${a.channel}"`])).rows[0].n
+    await eventually(async () => await listening() === 2, 2_000)
+    const queued = (sessionId: string | null = null): NewRun => {
+      const run = newRun({ status: 'queued', background: true, sessionId })
+      delete run.record.startedAt
+      run.detachable = true
+      return run
+    }
+    const told = async (write: () => Promise<unknown>, what: string): Promise<void> => {
+      const [beforeA, beforeB] = [heardA, heardB]
+      await write()
+      t.equal(heardA, beforeA + 1, `${what}: its own store's watchers at once`)
+      await eventually(() => heardB > beforeB, 1_000)
+      await sleep(30)
+      t.equal(heardA, beforeA + 1, `${what}: not its echo`)
+    }
+    await told(() => a.create(queued(), { exclusive: false }), 'a queued background run')
+    const holder = newRun({ sessionId: 'busy' })
+    await a.create(holder, { exclusive: true })
+    await told(() => a.create(queued('busy'), { exclusive: false }), 'a queued run whose session is busy')
+    heardA = heardB = 0
+    await a.create(newRun({ status: 'queued', sessionId: null }), { exclusive: false })
+    const unrelated = newRun({ sessionId: 'idle' })
+    await a.create(unrelated, { exclusive: true })
+    await a.finish(unrelated.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER)
+    await sleep(50)
+    t.same([heardA, heardB], [0, 0], 'a run that is not detachable, a freed session nothing waits for: nothing to claim')
+    await told(() => a.finish(holder.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER), 'a session a queued run waits for is freed')
+    const [claimed] = await b.claim(lease(OTHER, 60_000), new Date().toISOString(), 1)
+    await told(() => a.requeue(claimed!.runId, { owner: OTHER }, 'SHUTDOWN'), 'a requeued run')
+
+    // fifty runs, two instances claiming five at a time at once: each run goes to one
+    for (let i = 0; i < 50; i++) await a.create(queued(i % 5 === 0 ? `s-${i}` : null), { exclusive: false })
+    const owners = new Map<string, string>()
+    const claimAll = async (store: PostgresRunStore, owner: string): Promise<void> => {
+      for (;;) {
+        const runs = await store.claim(lease(owner, 60_000), new Date().toISOString(), 5)
+        if (runs.length === 0) return
+        for (const run of runs) {
+          t.notOk(owners.has(run.runId), `${run.runId} claimed once`)
+          owners.set(run.runId, owner)
+        }
+      }
+    }
+    await Promise.all([claimAll(a, OWNER), claimAll(b, OTHER), claimAll(a, 'instance-c')])
+    t.equal(owners.size, 52, 'every queued detachable run, claimed once')
+
+    // B's listening connection is lost: its next claim listens again (the worker claims on a timer too)
+    const listener = checkedOut.find((client) => client.listenerCount('notification') > 0) as PoolClient & { processID: number }
+    await admin.query('SELECT pg_terminate_backend($1)', [listener.processID])
+    await eventually(async () => await listening() < 2, 2_000)
+    t.same(await b.claim(lease(OTHER), new Date().toISOString(), 1), [])
+    await eventually(async () => await listening() === 2, 2_000)
+    await told(() => a.create(queued(), { exclusive: false }), 'after listening again')
   })
 
   t.test('runs: purge deletes at most a batch of expired runs, their logs with them', async (t) => {
@@ -377,8 +453,8 @@ if (await pgReachable()) {
     for (let i = 0; i < 7; i++) {
       const run = newRun()
       await store.create(run, { exclusive: false })
-      await store.append(run.record.runId, [event(1), event(2)])
-      await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1)
+      await store.append(run.record.runId, [event(1), event(2)], OWNER)
+      await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1, OWNER)
     }
     const later = Date.now() + 1_000
     t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
@@ -421,7 +497,7 @@ if (await pgReachable()) {
     await admin.query(`UPDATE ${table('fa_run_sessions')} SET run_id = 'gone' WHERE session_id = 's1'`)
     const queued = newRun({ sessionId: 's1', status: 'queued' })
     await store.create(queued, { exclusive: false })
-    t.match(await store.start(queued.record.runId, new Date().toISOString()), { outcome: 'started' }, 'start takes it over too')
+    t.match(await store.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'started' }, 'start takes it over too')
   })
 
   t.test('runs: a statement failing in a transaction rolls it back and gives up its connection', async (t) => {
@@ -433,7 +509,7 @@ if (await pgReachable()) {
     await store.create(run, { exclusive: false })
     await admin.query(`ALTER TABLE ${pg.escapeIdentifier(schema)}.fa_runs RENAME TO fa_runs_elsewhere`)
     await t.rejects(store.cancel(run.record.runId, cancelledEnd(), HOUR), { code: '42P01' })
-    await t.rejects(store.start(run.record.runId, new Date().toISOString()), { code: '42P01' })
+    await t.rejects(store.start(run.record.runId, new Date().toISOString(), lease()), { code: '42P01' })
     t.equal(pool.totalCount - pool.idleCount, 0, 'no connection left checked out')
   })
 
@@ -451,6 +527,8 @@ if (await pgReachable()) {
   t.test('runs: the store takes one listening connection of a pool you pass, and gives it back on close', async (t) => {
     const pool = newPool(t)
     const store = new PostgresRunStore(pool, { schema: withPgSchema(t, admin) })
+    await store.probe()
+    t.equal(store.ownsConnection, false, 'a pool you pass is yours to end')
     const stop = store.watch('r1', () => {})
     await eventually(() => pool.totalCount - pool.idleCount === 1, 2_000)
     stop()
@@ -463,9 +541,9 @@ if (await pgReachable()) {
     await t.rejects(store.get('r1'), closed)
     await t.rejects(store.spec('r1'), closed)
     await t.rejects(store.events('r1', 0, 1), closed)
-    await t.rejects(store.append('r1', [event(1)]), closed)
-    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR), closed)
-    await t.rejects(store.start('r1', new Date().toISOString()), closed)
+    await t.rejects(store.append('r1', [event(1)], OWNER), closed)
+    await t.rejects(store.finish('r1', [], cancelledEnd(), HOUR, OWNER), closed)
+    await t.rejects(store.start('r1', new Date().toISOString(), lease()), closed)
     await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
     await t.rejects(store.list({ limit: 1 }), closed)
     await t.rejects(store.purge(Date.now(), 1), closed)
