@@ -29,6 +29,7 @@ export interface InstanceOptions {
   executions: string
   runLeaseMs: number
   drainMs?: number
+  storeTimeoutMs?: number
 }
 
 const FIXTURE = new URL('../fixtures/recovery-instance.js', import.meta.url)
@@ -43,7 +44,8 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
       INSTANCE: options.name,
       EXECUTIONS: options.executions,
       RUN_LEASE_MS: String(options.runLeaseMs),
-      DRAIN_MS: String(options.drainMs ?? 100)
+      DRAIN_MS: String(options.drainMs ?? 100),
+      ...(options.storeTimeoutMs === undefined ? {} : { STORE_TIMEOUT_MS: String(options.storeTimeoutMs) })
     },
     stdio: ['pipe', 'pipe', 'inherit']
   })
@@ -126,8 +128,8 @@ export function cluster (t: Test, pool: pg.Pool, url: string, options: { dropSch
   return {
     schema,
     executions: (runId?: string) => executions(file, runId),
-    async start (name: string, runLeaseMs = LEASE_MS, drainMs = 100): Promise<Instance> {
-      const instance = await startInstance({ url, schema, name, executions: file, runLeaseMs, drainMs })
+    async start (name: string, runLeaseMs = LEASE_MS, drainMs = 100, storeTimeoutMs?: number): Promise<Instance> {
+      const instance = await startInstance({ url, schema, name, executions: file, runLeaseMs, drainMs, ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }) })
       started.push(instance)
       return instance
     },
