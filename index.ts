@@ -43,7 +43,7 @@ export type { Access } from './lib/core/auth.js'
 export {
   AgentError, AgentNotFoundError, AgentTimeoutError, ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError,
   ForbiddenError, IdempotencyInProgressError, IdempotencyKeyInvalidError, IdempotencyKeyReusedError, InvalidOptionsError,
-  MethodNotAllowedError, RateLimitedError, RouteNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError,
+  MethodNotAllowedError, QuotaExceededError, RateLimitedError, RouteNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError,
   SessionNotFoundError, ShutdownError, UnauthorizedError, UpgradeRequiredError
 } from './lib/core/errors.js'
 export type * from './lib/core/types.js'

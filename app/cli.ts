@@ -128,10 +128,10 @@ function given (value: string | undefined): value is string {
 }
 
 /**
- * The bin serves no webhooks: a factory's outbox is left out, unopened (probed, it would hold the connection open
- * past the service's close, which closes only the stores it uses).
+ * The bin serves no webhooks and no quotas: a factory's outbox and quota store are left out, unopened (probed, they
+ * would hold the connection open past the service's close, which closes only the stores it uses).
  */
-function withoutOutbox ({ webhookStore: _outbox, ...set }: StoreSet): StoreSet {
+function withoutOutbox ({ webhookStore: _outbox, quotaStore: _quotas, ...set }: StoreSet): StoreSet {
   return set
 }
 

@@ -12,7 +12,11 @@ export async function buildOpenApiDocument (options: AgentServiceOptions): Promi
   // The stores do not shape the document, and the service closes those that own their connection: it gets
   // none of yours (memory ones instead), so the options can go on to serve.
   // Nor do webhooks: a service that delivered them from your outbox while building a document would be a surprise.
-  const { auditStore: _a, sessionStore: _s, approvalStore: _p, checkpointStore: _c, db: _d, idempotency, adminApi, webhooks: _w, webhookStore: _o, ...rest } = options
+  // Nor quotas (their 429 is documented whatever the options).
+  const {
+    auditStore: _a, sessionStore: _s, approvalStore: _p, checkpointStore: _c, db: _d, idempotency, adminApi, webhooks: _w, webhookStore: _o,
+    quotas: _q, quotaStore: _qs, ...rest
+  } = options
   const service = createAgentService({
     logger: false,
     ...rest,

@@ -17,6 +17,8 @@ import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
+import { ServiceMetrics } from '../lib/core/metrics.js'
+import { consoleAssets } from '../lib/console/assets.js'
 
 export interface AdminApiPluginOptions {
   /**
@@ -65,7 +67,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   }
 
   fastify.addHook('onRequest', (request, reply, done) => {
-    if (expected === null) return done()
+    if (expected === null || requestContextOf(request).config.adminPublic === true) return done()
     const match = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '')
     if (match !== null && timingSafeEqual(sha256(match[1]!), expected)) {
       requestContextOf(request).principal = 'admin'
@@ -190,6 +192,32 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   fastify.get('/stats', route('Service figures since start', {
     response: { 200: AdminStats, ...errors() }
   }), async (): Promise<AdminStats> => stats.snapshot())
+
+  const metrics = new ServiceMetrics(state, settings.metricsRegistry, fastify.log)
+  fastify.get('/metrics', route('Prometheus metrics, in the text exposition format', {
+    operationId: 'getMetrics',
+    produces: ['text/plain'],
+    response: { 200: Type.String({ description: 'prom-client\'s text exposition format (version 0.0.4)' }), ...errors() }
+  }), async (_request, reply) => {
+    const { body, contentType } = await metrics.scrape()
+    return reply.type(contentType).send(body)
+  })
+
+  // The operator console: a page and its assets, served from memory; the data comes from the routes above (with
+  // the token typed into the page), its actions from the service's own routes (with a service credential).
+  const { prefix } = fastify
+  const assets = consoleAssets({ adminPrefix: prefix, apiPrefix: prefix.slice(0, prefix.length - admin.prefix.length) + '/v1' })
+  for (const [path, asset] of assets) {
+    fastify.get(path, { exposeHeadRoute: false, config: { admin: true, adminPublic: true }, schema: { hide: true } }, async (_request, reply) => {
+      return reply
+        .type(asset.contentType)
+        .header('cache-control', 'no-cache')
+        // nothing leaves the origin, and nothing from elsewhere runs
+        .header('content-security-policy', "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+        .header('x-content-type-options', 'nosniff')
+        .send(asset.body)
+    })
+  }
 }
 
 /**

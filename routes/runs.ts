@@ -89,6 +89,8 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
     if (result.outcome === 'ended') throw new RunAlreadyEndedError(runId)
     // on this instance, at once (the store tells the others)
     if (result.outcome === 'requested') service.runs.get(runId)?.abort('CANCELLED')
+    // a queued run never ran: nobody else gives its quota slot back
+    if (result.outcome === 'cancelled') await service.quotas?.release(record.principal, runId)
     request.log.info({ runId, principal: record.principal }, 'run cancelled')
     return reply.code(202).send(result.record)
   })

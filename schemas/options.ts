@@ -1,9 +1,10 @@
 import { Type } from '@sinclair/typebox'
 import type { Static, TUnsafe } from '@sinclair/typebox'
 import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
+import type { Registry } from 'prom-client'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, QuotaStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
 import { WebhooksOptions } from './webhooks.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
@@ -24,7 +25,8 @@ export const storeMethods = {
     'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
     'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
   ],
-  webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge']
+  webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge'],
+  quotaStore: ['acquire', 'renew', 'release', 'addTokens', 'tokens', 'purge']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -37,6 +39,16 @@ export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.c
 export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
 export const RunStoreOption = withMethods<RunStore>(storeMethods.runStore, 'a RunStore')
 export const WebhookStoreOption = withMethods<WebhookStore>(storeMethods.webhookStore, 'a WebhookStore: the outbox of webhook deliveries')
+export const QuotaStoreOption = withMethods<QuotaStore>(storeMethods.quotaStore, 'a QuotaStore: the counts of the `quotas` option, shared by the instances using it')
+
+// Positive integers (the rest checked by the schema): a quota of 0 or 1.5 runs says nothing an operator means.
+export const QuotasOptions = Type.Object({
+  maxConcurrentRuns: Type.Optional(Type.Integer({ minimum: 1, description: 'the most runs one principal has in progress at once, queued background runs included' })),
+  tokens: Type.Optional(Type.Object({
+    limit: Type.Integer({ minimum: 1, description: 'input plus output tokens one principal may use per window' }),
+    intervalMs: Type.Integer({ minimum: 1, description: 'the window, aligned to multiples of it since the epoch' })
+  }, { additionalProperties: false }))
+}, { additionalProperties: false })
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
@@ -104,6 +116,8 @@ export const AgentServiceOptions = Type.Object({
   maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),
   webhooks: Type.Optional(WebhooksOptions),
   webhookStore: Type.Optional(WebhookStoreOption),
+  quotas: Type.Optional(QuotasOptions),
+  quotaStore: Type.Optional(QuotaStoreOption),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
@@ -119,7 +133,10 @@ export const AgentServiceOptions = Type.Object({
   bodyLimit: Type.Optional(Type.Integer({ minimum: 1 })),
   trustProxy: Type.Optional(Type.Boolean()),
   docs: Type.Optional(Type.Boolean()),
-  drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' }))
+  drainTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, description: 'how long app.close() lets runs finish before aborting them with SHUTDOWN (plugin mode; the standalone close(ms) takes its own)' })),
+  metrics: Type.Optional(Type.Object({
+    registry: Type.Optional(withMethods<Registry>(['metrics', 'registerMetric', 'getSingleMetric'], 'a prom-client Registry: {adminPrefix}/metrics serves it, with the service\'s metrics added'))
+  }, { additionalProperties: false }))
 }, { additionalProperties: false })
 export type AgentServiceOptions = Static<typeof AgentServiceOptions>
 export type AdminApiOptions = Static<typeof AdminApiOptions>
@@ -128,6 +145,7 @@ export type JwtAuthOptions = Static<typeof JwtAuthOptions>
 export type JwtAlgorithm = NonNullable<JwtAuthOptions['algorithms']>[number]
 export type RateLimitOptions = Static<typeof RateLimitOptions>
 export type IdempotencyOptions = Static<typeof IdempotencyOptions>
+export type QuotasOptions = Static<typeof QuotasOptions>
 
 export type DbHealthResult = boolean | { ok: boolean, latencyMs?: number, error?: string }
 

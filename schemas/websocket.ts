@@ -48,7 +48,7 @@ export const WsErrorCode = Type.Union([
   Type.Literal('TOO_MANY_RUNS'), Type.Literal('AGENT_NOT_FOUND'), Type.Literal('SESSION_NOT_FOUND'),
   Type.Literal('RUN_NOT_FOUND'), Type.Literal('RUN_IN_PROGRESS'), Type.Literal('RUN_SESSION_MISMATCH'),
   Type.Literal('FORBIDDEN'), Type.Literal('SHUTDOWN'), Type.Literal('INTERNAL_ERROR'), Type.Literal('SESSION_BUSY'),
-  Type.Literal('CANCELLED'), Type.Literal('FST_ERR_VALIDATION')
+  Type.Literal('CANCELLED'), Type.Literal('FST_ERR_VALIDATION'), Type.Literal('QUOTA_EXCEEDED')
 ])
 
 /** A message that could not be acted on; the connection stays open. */

@@ -256,6 +256,29 @@ let stop
 let profiler
 let stats = () => ({ runs: idleStreams.size, streams: idleStreams.size })
 
+/**
+ * spec.tracing 'sdk': an OpenTelemetry SDK as a host registers one (bench/tracing.js): a BasicTracerProvider whose
+ * in-memory exporter is emptied every second, and an AsyncLocalStorage context manager.
+ */
+async function registerTracing () {
+  const { AsyncLocalStorage } = await import('node:async_hooks')
+  const { ROOT_CONTEXT, context, trace } = await import('@opentelemetry/api')
+  const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
+  const storage = new AsyncLocalStorage()
+  context.setGlobalContextManager({
+    active: () => storage.getStore() ?? ROOT_CONTEXT,
+    with: (ctx, fn, thisArg, ...args) => storage.run(ctx, () => fn.apply(thisArg, args)),
+    bind: (_ctx, target) => target,
+    enable () { return this },
+    disable () { return this }
+  })
+  const exporter = new InMemorySpanExporter()
+  trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }))
+  setInterval(() => exporter.reset(), 1000).unref()
+}
+
+if (spec.tracing === 'sdk') await registerTracing()
+
 if (spec.kind === 'service') {
   const { createAgentService } = await import(spec.pkg ?? 'fastify-agents')
   const options = await serviceOptions(spec.preset ?? { name: 'default' })

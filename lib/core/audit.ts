@@ -69,7 +69,7 @@ export class AuditLog {
     const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
     // the route's config: a hook of an outer scope (rate limit, drain) may answer an admin request too
     const admin = context.config.admin === true
-    this.#stats.recordRequest(status, durationMs, admin)
+    this.#stats.recordRequest(status, durationMs, admin, context.route)
     // The id is ours: a client-chosen X-Request-ID is recorded as requestId and cannot collide with it.
     const entry: AuditEntry = {
       id: randomId(),

@@ -28,6 +28,9 @@ export function buildErrorHandler (exposeErrors: boolean) {
     if (status >= 500) request.log.error({ err: error }, error.message)
     // a client's mistake is not ours to debug: its code and message, no stack
     else request.log.info({ statusCode: status, code: error.code }, error.message)
+    // what the error asks of the client beside its body (QUOTA_EXCEEDED's retry-after)
+    const headers = (error as { headers?: Record<string, string> }).headers
+    if (headers !== undefined) void reply.headers(headers)
     void reply.code(status).send(errorBody(request, status, error, exposeErrors))
   }
 }

@@ -70,5 +70,6 @@ export function streamedResponse (final: RunEvent): IdempotencyResponse {
  * nobody got it), release the key so that a retry runs again.
  */
 export function isReplayable (status: number): boolean {
-  return status < 500 && status !== 499
+  // a 429 (QUOTA_EXCEEDED) says "later": the retry after retry-after must run, not replay the refusal
+  return status < 500 && status !== 499 && status !== 429
 }

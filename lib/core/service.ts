@@ -11,6 +11,7 @@ import type { Settings } from './settings.js'
 import type { StoredEvent } from '../stores/types.js'
 import { ServiceStats } from './stats.js'
 import { WebhookDispatcher } from './webhooks.js'
+import { Quotas } from './quotas.js'
 
 // Every augmentation of Fastify's types the service makes, in one place.
 declare module 'fastify' {
@@ -25,6 +26,8 @@ declare module 'fastify' {
     access?: Access
     /** Admin API routes: their own bearer token, no service auth, counted apart in the stats */
     admin?: boolean
+    /** the operator console's page and assets: served without the Admin API token (they hold no data; the page asks for it) */
+    adminPublic?: boolean
     /** the route honours `Idempotency-Key` (POST /v1/agents/:name/runs, POST /v1/approvals/:id) */
     idempotency?: boolean
   }
@@ -66,6 +69,8 @@ export class AgentServiceCore {
   readonly capabilities: RunCapabilities
   /** delivers the `webhooks` option's events; null without it */
   readonly webhooks: WebhookDispatcher | null
+  /** the `quotas` option's admissions and slots; null without it */
+  readonly quotas: Quotas | null
   readonly startedAt = new Date().toISOString()
   #accessCheck = everyone
   #streamSettler = nothingToSettle
@@ -78,8 +83,9 @@ export class AgentServiceCore {
     this.audit = new AuditLog(settings.auditStore, this.stats, log)
     this.worker = new RunWorker(this)
     this.drain = new Drain(this.runs, this.worker)
-    this.capabilities = storeCapabilities(settings)
+    this.capabilities = storeCapabilities(settings, this.stats)
     this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log)
+    this.quotas = settings.quotas === null ? null : new Quotas(settings.quotas, settings.runLeaseMs, log)
   }
 
   #purger: NodeJS.Timeout | null = null
@@ -92,7 +98,8 @@ export class AgentServiceCore {
       purging = true
       void Promise.all([
         this.settings.runStore.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired runs')),
-        this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries'))
+        this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries')),
+        this.settings.quotas?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired quota counts'))
       ]).finally(() => { purging = false })
     }, intervalMs)
     this.#purger.unref()

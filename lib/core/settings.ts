@@ -1,4 +1,5 @@
 import { Ajv } from 'ajv'
+import type { Registry } from 'prom-client'
 import type { ErrorObject } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
@@ -10,6 +11,7 @@ import { toHealthProbe } from './health-probe.js'
 import { compileInputValidator } from './validation.js'
 import { resolveWebhooks, webhookProblems } from './webhook-options.js'
 import type { WebhookSettings } from './webhook-options.js'
+import type { QuotaSettings } from './quotas.js'
 import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
@@ -53,6 +55,8 @@ export interface Settings {
   readonly maxStreamBufferBytes: number
   /** the `webhooks` option, its outbox (`webhookStore`) with the store deadline; null without it */
   readonly webhooks: WebhookSettings | null
+  /** the `quotas` option, its store (`quotaStore`) with the store deadline; null without it */
+  readonly quotas: QuotaSettings | null
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
   readonly rateLimit: RateLimitOptions | null
@@ -74,6 +78,8 @@ export interface Settings {
   readonly trustProxy: boolean
   readonly docs: boolean
   readonly drainTimeoutMs: number
+  /** the host's prom-client Registry (`metrics.registry`); null: the Admin API makes its own */
+  readonly metricsRegistry: Registry | null
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false })
@@ -202,6 +208,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   if (options.auth !== undefined) problems.push(...authProblems(options.auth))
   if (typeof options.webhooks === 'object' && options.webhooks !== null) problems.push(...webhookProblems(options.webhooks))
+  if (typeof options.quotas === 'object' && options.quotas !== null && options.quotas.maxConcurrentRuns === undefined && options.quotas.tokens === undefined) {
+    problems.push('/quotas must set maxConcurrentRuns, tokens or both')
+  }
 
   let dbProbe: HealthProbe | null = null
   if (typeof options.db === 'object' && options.db !== null) {
@@ -223,6 +232,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     runStore: options.runStore ?? defaults.runStore,
     // the outbox is used (probed, closed) only with webhooks to deliver
     webhookStore: options.webhooks === undefined ? undefined : options.webhookStore ?? defaults.webhookStore,
+    // likewise the quotas' counts, only with quotas to count
+    quotaStore: options.quotas === undefined ? undefined : options.quotaStore ?? defaults.quotaStore,
     adminAuditStore: admin?.auditStore,
     adminCheckpointStore: admin?.checkpointStore
   }
@@ -263,6 +274,13 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     webhooks: given.webhookStore === undefined
       ? null
       : resolveWebhooks(options.webhooks!, withDeadline(given.webhookStore, storeMethods.webhookStore, 'webhookStore')),
+    quotas: given.quotaStore === undefined
+      ? null
+      : Object.freeze({
+        store: withDeadline(given.quotaStore, storeMethods.quotaStore, 'quotaStore'),
+        maxConcurrentRuns: options.quotas!.maxConcurrentRuns ?? null,
+        tokens: options.quotas!.tokens ?? null
+      }),
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({
@@ -295,6 +313,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
     trustProxy: options.trustProxy ?? false,
     docs: options.docs ?? false,
-    drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS
+    drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
+    metricsRegistry: options.metrics?.registry ?? null
   })
 }

@@ -3,11 +3,19 @@ import type { RunOutcome } from '../runs/run.js'
 
 interface TokenCount { input: number, output: number }
 
+/** What the metrics' histograms are told as it happens (lib/core/metrics.ts installs one with the Admin API). */
+export interface StatsObserver {
+  runEnded(agent: string, durationMs: number, firstEventMs: number): void
+  approvalWaited(seconds: number): void
+  queueWaited(seconds: number): void
+}
+
 class AgentFigures {
   runs = 0
   completed = 0
   failed = 0
   timedOut = 0
+  cancelled = 0
   inFlight = 0
   tokens: TokenCount = { input: 0, output: 0 }
   latency = new Histogram()
@@ -39,6 +47,30 @@ export class ServiceStats {
   /** how long claimed runs waited in the queue, in seconds (for the metrics) */
   readonly queueWaits = new Histogram()
   readonly #webhookDeliveries = new Map<string, number>()
+  // by route pattern: requests answered 1xx..5xx
+  readonly #routes = new Map<string, number[]>()
+  /** approvals that runs on this instance wait for now */
+  approvalsPending = 0
+  observer: StatsObserver | null = null
+
+  /** A run here waited this long for a person's decision. */
+  recordApprovalWait (seconds: number): void {
+    this.observer?.approvalWaited(seconds)
+  }
+
+  /** Requests (not the Admin API's) by route pattern, each with its counts of 1xx..5xx answers. */
+  requestsByRoute (): ReadonlyMap<string, readonly number[]> {
+    return this.#routes
+  }
+
+  /** An agent's run counts: what `fastify_agents_runs_total` reads. */
+  agentRuns (name: string): Readonly<Pick<AgentFigures, 'completed' | 'failed' | 'timedOut' | 'cancelled' | 'inFlight' | 'tokens'>> {
+    return this.#agents.get(name)!
+  }
+
+  agentNames (): IterableIterator<string> {
+    return this.#agents.keys()
+  }
 
   /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (§16); 'lost' for a delivery the outbox never took. */
   recordWebhookDelivery (outcome: string): void {
@@ -51,13 +83,14 @@ export class ServiceStats {
 
   recordQueueWait (seconds: number): void {
     this.queueWaits.record(Math.max(0, seconds) * 1000)
+    this.observer?.queueWaited(Math.max(0, seconds))
   }
 
   constructor (agentNames: Iterable<string>) {
     for (const name of agentNames) this.#agents.set(name, new AgentFigures())
   }
 
-  recordRequest (status: number, durationMs: number, admin: boolean): void {
+  recordRequest (status: number, durationMs: number, admin: boolean, route: string): void {
     if (admin) {
       this.#adminRequests++
       return
@@ -65,6 +98,9 @@ export class ServiceStats {
     this.#requests++
     const statusClass = Math.floor(status / 100) - 2
     if (statusClass >= 0 && statusClass <= 3) this.#byStatus[statusClass]!++
+    let counts = this.#routes.get(route)
+    if (counts === undefined) this.#routes.set(route, counts = [0, 0, 0, 0, 0])
+    counts[Math.min(4, Math.max(0, statusClass + 1))]!++
     if (status >= 500) this.#serverErrors++
     this.#latency.record(durationMs)
   }
@@ -78,13 +114,14 @@ export class ServiceStats {
   }
 
   /** `streamed`: the run's outcome reached the client as an event, not as an HTTP status. */
-  runEnded (agent: string, outcome: RunOutcome, streamed: boolean): void {
+  runEnded (agent: string, outcome: RunOutcome, streamed: boolean, firstEventMs: number): void {
     const figures = this.#agents.get(agent)!
     this.#runs.inFlight--
     figures.inFlight--
     // a run that goes on elsewhere is neither completed nor failed here
     if (outcome.status === 'detached') return
     figures.latency.record(outcome.durationMs)
+    this.observer?.runEnded(agent, outcome.durationMs, firstEventMs)
     if (outcome.status === 'completed') {
       this.#runs.completed++
       figures.completed++
@@ -101,6 +138,7 @@ export class ServiceStats {
       this.#runs.timedOut++
       figures.timedOut++
     }
+    if (outcome.code === 'CANCELLED') figures.cancelled++
     if (streamed) this.#streamFailures++
   }
 

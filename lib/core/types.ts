@@ -80,3 +80,4 @@ export type {
   JwtAuthOptions, RateLimitOptions
 } from '../../schemas/options.js'
 export type { WebhooksOptions } from '../../schemas/webhooks.js'
+export type { QuotasOptions } from '../../schemas/options.js'

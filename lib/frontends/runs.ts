@@ -105,6 +105,8 @@ export async function cancelRun (service: AgentServiceCore, runId: string): Prom
   if (result.outcome === 'not_found') throw new RunRecordNotFoundError(runId)
   if (result.outcome === 'ended') throw new RunAlreadyEndedError(runId)
   if (result.outcome === 'requested') service.runs.get(runId)?.abort('CANCELLED')
+  // a queued run never ran: nobody else gives its quota slot back
+  if (result.outcome === 'cancelled') await service.quotas?.release(result.record.principal, runId)
 }
 
 /** Aborted when the response closes before it is sent: a run waiting for its session stops waiting. */

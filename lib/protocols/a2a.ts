@@ -190,7 +190,8 @@ const PORT_ERRORS: Record<string, new (message: string) => Error> = {
   RUN_IN_PROGRESS: UnsupportedOperationError,
   APPROVAL_ALREADY_DECIDED: UnsupportedOperationError,
   APPROVAL_EXPIRED: UnsupportedOperationError,
-  RUN_ALREADY_ENDED: TaskNotCancelableError
+  RUN_ALREADY_ENDED: TaskNotCancelableError,
+  QUOTA_EXCEEDED: UnsupportedOperationError
 }
 
 export interface RunTaskHandlerOptions {

@@ -32,8 +32,14 @@ function keeping (run: AgentRun, what: string): string {
   return run.sessionId
 }
 
+/** What the approvals' figures are kept in (ServiceStats). */
+export interface ApprovalFigures {
+  approvalsPending: number
+  recordApprovalWait(seconds: number): void
+}
+
 /** The store-backed `ctx.requestApproval`, `ctx.checkpoint` and the completion bookkeeping. */
-export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
+export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFigures): RunCapabilities {
   const { sessionStore, approvalStore, checkpointStore, sessionTtlMs } = stores
 
   async function requestApproval (run: AgentRun, request: ApprovalRequest): Promise<Decision> {
@@ -69,6 +75,7 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
     const timer = setTimeout(() => expiry.abort(), Math.max(0, expiresMs - Date.now()))
     timer.unref()
     let settled: ApprovalRecord | null
+    figures.approvalsPending++
     try {
       settled = await approvalStore.waitForDecision(approval.id, AbortSignal.any([run.signal, expiry.signal]))
     } catch (err) {
@@ -82,9 +89,11 @@ export function storeCapabilities (stores: CapabilityStores): RunCapabilities {
       settled = await approvalStore.expire(approval.id)
     } finally {
       clearTimeout(timer)
+      figures.approvalsPending--
     }
     // null: the record vanished from the store while pending; for the agent that is as good as expired.
     if (settled === null) return { approved: false, status: 'expired' }
+    figures.recordApprovalWait((Date.now() - now) / 1000)
     run.emit('approval.decided', { approval: settled })
     return toDecision(settled)
   }

@@ -61,7 +61,7 @@ export class RunRegistry {
     this.#unwatch.get(run.runId)!()
     this.#unwatch.delete(run.runId)
     // a streamed run's failure reaches its client as an event (counted as an error), a JSON run's as a status
-    this.#stats.runEnded(run.agentName, outcome, run.streamed)
+    this.#stats.runEnded(run.agentName, outcome, run.streamed, run.timeToFirstEventMs)
     // (checked first: splice(0) makes an array even when nobody waits, and this runs for every run)
     if (this.#active.size === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve()
   }

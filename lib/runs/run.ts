@@ -3,6 +3,8 @@ import type {
   Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
 } from '../core/types.js'
 import type { Message } from '../stores/types.js'
+import { startRunTrace } from '../core/tracing.js'
+import type { RunTrace } from '../core/tracing.js'
 import { agentEventProblem } from './events.js'
 import type { RunResult } from '../../schemas/runs.js'
 
@@ -187,7 +189,10 @@ export class AgentRun {
   #terminal: RunEvent | null = null
   #timer: NodeJS.Timeout | undefined
   #started = 0
+  #firstEventMs = -1
   #text = ''
+  // null without an OpenTelemetry SDK registered
+  #trace: RunTrace | null = null
   /** set once ctx.checkpoint() has saved something (or the run resumed one) */
   checkpointed: boolean
 
@@ -240,8 +245,15 @@ export class AgentRun {
     // checked on the way in (ctx.emit, a yield): its text is a string
     if (type === 'message.delta') this.#text += (data as { text: string }).text
     const event = this.#event(type, data)
+    if (this.#firstEventMs < 0 && type !== 'run.started') this.#firstEventMs = performance.now() - this.#started
+    this.#trace?.event(type, data)
     this.options.sink?.event(event)
     this.#listener?.runEvent(event)
+  }
+
+  /** From the start to the first event after `run.started` (the terminal one if none came before); -1 before it. */
+  get timeToFirstEventMs (): number {
+    return this.#firstEventMs
   }
 
   #event (type: string, data: unknown): RunEvent {
@@ -259,6 +271,7 @@ export class AgentRun {
   start (): this {
     const { options } = this
     this.#started = performance.now()
+    this.#trace = startRunTrace(this)
     if (options.timeoutMs !== null) {
       // Not unref()ed: a deadline is work in flight (the 504 is owed even with nothing else on the loop),
       // and drain clears it by aborting the run.
@@ -296,6 +309,7 @@ export class AgentRun {
     this.#stopIterator?.()
     this.#controller?.abort(reason)
     const outcome: RunOutcome = { status: 'detached', code, message: reason.message, durationMs: performance.now() - this.#started }
+    this.#trace?.end(outcome)
     this.#onSettled?.(this, outcome)
     this.#listener?.runSettled?.(outcome)
     this.#outcome = outcome
@@ -348,7 +362,8 @@ export class AgentRun {
   #execute (): Promise<unknown> {
     let returned: ReturnType<Agent['run']>
     try {
-      returned = this.options.agent.run(this.options.input, this.#context())
+      const trace = this.#trace
+      returned = trace === null ? this.options.agent.run(this.options.input, this.#context()) : trace.within(() => this.options.agent.run(this.options.input, this.#context()))
     } catch (err) {
       return Promise.reject(err)
     }
@@ -366,7 +381,8 @@ export class AgentRun {
         await wait
         if (this.#settled) return { output: null }
       }
-      const step = await iterator.next()
+      // a generator's body runs in the context of whoever calls next(): the run span's, with a trace
+      const step = await (this.#trace === null ? iterator.next() : this.#trace.within(() => iterator.next()))
       if (this.#settled) return { output: null }
       if (step.done === true) {
         this.#stopIterator = null
@@ -430,6 +446,8 @@ export class AgentRun {
       event = this.#event('run.failed', { error: { code: 'AGENT_ERROR', message }, traceId: this.options.trace.traceId })
     }
     this.#terminal = event
+    if (this.#firstEventMs < 0) this.#firstEventMs = performance.now() - this.#started
+    this.#trace?.end(outcome)
     const sink = this.options.sink
     if (sink === null) this.#settle(event, outcome)
     else void sink.finish(event, outcome).then(() => this.#settle(event, outcome))

@@ -10,7 +10,7 @@ import { iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord } from '../stores/types.js'
 import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
 import { RunLog } from './log.js'
-import type { AgentRun } from './run.js'
+import type { AgentRun, RunSink } from './run.js'
 import { ownedSession } from './sessions.js'
 
 /** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
@@ -74,7 +74,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     exposeErrors: settings.exposeErrors,
     log: options.log,
     capabilities: service.capabilities,
-    sink: new RunLog({
+    sink: withQuota(service, caller.principal, runId, new RunLog({
       store: settings.runStore,
       runId,
       retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
@@ -83,7 +83,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       onFailure: () => { service.stats.runLogFailures++ },
       onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST') },
       onStored: (events) => { service.eventsStored({ runId, agent: record.agent, sessionId, principal: caller.principal }, events) }
-    }),
+    })),
     onDisconnect: request.onDisconnect ?? 'cancel',
     attempt: record.attempt,
     lastSeq: record.lastSeq,
@@ -129,6 +129,25 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
     resume = { step: checkpoint.step, state: checkpoint.state }
   }
 
+  // the quotas (§18) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
+  const admitted = await service.quotas?.admit(caller.principal, runId) === true
+  try {
+    return await storeRun(options, background, { agent, runId, sessionId, resume, ephemeral })
+  } catch (err) {
+    // not a resume that lost to the same run in progress: that run holds the slot
+    if (admitted && !(err instanceof RunInProgressError)) await service.quotas!.release(caller.principal, runId)
+    throw err
+  }
+}
+
+/** The rest of resolveRun, once the run is admitted: its session found or made, its record stored. */
+async function storeRun (options: PrepareRunOptions, background: boolean, resolved: {
+  agent: Agent, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined, ephemeral: boolean
+}): Promise<{ agent: Agent, newRun: NewRun, history: Message[] | undefined, resume: { step: number, state: unknown } | undefined }> {
+  const { service, agent: name, request, caller, auditedRequest } = options
+  const { settings } = service
+  const { agent, runId, resume, ephemeral } = resolved
+  let { sessionId } = resolved
   let history: Message[] | undefined
   // a session made for this run is this run's alone: nothing to wait for
   let fresh = false
@@ -193,6 +212,11 @@ async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolea
     case 'in_progress': throw new RunInProgressError(run.record.runId)
     default: throw new SessionBusyError(run.record.sessionId, result.holder)
   }
+}
+
+/** The run's log, giving its quota slot back and counting its tokens at its end (with the `quotas` option). */
+function withQuota (service: AgentServiceCore, principal: string, runId: string, log: RunLog): RunSink {
+  return service.quotas === null ? log : service.quotas.sink(principal, runId, log)
 }
 
 /** An ephemeral run's record and events go this soon after it ends (a follower catching the end gets it). */

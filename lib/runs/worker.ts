@@ -55,7 +55,10 @@ export class RunWorker {
       timer.unref()
       this.#timers.push(timer)
     }
-    every(Math.max(1, Math.floor(this.#leaseMs / 3)), () => { void this.#renew() })
+    every(Math.max(1, Math.floor(this.#leaseMs / 3)), () => {
+      void this.#renew()
+      void this.#service.quotas?.renew()
+    })
     every(Math.min(MAX_SCAN_INTERVAL_MS, Math.max(1, Math.floor(this.#leaseMs / 2))), () => { void this.#scan() })
     every(CLAIM_POLL_MS, () => this.claim())
     this.#unwatchQueue = this.#service.settings.runStore.watchQueue(() => this.claim())
@@ -127,6 +130,7 @@ export class RunWorker {
     // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
     // before the next attempt starts, so that the run is never run twice at once, here either.
     service.runs.get(record.runId)?.detach('INSTANCE_LOST')
+    await service.quotas?.keep(record.principal, record.runId)
     const sink = new RunLog({
       store: settings.runStore,
       runId: record.runId,
@@ -154,7 +158,7 @@ export class RunWorker {
       exposeErrors: settings.exposeErrors,
       log,
       capabilities: service.capabilities,
-      sink,
+      sink: service.quotas?.sink(record.principal, record.runId, sink) ?? sink,
       onDisconnect: 'continue',
       attempt: record.attempt,
       lastSeq: record.lastSeq,

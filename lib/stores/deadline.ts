@@ -6,6 +6,7 @@ import { StoreUnavailableError } from '../core/errors.js'
 import { MemoryApprovalStore, MemoryAuditStore, MemoryCheckpointStore, MemoryIdempotencyStore, MemorySessionStore } from './memory.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
+import { MemoryQuotaStore } from './memory-quotas.js'
 
 // Codes of a backend that cannot be reached or cannot work right now (as opposed to a bad call): Node's network
 // errors, PostgreSQL's connection and shutdown classes, SQLite's locks and I/O, our own closed store.
@@ -37,7 +38,7 @@ function deadline<T> (call: Promise<T>, timeoutMs: number, what: string): Promis
   })
 }
 
-const inProcess = [MemoryAuditStore, MemorySessionStore, MemoryApprovalStore, MemoryCheckpointStore, MemoryIdempotencyStore, MemoryRunStore, MemoryWebhookStore]
+const inProcess = [MemoryAuditStore, MemorySessionStore, MemoryApprovalStore, MemoryCheckpointStore, MemoryIdempotencyStore, MemoryRunStore, MemoryWebhookStore, MemoryQuotaStore]
 
 /** Wraps a store: `methods` get the deadline; `name` (the option) names the store in the error. */
 export type DeadlineWrapper = <T extends object>(store: T, methods: readonly string[], name: string) => T

@@ -33,7 +33,6 @@ function ended (record: RunRecord): boolean {
   return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
 }
 
-
 export class MemoryRunStore implements RunStore {
   readonly maxRetainedRuns: number
   readonly #runs = new Map<string, StoredRun>()

@@ -5,6 +5,7 @@ import {
 } from './common.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
+import { MemoryQuotaStore } from './memory-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -500,6 +501,7 @@ export function memoryStores (options: MemoryStoresOptions = {}): Required<Store
     checkpointStore: new MemoryCheckpointStore(),
     idempotency: { store: new MemoryIdempotencyStore() },
     runStore: new MemoryRunStore({ maxRetainedRuns: options.maxRetainedRuns }),
-    webhookStore: new MemoryWebhookStore({ maxRetainedDeliveries: options.maxRetainedDeliveries })
+    webhookStore: new MemoryWebhookStore({ maxRetainedDeliveries: options.maxRetainedDeliveries }),
+    quotaStore: new MemoryQuotaStore()
   }
 }

@@ -10,6 +10,7 @@ import {
 import { loadDriver } from './drivers.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
+import { PostgresQuotaStore } from './postgres-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -714,6 +715,7 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
     idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
     runStore: new PostgresRunStore(connection, storeOptions),
-    webhookStore: new PostgresWebhookStore(connection, storeOptions)
+    webhookStore: new PostgresWebhookStore(connection, storeOptions),
+    quotaStore: new PostgresQuotaStore(connection, storeOptions)
   }
 }

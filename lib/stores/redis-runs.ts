@@ -1,23 +1,27 @@
 // The Redis run store, shared by every instance on the server. A run is a hash (`run:<id>`) and a list of its
 // events (`run-events:<id>`); a session's lock is a key (`run-session:<id>`) naming the run that holds it; sorted
 // sets by order of creation (a counter, `runs:seq`) list the runs (all, per session, per agent, per status) and
-// `runs:expiring` the ended ones by expiry. The hash fields `owner` and `leaseUntil` are kept for the leases of
-// background runs (contract §16). Every write is one Lua script, which publishes what it changed on the store's channel; each store
-// listens on a connection of its own (a duplicate of the client) and polls for what a lost message did not tell.
+// `runs:expiring` the ended ones by expiry. Leases (contract §16): a running run's hash names its `owner` and
+// `leaseUntil`; `runs:leases` lists the leased runs by `leaseUntil` (so that lapsed ones are a range) and `runs:queue`
+// the queued detachable runs by order of creation (what `claim` takes from). Every write is one Lua script, which
+// publishes what it changed on the store's channel; each store listens on a connection of its own (a duplicate of
+// the client) and polls for what a lost message did not tell.
 // The scripts derive the keys of other runs from the prefix: one Redis server, not a Cluster.
-import { createHash } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { RunLogGapError } from '../core/errors.js'
-import { checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, storeClosedError, toMs } from './common.js'
+import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
+import {
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, storeClosedError, toMs
+} from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { RedisConnection } from './redis.js'
 import type { RedisSource, RedisStoreOptions } from './redis.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
-  RunStore, StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
+  RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 export interface RedisRunStoreOptions extends RedisStoreOptions {
@@ -26,8 +30,8 @@ export interface RedisRunStoreOptions extends RedisStoreOptions {
 }
 
 const BACKEND = 'Redis'
-/** How many times cancel reads and tries again while the run changes under it (it only moves forward). */
-const CANCEL_ATTEMPTS = 5
+/** How many times a read-then-write (cancel, requeue, abandon) reads again while the run changes under it (it only moves forward). */
+const READ_ATTEMPTS = 5
 
 /** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
 class Script {
@@ -80,6 +84,8 @@ local function unlist (id, agent, session, status)
   redis.call('ZREM', P .. 'runs:agent:' .. agent, id)
   redis.call('ZREM', P .. 'runs:status:' .. status, id)
   if session then redis.call('ZREM', P .. 'runs:session:' .. session, id) end
+  redis.call('ZREM', P .. 'runs:queue', id)
+  redis.call('ZREM', P .. 'runs:leases', id)
 end
 -- the holder of a session, unless it has ended (or is gone): then the lock is free
 local function holding (session)
@@ -90,10 +96,29 @@ end
 local function push (key, from)
   for i = from, #ARGV, 1000 do redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
 end
+-- a running run held by the owner \`value\` (kind 'owner'), or whose lease ended before the time \`value\` ('lapsed')
+local function held (status, owner, untilMs, kind, value)
+  if status ~= 'running' then return false end
+  if kind == 'owner' then return owner == value end
+  return untilMs and tonumber(untilMs) < tonumber(value)
+end
+local function lease (id, key, owner, untilMs)
+  redis.call('HSET', key, 'owner', owner, 'leaseUntil', untilMs)
+  redis.call('ZADD', P .. 'runs:leases', untilMs, id)
+end
+-- queued → running under a lease (its session taken by the caller)
+local function startRun (id, key, seq, startedAt, owner, untilMs)
+  redis.call('HSET', key, 'status', 'running', 'startedAt', startedAt)
+  redis.call('ZREM', P .. 'runs:status:queued', id)
+  redis.call('ZREM', P .. 'runs:queue', id)
+  redis.call('ZADD', P .. 'runs:status:running', seq, id)
+  lease(id, key, owner, untilMs)
+end
 `
 
 // ARGV: prefix, runId, exclusive, session ('' and hasSession '0' for none), hasSession, agent, status, base, spec,
-// ephemeral, startedAt ('' for none), lastSeq, attempt, requestId, traceId. Returns the holder when the session is busy.
+// ephemeral, startedAt ('' for none), lastSeq, attempt, requestId, traceId, detachable, lease owner ('' for none),
+// lease until, channel, tag. Returns the holder when the session is busy.
 const CREATE = new Script(`
 local id = ARGV[2]
 local session = nil
@@ -113,32 +138,64 @@ end
 redis.call('DEL', key, eventsKey(id))
 local seq = redis.call('INCR', P .. 'runs:seq')
 redis.call('HSET', key, 'base', ARGV[8], 'status', ARGV[7], 'lastSeq', ARGV[12], 'seq', seq, 'agent', ARGV[6],
-  'spec', ARGV[9], 'ephemeral', ARGV[10], 'attempt', ARGV[13], 'requestId', ARGV[14], 'traceId', ARGV[15])
+  'spec', ARGV[9], 'ephemeral', ARGV[10], 'attempt', ARGV[13], 'requestId', ARGV[14], 'traceId', ARGV[15], 'detachable', ARGV[16])
 if session then redis.call('HSET', key, 'session', session) end
 if ARGV[11] ~= '' then redis.call('HSET', key, 'startedAt', ARGV[11]) end
+if ARGV[17] ~= '' then lease(id, key, ARGV[17], ARGV[18]) end
 list(id, ARGV[6], session, ARGV[7], seq)
+if ARGV[7] == 'queued' and ARGV[16] == '1' then
+  redis.call('ZADD', P .. 'runs:queue', seq, id)
+  redis.call('PUBLISH', ARGV[19], 'q:' .. ARGV[20])
+end
 return false
 `)
 
-// ARGV: prefix, runId, startedAt. Returns { 'gone' }, { 'busy', holder } or { 'started', hash }.
+// ARGV: prefix, runId, startedAt, lease owner, lease until. Returns { 'gone' }, { 'busy', holder } or { 'started', hash }.
 const START = new Script(`
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'session', 'seq')
-if run[1] ~= 'queued' then return { 'gone' } end
-if run[2] then
-  local holder = holding(run[2])
-  if holder then return { 'busy', holder } end
-  redis.call('SET', lockKey(run[2]), id)
+local queued = redis.call('HMGET', key, 'status', 'session', 'seq')
+if queued[1] ~= 'queued' then return { 'gone' } end
+if queued[2] then
+  local holder = holding(queued[2])
+  if holder and holder ~= id then return { 'busy', holder } end
+  redis.call('SET', lockKey(queued[2]), id)
 end
-redis.call('HSET', key, 'status', 'running', 'startedAt', ARGV[3])
-redis.call('ZREM', P .. 'runs:status:queued', id)
-redis.call('ZADD', P .. 'runs:status:running', run[3], id)
+startRun(id, key, queued[3], ARGV[3], ARGV[4], ARGV[5])
 return { 'started', redis.call('HGETALL', key) }
 `)
 
+// The oldest queued detachable runs whose session is free (or theirs already), at most limit, each started under the
+// lease. ARGV: prefix, lease owner, lease until, startedAt, limit. Returns their hashes.
+const CLAIM = new Script(`
+local limit = tonumber(ARGV[5])
+local claimed = {}
+local after = '-inf'
+while #claimed < limit do
+  local batch = redis.call('ZRANGEBYSCORE', P .. 'runs:queue', after, '+inf', 'WITHSCORES', 'LIMIT', 0, 100)
+  if #batch == 0 then break end
+  for i = 1, #batch, 2 do
+    local id = batch[i]
+    after = '(' .. batch[i + 1]
+    local key = runKey(id)
+    local queued = redis.call('HMGET', key, 'status', 'session', 'seq', 'detachable')
+    local holder = queued[2] and holding(queued[2])
+    if queued[1] ~= 'queued' or queued[4] ~= '1' then
+      -- every move out of the queue takes the run out of it: not expected, but never claimed
+      redis.call('ZREM', P .. 'runs:queue', id)
+    elseif not holder or holder == id then
+      if queued[2] then redis.call('SET', lockKey(queued[2]), id) end
+      startRun(id, key, queued[3], ARGV[4], ARGV[2], ARGV[3])
+      claimed[#claimed + 1] = redis.call('HGETALL', key)
+      if #claimed == limit then break end
+    end
+  end
+end
+return claimed
+`)
+
 // A run that ended is resumed: its next attempt, its log going on (its keys no longer expire), its end forgotten.
-// ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec.
+// ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec, detachable, lease owner ('' for none), lease until.
 // Returns { 'not_found' }, { 'in_progress' }, { 'busy', holder } or { 'reopened', hash }.
 const REOPEN = new Script(`
 local id = ARGV[2]
@@ -152,8 +209,9 @@ if ARGV[3] == '1' and run[2] then
   redis.call('SET', lockKey(run[2]), id)
 end
 redis.call('HSET', key, 'status', 'running', 'attempt', tonumber(run[6]) + 1, 'startedAt', ARGV[5], 'requestId', ARGV[6],
-  'traceId', ARGV[7], 'spec', ARGV[8])
+  'traceId', ARGV[7], 'spec', ARGV[8], 'detachable', ARGV[9])
 redis.call('HDEL', key, 'endedAt', 'result', 'error', 'expiresAt', 'expiring', 'cancel')
+if ARGV[10] ~= '' then lease(id, key, ARGV[10], ARGV[11]) end
 redis.call('PERSIST', key)
 redis.call('PERSIST', eventsKey(id))
 redis.call('ZREM', P .. 'runs:expiring', run[4])
@@ -162,55 +220,122 @@ redis.call('ZADD', P .. 'runs:status:running', run[5], id)
 return { 'reopened', redis.call('HGETALL', key) }
 `)
 
-// ARGV: prefix, runId, channel, the seq expected first, then the events. Returns the new lastSeq, { lastSeq } when the
-// batch does not follow the log, nil when the run is unknown or ended.
+// Only the lease's owner appends to a running run. ARGV: prefix, runId, channel, owner, the seq expected first, then the
+// events. Returns the new lastSeq, { lastSeq } when the batch does not follow the log, 'lost' when the run is not
+// running under owner's lease, nil when the run is unknown or ended.
 const APPEND = new Script(`
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'lastSeq')
+local run = redis.call('HMGET', key, 'status', 'lastSeq', 'owner')
 if not active(run[1]) then return nil end
+if run[1] ~= 'running' or run[3] ~= ARGV[4] then return 'lost' end
 local last = tonumber(run[2])
-if last + 1 ~= tonumber(ARGV[4]) then return { last } end
-push(eventsKey(id), 5)
-last = last + #ARGV - 4
-redis.call('HSET', key, 'lastSeq', last)
-redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+if #ARGV > 5 then
+  if last + 1 ~= tonumber(ARGV[5]) then return { last } end
+  push(eventsKey(id), 6)
+  last = last + #ARGV - 5
+  redis.call('HSET', key, 'lastSeq', last)
+  redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+end
 return last
 `)
 
-// Ends a run whose status is ARGV[4] with its last events, and gives its session back.
-// ARGV: prefix, runId, channel, from, the seq expected first, status, endedAt, result, error ('' for none),
-// expiresAt, ttlMs, then the events. Returns { hash, freed }, { lastSeq } when the batch does not follow the log,
-// nil when the run's status is not ARGV[4].
+// Ends a run whose status is ARGV[5] with its last events, gives its session back and its lease up.
+// ARGV: prefix, runId, channel, tag, from, condition ('none'; 'owner': the lease is ARGV[7]'s; 'lapsed': the lease
+// ended before ARGV[7]), its value, the seq expected first, status, endedAt, result, error ('' for none), expiresAt,
+// ttlMs, then the events. Returns { hash, freed } (freed: 1 the session was given back, 2 and runs are queued),
+// { lastSeq } when the batch does not follow the log, 'lost' when the run is not ARGV[7]'s, nil when the run's status
+// is not ARGV[5] (or its lease did not lapse).
 const END = new Script(`
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq')
-if run[1] ~= ARGV[4] then return nil end
+local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq', 'owner', 'leaseUntil')
+if run[1] ~= ARGV[5] then return nil end
+if ARGV[6] == 'owner' and run[6] ~= ARGV[7] then return 'lost' end
+if ARGV[6] == 'lapsed' and not held(run[1], run[6], run[7], 'lapsed', ARGV[7]) then return nil end
 local last = tonumber(run[2])
-if #ARGV > 11 then
-  if last + 1 ~= tonumber(ARGV[5]) then return { last } end
-  push(eventsKey(id), 12)
-  last = last + #ARGV - 11
+if #ARGV > 14 then
+  if last + 1 ~= tonumber(ARGV[8]) then return { last } end
+  push(eventsKey(id), 15)
+  last = last + #ARGV - 14
 end
-local member = field(id) .. field(run[4]) .. field(ARGV[6])
+local member = field(id) .. field(run[4]) .. field(ARGV[9])
 if run[3] then member = member .. field(run[3]) end
-redis.call('HSET', key, 'status', ARGV[6], 'endedAt', ARGV[7], 'lastSeq', last, 'expiresAt', ARGV[10], 'expiring', member)
-if ARGV[8] ~= '' then redis.call('HSET', key, 'result', ARGV[8]) end
-if ARGV[9] ~= '' then redis.call('HSET', key, 'error', ARGV[9]) end
-redis.call('PEXPIRE', key, ARGV[11])
-redis.call('PEXPIRE', eventsKey(id), ARGV[11])
+redis.call('HSET', key, 'status', ARGV[9], 'endedAt', ARGV[10], 'lastSeq', last, 'expiresAt', ARGV[13], 'expiring', member)
+redis.call('HDEL', key, 'owner', 'leaseUntil')
+if ARGV[11] ~= '' then redis.call('HSET', key, 'result', ARGV[11]) end
+if ARGV[12] ~= '' then redis.call('HSET', key, 'error', ARGV[12]) end
+redis.call('PEXPIRE', key, ARGV[14])
+redis.call('PEXPIRE', eventsKey(id), ARGV[14])
 redis.call('ZREM', P .. 'runs:status:' .. run[1], id)
-redis.call('ZADD', P .. 'runs:status:' .. ARGV[6], run[5], id)
-redis.call('ZADD', P .. 'runs:expiring', ARGV[10], member)
+redis.call('ZREM', P .. 'runs:queue', id)
+redis.call('ZREM', P .. 'runs:leases', id)
+redis.call('ZADD', P .. 'runs:status:' .. ARGV[9], run[5], id)
+redis.call('ZADD', P .. 'runs:expiring', ARGV[13], member)
 redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
 local freed = 0
 if run[3] and redis.call('GET', lockKey(run[3])) == id then
   redis.call('DEL', lockKey(run[3]))
   redis.call('PUBLISH', ARGV[3], 's:' .. run[3])
   freed = 1
+  -- a queued run may have waited for this session
+  if redis.call('ZCARD', P .. 'runs:queue') > 0 then
+    redis.call('PUBLISH', ARGV[3], 'q:' .. ARGV[4])
+    freed = 2
+  end
 end
 return { redis.call('HGETALL', key), freed }
+`)
+
+// A running run goes back to the queue (its next attempt, its session kept, no lease) with the event given.
+// ARGV: prefix, runId, channel, tag, condition ('owner' or 'lapsed', as END's), its value, lastSeq and attempt as
+// read, the event. Returns the hash, 'again' when the run changed since it was read, nil when the condition fails.
+const REQUEUE = new Script(`
+local id = ARGV[2]
+local key = runKey(id)
+local run = redis.call('HMGET', key, 'status', 'owner', 'leaseUntil', 'lastSeq', 'attempt', 'seq')
+if not held(run[1], run[2], run[3], ARGV[5], ARGV[6]) then return nil end
+if tonumber(run[4]) ~= tonumber(ARGV[7]) or tonumber(run[5]) ~= tonumber(ARGV[8]) then return 'again' end
+redis.call('RPUSH', eventsKey(id), ARGV[9])
+local last = tonumber(run[4]) + 1
+redis.call('HSET', key, 'status', 'queued', 'attempt', tonumber(run[5]) + 1, 'lastSeq', last, 'detachable', '1')
+redis.call('HDEL', key, 'startedAt', 'owner', 'leaseUntil', 'cancel')
+redis.call('ZREM', P .. 'runs:leases', id)
+redis.call('ZREM', P .. 'runs:status:running', id)
+redis.call('ZADD', P .. 'runs:status:queued', run[6], id)
+redis.call('ZADD', P .. 'runs:queue', run[6], id)
+redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+redis.call('PUBLISH', ARGV[3], 'q:' .. ARGV[4])
+return redis.call('HGETALL', key)
+`)
+
+// ARGV: prefix, owner, until, then run ids. Returns the ids whose lease owner still holds (now until then).
+const RENEW = new Script(`
+local renewed = {}
+for i = 4, #ARGV do
+  local key = runKey(ARGV[i])
+  local run = redis.call('HMGET', key, 'status', 'owner')
+  if held(run[1], run[2], false, 'owner', ARGV[2]) then
+    lease(ARGV[i], key, ARGV[2], ARGV[3])
+    renewed[#renewed + 1] = ARGV[i]
+  end
+end
+return renewed
+`)
+
+// ARGV: prefix, now, limit. Returns the hashes of running runs whose lease ended before now, soonest ended first.
+const LAPSED = new Script(`
+local found = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'runs:leases', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))) do
+  local key = runKey(id)
+  if redis.call('HGET', key, 'status') == 'running' then
+    found[#found + 1] = redis.call('HGETALL', key)
+  else
+    -- every end and requeue takes the run out of the set: not expected, but never reported
+    redis.call('ZREM', P .. 'runs:leases', id)
+  end
+end
+return found
 `)
 
 // ARGV: prefix, runId, channel. Returns the hash, or nil when the run is not running.
@@ -294,6 +419,20 @@ function decodeEvent (seq: number, text: string): StoredEvent {
 
 function noop (): void {}
 
+/** What a write asks of a run's lease: nothing, to be `owner`'s, or to have lapsed before a time (epoch ms). */
+type LeaseCondition = ['none', ''] | ['owner', string] | ['lapsed', string]
+
+/** As the scripts' `held`: running, and its lease `owner`'s or lapsed before the time given. */
+function held (hash: Hash, [kind, value]: LeaseCondition): boolean {
+  if (hash.status !== 'running') return false
+  return kind === 'owner' ? hash.owner === value : Number(hash.leaseUntil) < Number(value)
+}
+
+/** detachable, the lease's owner ('' for none) and until: as CREATE and REOPEN take them. */
+function leaseArgs (run: NewRun): Array<string | number> {
+  return [run.detachable ? '1' : '0', run.lease?.owner ?? '', run.lease?.until ?? '']
+}
+
 export class RedisRunStore implements RunStore {
   readonly prefix: string
   /** the pub/sub channel of every instance using this prefix */
@@ -302,6 +441,9 @@ export class RedisRunStore implements RunStore {
   readonly #hub: RunWatchHub
   #subscriber: Redis | null = null
   #closed = false
+  readonly #queueWatchers = new Set<() => void>()
+  /** names this store in what it publishes of the queue: its own messages it has told its watchers already */
+  readonly #tag = randomUUID()
 
   constructor (source: RedisSource, options: RedisRunStoreOptions = {}) {
     const prefix = options.prefix ?? 'fa:'
@@ -346,9 +488,11 @@ export class RedisRunStore implements RunStore {
     const holder = await CREATE.run(this.#client(), [
       this.prefix, record.runId, options.exclusive ? '1' : '0', record.sessionId ?? '', record.sessionId === null ? '0' : '1',
       record.agent, record.status, JSON.stringify(base), JSON.stringify(run.spec), run.ephemeral ? '1' : '0', record.startedAt ?? '',
-      record.lastSeq, record.attempt, record.requestId, record.traceId
+      record.lastSeq, record.attempt, record.requestId, record.traceId, ...leaseArgs(run), this.channel, this.#tag
     ]) as string | null
-    return holder === null ? { outcome: 'created' } : { outcome: 'session_busy', holder }
+    if (holder !== null) return { outcome: 'session_busy', holder }
+    if (record.status === 'queued' && run.detachable) this.#notifyQueue()
+    return { outcome: 'created' }
   }
 
   async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
@@ -360,7 +504,7 @@ export class RedisRunStore implements RunStore {
     checkText(BACKEND, true, 'traceId', record.traceId)
     const [outcome, value] = await REOPEN.run(client, [
       this.prefix, record.runId, options.exclusive ? '1' : '0', Date.now(), record.startedAt!, record.requestId, record.traceId,
-      JSON.stringify(run.spec)
+      JSON.stringify(run.spec), ...leaseArgs(run)
     ]) as [string, string | string[]]
     switch (outcome) {
       case 'not_found': return { outcome: 'not_found' }
@@ -370,51 +514,133 @@ export class RedisRunStore implements RunStore {
     }
   }
 
-  async start (runId: string, startedAt: string): Promise<StartRunResult> {
+  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
     toMs('startedAt', startedAt)
     const client = this.#client()
     if (!storable(runId, true)) return { outcome: 'gone' }
-    const [outcome, value] = await START.run(client, [this.prefix, runId, startedAt]) as [string, string | string[]]
+    const [outcome, value] = await START.run(client, [this.prefix, runId, startedAt, lease.owner, lease.until]) as [string, string | string[]]
     if (outcome === 'gone') return { outcome: 'gone' }
     if (outcome === 'busy') return { outcome: 'session_busy', holder: value as string }
     return { outcome: 'started', record: toRecord(pairs(value as string[])) }
   }
 
-  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
+  async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
+    toMs('startedAt', startedAt)
+    const claimed = await CLAIM.run(this.#client(), [this.prefix, lease.owner, lease.until, startedAt, limit]) as string[][]
+    return claimed.map((flat) => toRecord(pairs(flat)))
+  }
+
+  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
     const client = this.#client()
-    if (events.length === 0 || !storable(runId, true)) return
+    if (!storable(runId, true)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
-    const result = await APPEND.run(client, [this.prefix, runId, this.channel, events[0]!.seq, ...events.map(encodeEvent)]) as number | [number] | null
+    // an empty batch is sent all the same: a writer that lost the lease hears it
+    const result = await APPEND.run(client, [
+      this.prefix, runId, this.channel, owner, events.length === 0 ? 0 : events[0]!.seq, ...events.map(encodeEvent)
+    ]) as number | [number] | 'lost' | null
+    if (result === 'lost') throw new RunLeaseLostError(runId)
     if (typeof result === 'number') this.#hub.events(runId, result)
     else if (result !== null) throw new RunLogGapError(runId, result[0] + 1, events[0]!.seq)
   }
 
-  /** Ends a run whose status is `from`: the record, null when its status is not `from`, or the lastSeq a batch does not follow. */
-  async #end (client: Redis, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | { gapAfter: number } | null> {
+  /**
+   * Ends a run whose status is `from` (and whose lease is as `condition` says): the record, null when its status is
+   * not `from` (or its lease did not lapse), or the lastSeq a batch does not follow. Throws when it is not the owner's.
+   */
+  async #end (client: Redis, runId: string, from: RunStatus, condition: LeaseCondition, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | { gapAfter: number } | null> {
     const endedMs = toMs('endedAt', end.endedAt)
     const expiresAt = endedMs + retentionMs
     const result = await END.run(client, [
-      this.prefix, runId, this.channel, from, events.length === 0 ? 0 : events[0]!.seq, end.status, end.endedAt,
-      end.result === undefined ? '' : JSON.stringify(end.result), end.error === undefined ? '' : JSON.stringify(end.error),
+      this.prefix, runId, this.channel, this.#tag, from, ...condition, events.length === 0 ? 0 : events[0]!.seq, end.status,
+      end.endedAt, end.result === undefined ? '' : JSON.stringify(end.result), end.error === undefined ? '' : JSON.stringify(end.error),
       expiresAt, Math.max(1, Math.ceil(expiresAt - Date.now())), ...events.map(encodeEvent)
-    ]) as [string[], number] | [number] | null
+    ]) as [string[], number] | [number] | 'lost' | null
+    if (result === 'lost') throw new RunLeaseLostError(runId)
     if (result === null) return null
     if (result.length === 1) return { gapAfter: result[0] }
     const record = toRecord(pairs(result[0]))
     this.#hub.events(runId, record.lastSeq)
-    if (result[1] === 1) this.#hub.sessionFree(record.sessionId!)
+    if (result[1] > 0) this.#hub.sessionFree(record.sessionId!)
+    if (result[1] === 2) this.#notifyQueue()
     return record
   }
 
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
     const client = this.#client()
     if (!storable(runId, true)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
-    const ended = await this.#end(client, runId, 'running', events, end, retentionMs)
+    // a queued run (an old owner's late finish after a requeue, too) has nothing to finish: null, as for an ended one
+    const ended = await this.#end(client, runId, 'running', ['owner', owner], events, end, retentionMs)
     if (ended !== null && 'gapAfter' in ended) throw new RunLogGapError(runId, ended.gapAfter + 1, events[0]!.seq)
     return ended
+  }
+
+  async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
+    const client = this.#client()
+    return await RENEW.run(client, [this.prefix, owner, until, ...runIds.filter((id) => storable(id, true))]) as string[]
+  }
+
+  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
+    // (a negative LIMIT count would be no limit at all)
+    const found = await LAPSED.run(this.#client(), [this.prefix, now, Math.max(0, limit)]) as string[][]
+    return found.map((flat) => {
+      const hash = pairs(flat)
+      return { record: toRecord(hash), detachable: hash.detachable === '1', cancelRequested: hash.cancel === '1' }
+    })
+  }
+
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+    return this.#onLease(runId, condition, async (client, record, leased) => {
+      const event = requeuedEvent(record, record.attempt + 1, reason)
+      const result = await REQUEUE.run(client, [
+        this.prefix, runId, this.channel, this.#tag, ...leased, record.lastSeq, record.attempt, encodeEvent(event)
+      ]) as string[] | 'again' | null
+      if (result === 'again' || result === null) return result === 'again' ? undefined : null
+      this.#hub.events(runId, event.seq)
+      this.#notifyQueue()
+      return toRecord(pairs(result))
+    })
+  }
+
+  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    return this.#onLease(runId, { lapsedBefore }, async (client, record, leased) => {
+      const ended = await this.#end(client, runId, 'running', leased, [endedBeforeStartEvent(record, end)], end, retentionMs)
+      // a gap: the owner wrote meanwhile
+      return ended !== null && 'gapAfter' in ended ? undefined : ended
+    })
+  }
+
+  /**
+   * A compare-and-set on a run's lease whose event is made from the run as read: `write` writes only while the
+   * run is as read (else it resolves undefined and the run is read again; it only moves forward, so not for long).
+   */
+  async #onLease (
+    runId: string, condition: { owner: string } | { lapsedBefore: number },
+    write: (client: Redis, record: RunRecord, leased: LeaseCondition) => Promise<RunRecord | null | undefined>
+  ): Promise<RunRecord | null> {
+    const client = this.#client()
+    if (!storable(runId, true)) return null
+    const leased: LeaseCondition = 'owner' in condition ? ['owner', condition.owner] : ['lapsed', String(condition.lapsedBefore)]
+    for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
+      const hash = await client.hgetall(this.#key(runId))
+      if (!held(hash, leased)) return null
+      const written = await write(client, toRecord(hash), leased)
+      if (written !== undefined) return written
+    }
+    /* c8 ignore next 2: the run changed under every attempt, a race no test provokes on purpose */
+    throw new Error(`run ${JSON.stringify(runId)} changed ${READ_ATTEMPTS} times during one compare-and-set on its lease`)
+  }
+
+  watchQueue (listener: () => void): () => void {
+    this.#subscribe()
+    this.#queueWatchers.add(listener)
+    return () => { this.#queueWatchers.delete(listener) }
+  }
+
+  #notifyQueue (): void {
+    for (const listener of [...this.#queueWatchers]) listener()
   }
 
   async get (runId: string): Promise<RunRecord | null> {
@@ -448,14 +674,14 @@ export class RedisRunStore implements RunStore {
     const client = this.#client()
     if (!storable(runId, true)) return { outcome: 'not_found' }
     // read, then change only if the run is still as read: a run only moves forward, so this ends in a few turns
-    for (let attempt = 0; attempt < CANCEL_ATTEMPTS; attempt++) {
+    for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
       const hash = await client.hgetall(this.#key(runId))
       if (!live(hash, Date.now())) return { outcome: 'not_found' }
       const record = toRecord(hash)
       if (isEnded(record.status)) return { outcome: 'ended', record }
       if (record.status === 'queued') {
         // null or a gap: it started, or an event came in, meanwhile
-        const ended = await this.#end(client, runId, 'queued', [endedBeforeStartEvent(record, end)], end, retentionMs)
+        const ended = await this.#end(client, runId, 'queued', ['none', ''], [endedBeforeStartEvent(record, end)], end, retentionMs)
         if (ended !== null && !('gapAfter' in ended)) return { outcome: 'cancelled', record: ended }
       } else {
         const requested = await REQUEST_CANCEL.run(client, [this.prefix, runId, this.channel]) as string[] | null
@@ -466,7 +692,7 @@ export class RedisRunStore implements RunStore {
       }
     }
     /* c8 ignore next 2: the run changed under every attempt, a race no test provokes on purpose */
-    throw new Error(`run ${JSON.stringify(runId)} changed ${CANCEL_ATTEMPTS} times during one cancel`)
+    throw new Error(`run ${JSON.stringify(runId)} changed ${READ_ATTEMPTS} times during one cancel`)
   }
 
   watch (runId: string, listener: (change: RunChange) => void): () => void {
@@ -559,6 +785,7 @@ export class RedisRunStore implements RunStore {
     if (this.#closed) return
     this.#closed = true
     this.#hub.close()
+    this.#queueWatchers.clear()
     this.#subscriber?.disconnect()
     this.#subscriber = null
     await this.#connection.release(this)
@@ -591,11 +818,16 @@ export class RedisRunStore implements RunStore {
     subscriber.on('error', noop)
     subscriber.on('message', (_channel: string, message: string) => this.#heard(message))
     // (re)subscribed: what was published before is not heard, so the watchers catch up now
-    subscriber.on('ready', () => { void this.#hub.refresh() })
-    subscriber.subscribe(this.channel).then(() => this.#hub.refresh(), noop)
+    subscriber.on('ready', () => this.#catchUp())
+    subscriber.subscribe(this.channel).then(() => this.#catchUp(), noop)
   }
 
-  /** `e:<runId>:<lastSeq>`, `c:<runId>` or `s:<sessionId>`, from the scripts above. */
+  #catchUp (): void {
+    void this.#hub.refresh()
+    this.#notifyQueue()
+  }
+
+  /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<tag>`, from the scripts above. */
   #heard (message: string): void {
     const body = message.slice(2)
     switch (message[0]) {
@@ -605,6 +837,8 @@ export class RedisRunStore implements RunStore {
         break
       }
       case 'c': this.#hub.cancel(body); break
+      // a run was queued, or a session freed while runs are queued: by another store (this one told its watchers)
+      case 'q': if (body !== this.#tag) this.#notifyQueue(); break
       default: this.#hub.sessionFree(body)
     }
   }

@@ -8,6 +8,7 @@ import {
 import { loadDriver } from './drivers.js'
 import { RedisRunStore } from './redis-runs.js'
 import { RedisWebhookStore } from './redis-webhooks.js'
+import { RedisQuotaStore } from './redis-quotas.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -359,13 +360,14 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
   }
 }
 
-/** Sessions, idempotency and runs on one client (opened from a URL, or yours). */
-export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore'> {
+/** Sessions, idempotency, runs, the webhook outbox and the quota counts on one client (opened from a URL, or yours). */
+export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore' | 'quotaStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
     idempotency: { store: new RedisIdempotencyStore(connection, options) },
     runStore: new RedisRunStore(connection, options),
-    webhookStore: new RedisWebhookStore(connection, options)
+    webhookStore: new RedisWebhookStore(connection, options),
+    quotaStore: new RedisQuotaStore(connection, options)
   }
 }

@@ -1,18 +1,21 @@
-// The SQLite run store: run records, event logs and session locks in three tables of the file, every write one
-// IMMEDIATE transaction. Watchers in this process hear this store's writes at once; writes made through another
-// connection (another process on the same file) are only found by polling, every `pollIntervalMs`: SQLite has no
-// notifications across connections.
+// The SQLite run store: run records, event logs and session locks in three tables of the file (and a counter of
+// queue changes in a fourth), every write one IMMEDIATE transaction. Watchers in this process hear this store's
+// writes at once; writes made through another connection (another process on the same file) are only found by
+// polling, every `pollIntervalMs`: SQLite has no notifications across connections.
 import type Database from 'better-sqlite3'
-import { RunLogGapError } from '../core/errors.js'
-import { checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, storeClosedError, toMs } from './common.js'
+import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
+import {
+  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, storeClosedError, toMs,
+  unrefInterval
+} from './common.js'
 import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { SqliteConnection } from './sqlite.js'
 import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
 import type {
-  CancelRunResult, CreateRunResult, NewRun, ReopenRunResult, RunChange, RunEnd, RunListQuery, RunPage, RunRecord, RunSpec, RunStatus,
-  RunStore, StartRunResult, StoredEvent
+  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
+  RunStatus, RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
 type Db = Database.Database
@@ -24,6 +27,8 @@ export interface SqliteRunStoreOptions extends SqliteStoreOptions {
 
 const BACKEND = 'SQLite'
 const POLL_MS = 250
+/** Queued runs read per step of a claim, at least (runs whose session is busy are stepped over). */
+const CLAIM_PAGE = 32
 /** Events inserted per statement: a batch of n is about log2(n) + n/32 statements (as the audit store does). */
 const INSERT_ROWS = 32
 
@@ -43,10 +48,14 @@ interface RunRow {
   error: string | null
   request_id: string
   trace_id: string
+  owner: string | null
+  lease_until: number | null
+  detachable: number
+  cancel_requested: number
 }
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
-  'result, error, request_id, trace_id'
+  'result, error, request_id, trace_id, owner, lease_until, detachable, cancel_requested'
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -75,22 +84,29 @@ function runStatements (db: Db, prefix: string) {
   const runs = `"${prefix}runs"`
   const events = `"${prefix}run_events"`
   const sessions = `"${prefix}run_sessions"`
+  const queue = `"${prefix}run_queue"`
   // `created_seq` is the order of creation lists follow (runs created in one millisecond too; AUTOINCREMENT: never
-  // reused). `owner` and `lease_until` are for the leases of background runs (contract §16), unused until then.
+  // reused) and the order queued runs are claimed in. `owner` and `lease_until` are the lease of a running run
+  // (contract §16); runs_lease holds the running runs only, `status` leading it all the same (else the planner
+  // prefers runs_status). `run_queue` holds one counter, bumped by every write that gives claimers something new:
+  // other processes poll that one row rather than the queue.
   db.exec(`
     CREATE TABLE IF NOT EXISTS ${runs} (
       created_seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, agent TEXT NOT NULL, session_id TEXT, principal TEXT NOT NULL, status TEXT NOT NULL,
       background INTEGER NOT NULL, attempt INTEGER NOT NULL, last_seq INTEGER NOT NULL, created_at INTEGER NOT NULL,
       started_at INTEGER, ended_at INTEGER, result TEXT, error TEXT, request_id TEXT NOT NULL, trace_id TEXT NOT NULL,
       spec TEXT NOT NULL, ephemeral INTEGER NOT NULL, cancel_requested INTEGER NOT NULL DEFAULT 0, expires_at INTEGER,
-      owner TEXT, lease_until INTEGER);
+      owner TEXT, lease_until INTEGER, detachable INTEGER NOT NULL DEFAULT 0);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_expires" ON ${runs} (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_lease" ON ${runs} (status, lease_until) WHERE status = 'running';
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_waiting" ON ${runs} (session_id) WHERE status = 'queued' AND detachable = 1;
     CREATE TABLE IF NOT EXISTS ${events} (
       run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS ${sessions} (session_id TEXT PRIMARY KEY, run_id TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS ${queue} (id INTEGER PRIMARY KEY, version INTEGER NOT NULL);
   `)
   const live = '(expires_at IS NULL OR expires_at > @now)'
   const inserts = new Map<number, Database.Statement<unknown[]>>()
@@ -103,9 +119,9 @@ function runStatements (db: Db, prefix: string) {
     spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
     insert: db.prepare<[Record<string, unknown>]>(`
       INSERT OR REPLACE INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at,
-        started_at, request_id, trace_id, spec, ephemeral)
+        started_at, request_id, trace_id, spec, ephemeral, owner, lease_until, detachable)
       VALUES (@runId, @agent, @sessionId, @principal, @status, @background, @attempt, @lastSeq, @createdAt, @startedAt, @requestId,
-        @traceId, @spec, @ephemeral)`),
+        @traceId, @spec, @ephemeral, @owner, @leaseUntil, @detachable)`),
     clearEvents: db.prepare<[string]>(`DELETE FROM ${events} WHERE run_id = ?`),
     // the run holding a session, and its status (null: the run is gone)
     holder: db.prepare<[string], { run_id: string, status: RunStatus | null }>(`
@@ -116,9 +132,27 @@ function runStatements (db: Db, prefix: string) {
     reopen: db.prepare<[Record<string, unknown>], RunRow>(`
       UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = @startedAt, request_id = @requestId,
         trace_id = @traceId, spec = @spec, ended_at = NULL, result = NULL, error = NULL, cancel_requested = 0, expires_at = NULL,
-        owner = NULL, lease_until = NULL
+        owner = @owner, lease_until = @leaseUntil, detachable = @detachable
       WHERE run_id = @runId RETURNING ${COLUMNS}`),
-    start: db.prepare<[number, string], RunRow>(`UPDATE ${runs} SET status = 'running', started_at = ? WHERE run_id = ? RETURNING ${COLUMNS}`),
+    start: db.prepare<[{ runId: string, startedAt: number, owner: string, until: number }], RunRow>(`
+      UPDATE ${runs} SET status = 'running', started_at = @startedAt, owner = @owner, lease_until = @until WHERE run_id = @runId
+      RETURNING ${COLUMNS}`),
+    // queued detachable runs after `created_seq`, oldest first (runs_status: the queued ones, in order)
+    queued: db.prepare<[number, number], RunRow & { created_seq: number }>(`
+      SELECT ${COLUMNS}, created_seq FROM ${runs} WHERE status = 'queued' AND detachable = 1 AND created_seq > ?
+      ORDER BY created_seq LIMIT ?`),
+    renew: db.prepare<[number, string, string]>(`UPDATE ${runs} SET lease_until = ? WHERE run_id = ? AND status = 'running' AND owner = ?`),
+    lapsed: db.prepare<[number, number], RunRow>(`
+      SELECT ${COLUMNS} FROM ${runs} WHERE status = 'running' AND lease_until < ? ORDER BY lease_until LIMIT ?`),
+    requeue: db.prepare<[number, number, string], RunRow>(`
+      UPDATE ${runs} SET status = 'queued', attempt = ?, last_seq = ?, started_at = NULL, owner = NULL, lease_until = NULL,
+        detachable = 1, cancel_requested = 0
+      WHERE run_id = ? RETURNING ${COLUMNS}`),
+    // whether a queued detachable run waits for the session (runs_waiting)
+    waiting: db.prepare<[string], number>(`SELECT 1 FROM ${runs} WHERE session_id = ? AND status = 'queued' AND detachable = 1 LIMIT 1`).pluck(),
+    queueChanged: db.prepare<[], number>(`
+      INSERT INTO ${queue} (id, version) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET version = version + 1 RETURNING version`).pluck(),
+    queueVersion: db.prepare<[], number>(`SELECT version FROM ${queue} WHERE id = 1`).pluck(),
     lastSeq: db.prepare<[number, string]>(`UPDATE ${runs} SET last_seq = ? WHERE run_id = ?`),
     end: db.prepare<[Record<string, unknown>], RunRow>(`
       UPDATE ${runs} SET status = @status, ended_at = @endedAt, result = @result, error = @error, expires_at = @expiresAt,
@@ -180,22 +214,30 @@ interface Heard {
   lastSeq?: number
   cancel?: boolean
   freed?: string | null
+  /** the queue counter, when the write gave claimers something new (a queued detachable run, a session it waits for) */
+  queue?: number
 }
 
 export class SqliteRunStore implements RunStore {
   readonly #connection: SqliteConnection
   readonly #prefix: string
   readonly #hub: RunWatchHub
+  readonly #pollMs: number
+  readonly #queueWatchers = new Set<() => void>()
+  #queueTimer: NodeJS.Timeout | null = null
+  /** the queue counter as last seen (null: not read yet) */
+  #queueSeen: number | null = null
   #prepared: Prepared | null = null
   #closed = false
 
   constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
     this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
     this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    this.#pollMs = options.pollIntervalMs === undefined ? POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs)
     this.#hub = new RunWatchHub({
       poll: async (runIds) => this.#pollRuns(runIds),
       pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
-      pollIntervalMs: options.pollIntervalMs === undefined ? POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs),
+      pollIntervalMs: this.#pollMs,
       // a busy or closed database: the next tick tries again
       onPollError: () => {}
     })
@@ -218,12 +260,17 @@ export class SqliteRunStore implements RunStore {
     if (heard.cancel === true) this.#hub.cancel(heard.runId)
     if (heard.lastSeq !== undefined) this.#hub.events(heard.runId, heard.lastSeq)
     if (heard.freed !== undefined && heard.freed !== null) this.#hub.sessionFree(heard.freed)
+    if (heard.queue !== undefined) {
+      // heard here at once: the poll need not tell it again (a change by another process since is covered too)
+      this.#queueSeen = heard.queue
+      this.#notifyQueue()
+    }
   }
 
-  /** The session for `runId`, unless a run that has not ended holds it: then that run's id. */
+  /** The session for `runId`, unless another run that has not ended holds it: then that run's id. */
   #take (statements: Statements, sessionId: string, runId: string): string | null {
     const holder = statements.holder.get(sessionId)
-    if (holder !== undefined && holder.status !== null && !isEnded(holder.status)) return holder.run_id
+    if (holder !== undefined && holder.run_id !== runId && holder.status !== null && !isEnded(holder.status)) return holder.run_id
     statements.take.run(sessionId, runId)
     return null
   }
@@ -245,20 +292,26 @@ export class SqliteRunStore implements RunStore {
       requestId: record.requestId,
       traceId: record.traceId,
       spec: JSON.stringify(run.spec),
-      ephemeral: run.ephemeral ? 1 : 0
+      ephemeral: run.ephemeral ? 1 : 0,
+      owner: run.lease?.owner ?? null,
+      leaseUntil: run.lease?.until ?? null,
+      detachable: run.detachable ? 1 : 0
     }
-    const holder = this.#write((statements) => {
+    const queued = record.status === 'queued' && run.detachable
+    const done = this.#write((statements): { holder: string } | { queue?: number } => {
       if (options.exclusive && record.sessionId !== null) {
         const holder = this.#take(statements, record.sessionId, record.runId)
-        if (holder !== null) return holder
+        if (holder !== null) return { holder }
       }
       // a run created under the id of one past its retention (not purged yet) starts afresh: new record (and place
       // in the lists), empty log
       statements.clearEvents.run(record.runId)
       statements.insert.run(values)
-      return null
+      return queued ? { queue: statements.queueChanged.get()! } : {}
     })
-    return holder === null ? { outcome: 'created' } : { outcome: 'session_busy', holder }
+    if ('holder' in done) return { outcome: 'session_busy', holder: done.holder }
+    if (done.queue !== undefined) this.#tell({ runId: record.runId, queue: done.queue })
+    return { outcome: 'created' }
   }
 
   async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
@@ -268,7 +321,10 @@ export class SqliteRunStore implements RunStore {
       startedAt: toMs('startedAt', record.startedAt!),
       requestId: record.requestId,
       traceId: record.traceId,
-      spec: JSON.stringify(run.spec)
+      spec: JSON.stringify(run.spec),
+      owner: run.lease?.owner ?? null,
+      leaseUntil: run.lease?.until ?? null,
+      detachable: run.detachable ? 1 : 0
     }
     this.#use()
     if (!storable(record.runId, true)) return { outcome: 'not_found' }
@@ -286,8 +342,8 @@ export class SqliteRunStore implements RunStore {
     })
   }
 
-  async start (runId: string, startedAt: string): Promise<StartRunResult> {
-    const startedMs = toMs('startedAt', startedAt)
+  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
+    const values = { runId, startedAt: toMs('startedAt', startedAt), owner: lease.owner, until: lease.until }
     if (!storable(runId, true)) return { outcome: 'gone' }
     return this.#write((statements, now): StartRunResult => {
       const row = statements.run.get({ runId, now })
@@ -296,8 +352,120 @@ export class SqliteRunStore implements RunStore {
         const holder = this.#take(statements, row.session_id, runId)
         if (holder !== null) return { outcome: 'session_busy', holder }
       }
-      return { outcome: 'started', record: toRecord(statements.start.get(startedMs, runId)!) }
+      return { outcome: 'started', record: toRecord(statements.start.get(values)!) }
     })
+  }
+
+  async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
+    const startedMs = toMs('startedAt', startedAt)
+    this.#use()
+    if (limit < 1) return []
+    // read in pages (better-sqlite3 runs no statement while another's rows are being read): most queued runs are
+    // claimable, so one page is usually all it takes; runs whose session is busy are stepped over
+    const page = Math.max(limit, CLAIM_PAGE)
+    return this.#write((statements) => {
+      const claimed: RunRecord[] = []
+      let after = 0
+      for (;;) {
+        const rows = statements.queued.all(after, page)
+        for (const row of rows) {
+          if (row.session_id !== null && this.#take(statements, row.session_id, row.run_id) !== null) continue
+          claimed.push(toRecord(statements.start.get({ runId: row.run_id, startedAt: startedMs, owner: lease.owner, until: lease.until })!))
+          if (claimed.length === limit) return claimed
+        }
+        if (rows.length < page) return claimed
+        after = rows.at(-1)!.created_seq
+      }
+    })
+  }
+
+  async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
+    this.#use()
+    const ids = runIds.filter((runId) => storable(runId, true))
+    if (ids.length === 0) return []
+    return this.#write((statements) => ids.filter((runId) => statements.renew.run(until, runId, owner).changes === 1))
+  }
+
+  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
+    const statements = this.#statements()
+    if (limit < 1) return []
+    return statements.lapsed.all(now, limit).map((row) => ({
+      record: toRecord(row), detachable: row.detachable === 1, cancelRequested: row.cancel_requested === 1
+    }))
+  }
+
+  /** A running run under a lease that lapsed before `lapsedBefore`, or that `owner` holds. */
+  static #lapsedOrOwned (row: RunRow | undefined, condition: { owner: string } | { lapsedBefore: number }): row is RunRow {
+    if (row === undefined || row.status !== 'running' || row.lease_until === null) return false
+    return 'owner' in condition ? row.owner === condition.owner : row.lease_until < condition.lapsedBefore
+  }
+
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+    if (!storable(runId, true)) return null
+    const done = this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (!SqliteRunStore.#lapsedOrOwned(row, condition)) return null
+      const attempt = row.attempt + 1
+      const lastSeq = this.#append(statements, row, [requeuedEvent(toRecord(row), attempt, reason)])
+      const record = toRecord(statements.requeue.get(attempt, lastSeq, runId)!)
+      return { record, heard: { runId, lastSeq, queue: statements.queueChanged.get()! } }
+    })
+    if (done === null) return null
+    this.#tell(done.heard)
+    return done.record
+  }
+
+  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+    if (!storable(runId, true)) return null
+    const done = this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (!SqliteRunStore.#lapsedOrOwned(row, { lapsedBefore })) return null
+      return this.#end(statements, row, [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs)
+    })
+    if (done === null) return null
+    this.#tell(done.heard)
+    return done.record
+  }
+
+  watchQueue (listener: () => void): () => void {
+    if (this.#closed) return () => {}
+    this.#queueWatchers.add(listener)
+    if (this.#queueTimer === null) {
+      // read now, so that what another process queues from here on is heard at the next tick
+      this.#queueSeen = this.#queueVersion()
+      this.#queueTimer = unrefInterval(() => { this.#pollQueue() }, this.#pollMs)
+    }
+    return () => {
+      this.#queueWatchers.delete(listener)
+      this.#stopQueuePoll()
+    }
+  }
+
+  #stopQueuePoll (): void {
+    if (this.#queueTimer === null || this.#queueWatchers.size > 0) return
+    clearInterval(this.#queueTimer)
+    this.#queueTimer = null
+  }
+
+  /** The queue counter; null when it cannot be read (a busy or closed database: the next tick tries again). */
+  #queueVersion (): number | null {
+    try {
+      return this.#statements().queueVersion.get() ?? 0
+    } catch {
+      return null
+    }
+  }
+
+  #pollQueue (): void {
+    const version = this.#queueVersion()
+    if (version === null || version === this.#queueSeen) return
+    // a first read after a failed one is told too: a wake-up too many costs one claim
+    this.#queueSeen = version
+    this.#notifyQueue()
+  }
+
+  #notifyQueue (): void {
+    for (const listener of [...this.#queueWatchers]) listener()
   }
 
   /** Inserts a batch that follows the run's log (else RunLogGapError); returns the new lastSeq (the caller stores it). */
@@ -308,13 +476,25 @@ export class SqliteRunStore implements RunStore {
     return row.last_seq + events.length
   }
 
-  async append (runId: string, events: readonly StoredEvent[]): Promise<void> {
-    if (events.length === 0 || !storable(runId, true)) return
+  /** The run, unless it is gone or ended (nothing to write); throws, as the lease's loser's, unless `owner` runs it. */
+  static #owned (row: RunRow | undefined, owner: string): RunRow | undefined {
+    if (row === undefined || isEnded(row.status)) return undefined
+    if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(row.run_id)
+    return row
+  }
+
+  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
+    if (!storable(runId, true)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
+    if (events.length === 0) {
+      // nothing to write, but a writer that lost its lease hears it all the same
+      SqliteRunStore.#owned(this.#statements().run.get({ runId, now: Date.now() }), owner)
+      return
+    }
     const lastSeq = this.#write((statements, now) => {
-      const row = statements.run.get({ runId, now })
-      if (row === undefined || isEnded(row.status)) return null
+      const row = SqliteRunStore.#owned(statements.run.get({ runId, now }), owner)
+      if (row === undefined) return null
       const lastSeq = this.#append(statements, row, events)
       statements.lastSeq.run(lastSeq, runId)
       return lastSeq
@@ -336,17 +516,22 @@ export class SqliteRunStore implements RunStore {
       lastSeq
     })!
     const freed = row.session_id !== null && statements.release.run(row.session_id, row.run_id).changes === 1 ? row.session_id : null
-    return { record: toRecord(ended), heard: { runId: row.run_id, lastSeq, freed } }
+    const heard: Heard = { runId: row.run_id, lastSeq, freed }
+    // a queued background run may have waited for this session
+    if (freed !== null && statements.waiting.get(freed) !== undefined) heard.queue = statements.queueChanged.get()!
+    return { record: toRecord(ended), heard }
   }
 
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
     if (!storable(runId, true)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
     const done = this.#write((statements, now) => {
       const row = statements.run.get({ runId, now })
-      if (row === undefined || row.status !== 'running') return null
-      return this.#end(statements, row, events, end, retentionMs)
+      // a queued run has nothing to finish (an old owner's late finish after a requeue lands here too)
+      if (row === undefined || row.status === 'queued') return null
+      const owned = SqliteRunStore.#owned(row, owner)
+      return owned === undefined ? null : this.#end(statements, owned, events, end, retentionMs)
     })
     if (done === null) return null
     this.#tell(done.heard)
@@ -467,6 +652,8 @@ export class SqliteRunStore implements RunStore {
     if (this.#closed) return
     this.#closed = true
     this.#hub.close()
+    this.#queueWatchers.clear()
+    this.#stopQueuePoll()
     await this.#connection.release(this)
   }
 }

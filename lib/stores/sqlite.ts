@@ -9,6 +9,7 @@ import {
 import { loadDriver } from './drivers.js'
 import { SqliteRunStore } from './sqlite-runs.js'
 import { SqliteWebhookStore } from './sqlite-webhooks.js'
+import { SqliteQuotaStore } from './sqlite-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -644,6 +645,7 @@ export function sqliteStores (source: string | SqliteDatabase, options: SqliteSt
     checkpointStore: new SqliteCheckpointStore(connection, options),
     idempotency: { store: new SqliteIdempotencyStore(connection, options) },
     runStore: new SqliteRunStore(connection, options),
-    webhookStore: new SqliteWebhookStore(connection, options)
+    webhookStore: new SqliteWebhookStore(connection, options),
+    quotaStore: new SqliteQuotaStore(connection, options)
   }
 }

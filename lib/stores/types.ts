@@ -423,6 +423,7 @@ export interface StoreSet {
   idempotency?: { store: IdempotencyStore }
   runStore?: RunStore
   webhookStore?: WebhookStore
+  quotaStore?: QuotaStore
 }
 
 // The options check (schemas/options.ts) lists the methods each store must have: these fail to compile when a
@@ -437,5 +438,35 @@ export type StoreMethodsMatch = [
   Check<Same<RequiredMethods<CheckpointStore>, typeof storeMethods.checkpointStore[number]>>,
   Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>,
   Check<Same<RequiredMethods<RunStore>, typeof storeMethods.runStore[number]>>,
-  Check<Same<RequiredMethods<WebhookStore>, typeof storeMethods.webhookStore[number]>>
+  Check<Same<RequiredMethods<WebhookStore>, typeof storeMethods.webhookStore[number]>>,
+  Check<Same<RequiredMethods<QuotaStore>, typeof storeMethods.quotaStore[number]>>
 ]
+
+// ---------------------------------------------------------------------------------------------------------
+// quotas (contract §18): runs in progress per principal as leased slots, tokens per principal per fixed window
+
+/** A run's place in its principal's count of runs in progress: `slotId` is the run's id. */
+export interface QuotaSlot {
+  principal: string
+  slotId: string
+}
+
+export interface QuotaStore {
+  /**
+   * Atomically: forgets the principal's slots expired by `now` (`until <= now`), then takes `slot` until `until` when
+   * the principal holds fewer than `max` live slots. A live slot held already is extended, whatever the count.
+   * Resolves whether the slot is held. Of callers acquiring at once, at most `max` are admitted.
+   */
+  acquire(slot: QuotaSlot, max: number, now: number, until: number): Promise<boolean>
+  /** Extends the slots still held (not released, not forgotten) to `until`; resolves with the ids it extended. */
+  renew(slots: readonly QuotaSlot[], until: number): Promise<string[]>
+  /** Gives the slot back (nothing happens when it is not held). */
+  release(slot: QuotaSlot): Promise<void>
+  /** Adds `n` tokens to the principal's window starting at `window.start`; the window is kept until `window.end`. */
+  addTokens(principal: string, window: { start: number, end: number }, n: number): Promise<void>
+  /** The tokens the principal used in the window starting at `windowStart` (0 when none, or forgotten). */
+  tokens(principal: string, windowStart: number): Promise<number>
+  /** Deletes expired slots and windows ended by `now`, at most `batch`; resolves with how many. */
+  purge(now: number, batch: number): Promise<number>
+  close?(): Promise<void>
+}

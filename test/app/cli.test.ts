@@ -94,6 +94,7 @@ t.test('--db postgres:// and --redis', async (t) => {
   t.equal(plan.options.auditStore, plan.stores[0]!.set.auditStore, 'postgres backs the audit log')
   t.equal(plan.options.webhookStore, undefined, 'no webhooks served: no outbox opened')
   t.ok(plan.stores.every((s) => s.set.webhookStore === undefined))
+  t.ok(plan.stores.every((s) => s.set.quotaStore === undefined), 'no quotas: no quota store opened')
   await probeStores(plan.stores, 2000)
 })
 

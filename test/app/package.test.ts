@@ -131,6 +131,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const [packed] = JSON.parse(stdout) as Array<{ filename: string, files: Array<{ path: string }> }>
   const files = packed!.files.map((f) => f.path)
   t.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/bin/fastify-agents.js'), 'the build is packed')
+  t.ok(files.includes('dist/lib/console/assets.js') && files.includes('dist/lib/console/script.js'), 'the operator console ships in the package (no CDN)')
   t.notOk(files.some((f) => f.endsWith('.tsbuildinfo') || f.startsWith('test/') || f.endsWith('.ts') && !f.endsWith('.d.ts')), 'and nothing else of the tree')
 
   const consumer = join(dir, 'consumer')

@@ -479,9 +479,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
 
   t.test('runs: lapsed leases are found; requeue and abandon are compare-and-sets on the lapse (or the owner)', async (t) => {
     const store = await open(t, factory)
+    // leases end at chosen times and the clock is passed in: no sleep, whatever the machine's load
     const lapsing = newRun({ sessionId: 'lapse-session', traceId: 'd'.repeat(32) })
-    // long enough for a durable store's three writes and a read before it lapses (under coverage, on a busy machine)
-    lapsing.lease = lease(OWNER, 250)
+    lapsing.lease = lease(OWNER, 10 * 60_000)
     lapsing.detachable = true
     const fresh = newRun()
     await store.create(lapsing, { exclusive: true })
@@ -489,8 +489,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const id = lapsing.record.runId
     await store.append(id, [event(1, 'run.started')], OWNER)
     t.same(await store.lapsed(Date.now(), 10), [], 'not yet')
-    await sleep(300)
-    const now = Date.now()
+    const now = lapsing.lease.until + 1
     const found = await store.lapsed(now, 10)
     t.same(found.map((l) => l.record.runId), [id])
     t.match(found[0], { detachable: true, cancelRequested: false, record: { status: 'running', lastSeq: 1 } })
@@ -501,7 +500,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(requeued, { runId: id, status: 'queued', attempt: 2, lastSeq: 2 })
     t.equal(requeued!.startedAt, undefined)
     t.same((await store.events(id, 1, 10)), [{ seq: 2, type: 'run.requeued', data: JSON.stringify({ attempt: 2, reason: 'INSTANCE_LOST' }) }])
-    t.equal(await store.requeue(id, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'once')
+    t.equal(await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST'), null, 'once')
     t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id }, 'a requeued run keeps its session')
     await t.rejects(store.append(id, [event(3)], OWNER), { code: 'FA_RUN_LEASE_LOST' }, 'its old owner writes no more')
 
@@ -514,15 +513,17 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
 
     // handed off by its owner (a drain), then abandoned when its next lease lapses
     t.match(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN'), { status: 'queued', attempt: 3, lastSeq: 4 })
-    const third = await store.claim(lease(OWNER, 30), new Date().toISOString(), 10)
+    const thirdLease = lease(OWNER, 10 * 60_000)
+    const third = await store.claim(thirdLease, new Date().toISOString(), 10)
     t.equal(third.length, 1)
-    await sleep(60)
+    const later = thirdLease.until + 1
     const end: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
-    t.equal(await store.abandon(fresh.record.runId, Date.now(), end, HOUR), null, 'not lapsed')
-    const abandoned = await store.abandon(id, Date.now(), end, HOUR)
+    t.equal(await store.abandon(id, Date.now(), end, HOUR), null, 'not lapsed yet')
+    t.equal(await store.abandon(fresh.record.runId, later, end, HOUR), null, 'not lapsed')
+    const abandoned = await store.abandon(id, later, end, HOUR)
     t.match(abandoned, { status: 'failed', error: { code: 'INSTANCE_LOST' }, lastSeq: 5 })
     t.same((await store.events(id, 4, 10)), [{ seq: 5, type: 'run.failed', data: JSON.stringify({ error: { code: 'INSTANCE_LOST', message: 'lost' }, traceId: 'd'.repeat(32) }) }])
-    t.equal(await store.abandon(id, Date.now(), end, HOUR), null, 'once')
+    t.equal(await store.abandon(id, later, end, HOUR), null, 'once')
     t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'created' }, 'its session is free again')
   })
 

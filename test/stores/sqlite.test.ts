@@ -7,11 +7,11 @@ import t from 'tap'
 import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
-import type { RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { eventually } from '../helper.js'
+import type { NewRun, RunEnd, RunRecord, StoreSet } from '../../lib/stores/types.js'
+import { build, eventually } from '../helper.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
@@ -25,10 +25,12 @@ storeConformance(t, factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db
 // the twin opens the same file through a connection of its own, as another process would
 const files = new WeakMap<object, string>()
 runStoreConformance(t, {
-  store: (t) => {
+  store: async (t) => {
     const file = join(t.testdir(), 'runs.db')
     const store = sqliteStores(file).runStore
     files.set(store, file)
+    // opened (WAL set, tables made) before a test takes a lease of a few ms: on a busy disk that alone takes longer
+    await store.get('warm-up')
     return store
   },
   twin: (_t, first) => new SqliteRunStore(files.get(first)!)
@@ -154,8 +156,8 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
   t.teardown(() => store.close())
   t.equal(await store.get('warm-up'), null)
   const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
-  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_session', 'app_runs_status'])
-  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
+  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
+  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
   t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
   t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
   const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
@@ -166,6 +168,13 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
       new RegExp(`USING INDEX app_runs_${index}`), `lists by ${column} use their index`)
   }
   t.notMatch(plan('SELECT * FROM app_runs WHERE created_seq < 9 ORDER BY created_seq DESC LIMIT 5'), /SCAN app_runs$|TEMP B-TREE/, 'the whole list walks the table backwards')
+  // the queries of leases and the queue, as the store words them
+  t.match(plan("SELECT * FROM app_runs WHERE status = 'running' AND lease_until < 9 ORDER BY lease_until LIMIT 5"),
+    /^SEARCH app_runs USING INDEX app_runs_lease \(status=\? AND lease_until<\?\)$/, 'lapsed leases: the running runs\' index, in order')
+  t.match(plan("SELECT 1 FROM app_runs WHERE session_id = 'x' AND status = 'queued' AND detachable = 1 LIMIT 1"),
+    /USING COVERING INDEX app_runs_waiting/, 'a queued run waiting for a session')
+  t.match(plan("SELECT * FROM app_runs WHERE status = 'queued' AND detachable = 1 AND created_seq > 0 ORDER BY created_seq LIMIT 5"),
+    /^SEARCH app_runs USING INDEX app_runs_status \(status=\? AND created_seq>\?\)$/, 'the queue, oldest first')
 })
 
 t.test('runs: closing the file and opening it again keeps the runs and their logs', async (t) => {
@@ -174,8 +183,8 @@ t.test('runs: closing the file and opening it again keeps the runs and their log
   const run = newRun({ sessionId: 'kept' })
   const id = run.record.runId
   await first.create(run, { exclusive: true })
-  await first.append(id, [event(1, 'run.started'), event(2)])
-  const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR)
+  await first.append(id, [event(1, 'run.started'), event(2)], OWNER)
+  const ended = await first.finish(id, [event(3, 'run.failed')], cancelledEnd(), HOUR, OWNER)
   const queued = newRun({ sessionId: 'kept', status: 'queued' })
   await first.create(queued, { exclusive: false })
   await first.close()
@@ -187,7 +196,7 @@ t.test('runs: closing the file and opening it again keeps the runs and their log
   t.same(await again.events(id, 0, 10), [event(1, 'run.started'), event(2), event(3, 'run.failed')])
   t.same(await again.spec(id), run.spec)
   t.same((await again.listBySession('kept', { limit: 10 })).runs.map((r) => r.runId), [queued.record.runId, id])
-  t.match(await again.start(queued.record.runId, new Date().toISOString()), { outcome: 'started' }, 'the session was given back before the restart')
+  t.match(await again.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'started' }, 'the session was given back before the restart')
 })
 
 t.test('runs: purge deletes at most a batch of expired runs, their logs with them', async (t) => {
@@ -199,8 +208,8 @@ t.test('runs: purge deletes at most a batch of expired runs, their logs with the
   for (let i = 0; i < 7; i++) {
     const run = newRun()
     await store.create(run, { exclusive: false })
-    await store.append(run.record.runId, [event(1), event(2)])
-    await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1)
+    await store.append(run.record.runId, [event(1), event(2)], OWNER)
+    await store.finish(run.record.runId, [event(3, 'run.failed')], cancelledEnd(), 1, OWNER)
   }
   const later = Date.now() + 1_000
   t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
@@ -255,12 +264,196 @@ t.test('runs: a closed store refuses every call; bad options are named', async (
   await t.rejects(store.get(run.record.runId), closed)
   await t.rejects(store.spec(run.record.runId), closed)
   await t.rejects(store.events(run.record.runId, 0, 1), closed)
-  await t.rejects(store.append(run.record.runId, [event(1)]), closed)
-  await t.rejects(store.finish(run.record.runId, [], cancelledEnd(), HOUR), closed)
-  await t.rejects(store.start(run.record.runId, new Date().toISOString()), closed)
+  await t.rejects(store.append(run.record.runId, [event(1)], OWNER), closed)
+  await t.rejects(store.finish(run.record.runId, [], cancelledEnd(), HOUR, OWNER), closed)
+  await t.rejects(store.start(run.record.runId, new Date().toISOString(), lease()), closed)
   await t.rejects(store.cancel(run.record.runId, cancelledEnd(), HOUR), closed)
   await t.rejects(store.list({ limit: 1 }), closed)
   await t.rejects(store.purge(Date.now(), 1), closed)
+  await t.rejects(store.claim(lease(), new Date().toISOString(), 1), closed)
+  await t.rejects(store.renew(OWNER, [run.record.runId], Date.now()), closed)
+  await t.rejects(store.lapsed(Date.now(), 1), closed)
+  await t.rejects(store.requeue(run.record.runId, { owner: OWNER }, 'SHUTDOWN'), closed)
+  await t.rejects(store.abandon(run.record.runId, Date.now(), cancelledEnd(), HOUR), closed)
+  let heard = 0
+  store.watchQueue(() => { heard++ })()
+  t.equal(heard, 0, 'a closed store has no queue to watch')
   t.throws(() => new SqliteRunStore(':memory:', { pollIntervalMs: 0 }), { name: 'RangeError', message: /pollIntervalMs/ })
   t.throws(() => new SqliteRunStore(':memory:', { tablePrefix: 'bad-prefix' }), { name: 'TypeError', message: /tablePrefix/ })
+})
+
+/** A queued detachable run (a background run), as the service stores one. */
+function queuedRun (extra: Partial<RunRecord> = {}): NewRun {
+  const run = newRun({ status: 'queued', background: true, ...extra })
+  delete run.record.startedAt
+  run.detachable = true
+  return run
+}
+
+t.test('runs: another process hears of claimable runs by polling one counter, only while it watches', async (t) => {
+  const file = join(t.testdir(), 'queue.db')
+  const a = new SqliteRunStore(file, { pollIntervalMs: 10 })
+  const b = new SqliteRunStore(file, { pollIntervalMs: 10 })
+  t.teardown(async () => { await a.close(); await b.close() })
+  let onA = 0
+  let onB = 0
+  const stopA = a.watchQueue(() => { onA++ })
+  const stopB = b.watchQueue(() => { onB++ })
+  t.teardown(() => { stopA(); stopB() })
+  const quiet = async (what: string): Promise<void> => {
+    const before = [onA, onB]
+    await sleep(60)
+    t.same([onA, onB], before, what)
+  }
+
+  await a.create(queuedRun(), { exclusive: false })
+  t.equal(onA, 1, 'this store\'s own write is heard at once')
+  await eventually(() => onB > 0, 2_000)
+  await quiet('heard once each')
+
+  const waiting = newRun({ status: 'queued' })
+  delete waiting.record.startedAt
+  await a.create(waiting, { exclusive: false })
+  const holder = newRun({ sessionId: 'queue-session' })
+  await a.create(holder, { exclusive: true })
+  await a.finish(holder.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER)
+  await quiet('a run not detachable, and a session nobody queued for, wake no claimer')
+
+  const second = newRun({ sessionId: 'queue-session' })
+  await a.create(second, { exclusive: true })
+  await b.create(queuedRun({ sessionId: 'queue-session' }), { exclusive: false })
+  await eventually(() => onA === 2 && onB === 2, 2_000)
+  await a.finish(second.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER)
+  t.equal(onA, 3, 'a session a queued run waits for, given back')
+  await eventually(() => onB === 3, 2_000)
+
+  const claimed = await b.claim(lease(OTHER), new Date().toISOString(), 10)
+  t.equal(claimed.length, 2)
+  t.match(await a.requeue(claimed[0]!.runId, { owner: OTHER }, 'SHUTDOWN'), { status: 'queued', attempt: 2 })
+  t.equal(onA, 4, 'a requeue')
+  await eventually(() => onB === 4, 2_000)
+  await quiet('nothing more')
+
+  stopB()
+  await a.create(queuedRun(), { exclusive: false })
+  await sleep(60)
+  t.equal(onB, 4, 'no longer watching: not told')
+  // a second watcher, then the first one stops: the second still hears; close stops both
+  let other = 0
+  const stopOther = b.watchQueue(() => { other++ })
+  const stopAgain = b.watchQueue(() => {})
+  stopAgain()
+  await a.create(queuedRun(), { exclusive: false })
+  await eventually(() => other === 1, 2_000)
+  await b.close()
+  await a.create(queuedRun(), { exclusive: false })
+  await sleep(60)
+  t.equal(other, 1, 'a closed store tells nothing')
+  stopOther()
+})
+
+t.test('runs: a queue counter that cannot be read is read again at the next tick', async (t) => {
+  const db = new Database(':memory:')
+  const store = new SqliteRunStore(db, { pollIntervalMs: 10 })
+  await store.create(queuedRun(), { exclusive: false })
+  db.close()
+  let heard = 0
+  const stop = store.watchQueue(() => { heard++ })
+  await sleep(50)
+  stop()
+  await store.close()
+  t.equal(heard, 0, 'no poll failure escaped, nothing was told')
+})
+
+t.test('runs: claim steps over queued runs whose session is busy, page after page', async (t) => {
+  const store = new SqliteRunStore(join(t.testdir(), 'pages.db'))
+  t.teardown(() => store.close())
+  const busy = newRun({ sessionId: 'busy' })
+  await store.create(busy, { exclusive: true })
+  for (let i = 0; i < 40; i++) await store.create(queuedRun({ sessionId: 'busy' }), { exclusive: false })
+  const free = queuedRun({ sessionId: null })
+  await store.create(free, { exclusive: false })
+  t.same((await store.claim(lease(), new Date().toISOString(), 1)).map((r) => r.runId), [free.record.runId])
+  t.same(await store.claim(lease(), new Date().toISOString(), 5), [])
+})
+
+t.test('runs: a run without a lease is never lapsed; ids a store cannot keep are held by nobody', async (t) => {
+  const store = new SqliteRunStore(join(t.testdir(), 'leases.db'))
+  t.teardown(() => store.close())
+  const run = newRun()
+  await store.create(run, { exclusive: false })
+  const id = run.record.runId
+  await store.finish(id, [event(1, 'run.failed')], cancelledEnd(), HOUR, OWNER)
+  const again = newRun({ runId: id })
+  again.lease = null
+  again.detachable = true
+  t.match(await store.reopen(again, { exclusive: false }), { outcome: 'reopened', record: { status: 'running', attempt: 2 } })
+  t.same(await store.lapsed(Date.now() + HOUR, 10), [])
+  t.equal(await store.requeue(id, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST'), null)
+  t.equal(await store.abandon(id, Date.now() + HOUR, cancelledEnd(), HOUR), null)
+  await t.rejects(store.append(id, [], OWNER), { code: 'FA_RUN_LEASE_LOST' }, 'nobody holds it')
+  const lone = 'lone \ud800'
+  t.same(await store.renew(OWNER, [lone], Date.now()), [])
+  t.equal(await store.requeue(lone, { owner: OWNER }, 'SHUTDOWN'), null)
+  t.equal(await store.abandon(lone, Date.now(), cancelledEnd(), HOUR), null)
+})
+
+t.test('runs: the lapsed runs of one process are found, requeued and claimed by another', async (t) => {
+  const file = join(t.testdir(), 'lapse.db')
+  const a = new SqliteRunStore(file)
+  const b = new SqliteRunStore(file)
+  t.teardown(async () => { await a.close(); await b.close() })
+  const run = newRun({ sessionId: 'lapse' })
+  run.lease = lease(OWNER, 20)
+  run.detachable = true
+  await a.create(run, { exclusive: true })
+  const id = run.record.runId
+  await a.append(id, [event(1, 'run.started')], OWNER)
+  await a.cancel(id, cancelledEnd(), HOUR)
+  await sleep(40)
+  const found = await b.lapsed(Date.now(), 10)
+  t.match(found, [{ record: { runId: id, lastSeq: 1 }, detachable: true, cancelRequested: true }])
+  t.same(await a.renew(OWNER, [id], Date.now() + HOUR), [id], 'a lapsed lease nobody took over is still its owner\'s')
+  t.same(await b.lapsed(Date.now(), 10), [])
+  await sleep(1)
+  t.equal(await b.requeue(id, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'renewed meanwhile')
+  t.match(await b.requeue(id, { owner: OWNER }, 'SHUTDOWN'), { status: 'queued', attempt: 2, lastSeq: 2 })
+  t.same(await a.lapsed(Date.now() + HOUR, 10), [], 'a queued run has no lease')
+  t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [id])
+  await t.rejects(a.append(id, [event(3)], OWNER), { code: 'FA_RUN_LEASE_LOST' })
+  await t.rejects(a.finish(id, [event(3, 'run.completed')], cancelledEnd(), HOUR, OWNER), { code: 'FA_RUN_LEASE_LOST' })
+  t.match(await b.finish(id, [event(3, 'run.started'), event(4, 'run.failed')], cancelledEnd(), HOUR, OTHER), { status: 'cancelled', lastSeq: 4 })
+  t.same((await a.events(id, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued', 'run.started', 'run.failed'])
+})
+
+t.test('runs: a health probe opens the file; a store knows whether it owns its connection', async (t) => {
+  const owned = new SqliteRunStore(join(t.testdir(), 'probe.db'))
+  await owned.probe()
+  t.equal(owned.ownsConnection, true)
+  await owned.close()
+  const db = new Database(':memory:')
+  const lent = new SqliteRunStore(db)
+  t.equal(lent.ownsConnection, false)
+  await lent.close()
+  db.close()
+})
+
+t.test('runs: a background run queued by one process\'s service is claimed by another\'s, woken by the queue poll', async (t) => {
+  const file = join(t.testdir(), 'services.db')
+  let ranOn: string | null = null
+  const agents = { where: { async run (_input: unknown, ctx: { requestId: string }) { ranOn = ctx.requestId; return { output: 'done' } } } }
+  // each its own connection to the file, as two processes would have
+  const a = build(t, { ...sqliteStores(file), agents })
+  const b = build(t, { ...sqliteStores(file), agents })
+  await a.app.ready()
+  await b.app.ready()
+  a.app.agentService.worker.stopClaiming()
+  const started = Date.now()
+  const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/where/runs', payload: { input: null, background: true } })).json()
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${queued.runId as string}` })).json().status === 'completed', 3_000)
+  const elapsed = Date.now() - started
+  // B's own claim poll is every 5 s: within about the 250 ms of the queue poll, it was the poll that woke it
+  t.ok(elapsed < 2_000, `claimed and run on B ${elapsed} ms after it was queued on A`)
+  t.equal(ranOn, queued.requestId)
+  t.equal(a.app.agentService.runs.size, 0, 'not on A')
 })
