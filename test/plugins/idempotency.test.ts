@@ -212,8 +212,8 @@ t.test('a streamed run\'s final event goes out once its response is recorded: a 
     release: (...args) => memory.release(...args),
     complete: async (...args) => {
       await sleep(100)
-      await memory.complete(...args)
-      recorded = true
+      recorded = await memory.complete(...args)
+      return recorded
     }
   }
   const streaming: Agent = { async * run () { yield 'done' } }
@@ -488,9 +488,9 @@ class RenewingStore extends MemoryIdempotencyStore {
   renewals = 0
   answer: (() => Promise<boolean>) | null = null
 
-  override async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  override async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     this.renewals++
-    return this.answer === null ? super.renew(key, fingerprint, leaseMs) : this.answer()
+    return this.answer === null ? super.renew(key, token, leaseMs) : this.answer()
   }
 }
 

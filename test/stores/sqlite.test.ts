@@ -43,8 +43,8 @@ t.test('data survives closing and opening the file again', async (t) => {
   await first.approvalStore.create(approval('a1'))
   await first.approvalStore.decide('a1', { approved: true, comment: null, decidedBy: 'bob', decidedAt: new Date().toISOString() })
   await first.checkpointStore.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { step: 'one' } })
-  await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 })
-  await first.idempotency.store.complete('k1', { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
+  const reservation = await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
+  await first.idempotency.store.complete('k1', reservation.token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
   await closeAll(first)
   t.notOk(existsSync(`${file}-wal`), 'the last close checkpoints the WAL: the file was really closed')
 
