@@ -39,7 +39,6 @@ const COMPLETION_RETRY_MAX_MS = 1_000
  */
 class PendingCompletions {
   readonly #pending = new Set<() => Promise<void>>()
-  #closed = false
 
   /** Tries once; on a failure, goes on in the background and resolves. */
   async complete (request: FastifyRequest, reservation: Reservation, response: IdempotencyResponse): Promise<void> {
@@ -57,7 +56,6 @@ class PendingCompletions {
       }
     }
     if (await attempt()) return clearInterval(renewal)
-    if (this.#closed) return this.#gaveUp(request, renewal, 'the service closed')
     const giveUpAt = Date.now() + ttlMs
     let delay = COMPLETION_RETRY_MS
     let timer: NodeJS.Timeout | undefined
@@ -96,9 +94,8 @@ class PendingCompletions {
     request.log.error({ idempotencyKey: states.get(request)?.key }, `idempotency response never recorded (${why}): the key stays locked until its lease runs out`)
   }
 
-  /** At close: one last attempt each, before the stores close. */
+  /** At close (after the drain: no request is answered later): one last attempt each, before the stores close. */
   async close (): Promise<void> {
-    this.#closed = true
     await Promise.all([...this.#pending].map((last) => last()))
   }
 }
