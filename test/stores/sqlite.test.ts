@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import t from 'tap'
 import {
-  SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
+  SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteIdempotencyStore, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { RunEnd, StoreSet } from '../../lib/stores/types.js'
 import { eventually } from '../helper.js'
@@ -263,4 +263,21 @@ t.test('runs: a closed store refuses every call; bad options are named', async (
   await t.rejects(store.purge(Date.now(), 1), closed)
   t.throws(() => new SqliteRunStore(':memory:', { pollIntervalMs: 0 }), { name: 'RangeError', message: /pollIntervalMs/ })
   t.throws(() => new SqliteRunStore(':memory:', { tablePrefix: 'bad-prefix' }), { name: 'TypeError', message: /tablePrefix/ })
+})
+
+t.test('idempotency: a table made before reservation tokens gets its token column; its records are held by nobody', async (t) => {
+  const file = join(t.testdir(), 'old.db')
+  const db = new Database(file)
+  db.exec(`CREATE TABLE "fa_idempotency" (
+    key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, state TEXT NOT NULL, response TEXT,
+    created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, locked_until INTEGER NOT NULL)`)
+  const now = Date.now()
+  db.prepare(`INSERT INTO "fa_idempotency" VALUES ('old', 'fp', 'in_progress', NULL, ?, ?, ?)`).run(now, now + 60_000, now + 60_000)
+  db.close()
+  const store = new SqliteIdempotencyStore(file)
+  t.teardown(() => store.close())
+  t.equal(await store.renew('old', '', 60_000), false, 'an old record has no holder that could renew it')
+  t.match(await store.reserve('old', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }), { outcome: 'existing', record: { state: 'in_progress' } })
+  const { token } = await store.reserve('new', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
+  t.equal(await store.complete('new', token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000), true)
 })
