@@ -760,3 +760,18 @@ t.test('a completion the store declines (the reservation is no longer ours) is l
   t.match(log.lines, [{ level: 40, msg: /reservation lost before its response was recorded/, idempotencyKey: 'k' }])
   t.equal(log.lines.length, 1)
 })
+
+t.test('a release the store refuses is logged: the key is freed when its lease runs out', async (t) => {
+  const store = new MemoryIdempotencyStore()
+  Object.assign(store, { release: async () => { throw new Error('store down') } })
+  const log = logLines()
+  log.logger.level = 'error'
+  const service = build(t, { agents: { work: timed }, idempotency: { store, lockLeaseMs: 100 }, logger: log.logger })
+  t.equal((await run(service, 'k', { input: { ms: 1, fail: true } })).statusCode, 500)
+  t.match(log.lines, [{ level: 50, msg: 'idempotency store failed to release a key', err: { message: 'store down' } }])
+  t.equal((await run(service, 'k', { input: { ms: 1, fail: true } })).statusCode, 409, 'locked while its lease holds')
+  await sleep(150)
+  const retry = await run(service, 'k', { input: { ms: 1 } })
+  t.equal(retry.statusCode, 200, 'then free: the retry runs')
+  t.equal(retry.headers['idempotent-replayed'], undefined)
+})
