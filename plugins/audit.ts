@@ -7,7 +7,7 @@ const audit: FastifyPluginCallback = (fastify, _options, done) => {
   // A state-changing request's entry is in the store before its answer is sent (group commit: one append for the
   // answers of a burst). A stream (a hijacked reply) commits before its terminal event instead.
   fastify.addHook('onSend', (request, reply, payload, next) => {
-    if (!isStateChanging(request.method)) return next(null, payload)
+    if (!log.durable || !isStateChanging(request.method)) return next(null, payload)
     void log.commit(request, reply.statusCode).then(() => next(null, payload))
   })
   // the rest, and a request that got no answer (the client left): written behind

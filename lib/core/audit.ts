@@ -4,6 +4,7 @@ import { randomId } from './ids.js'
 import { RequestSlot, requestContextOf } from './request-context.js'
 import type { ServiceStats } from './stats.js'
 import { iso } from '../stores/common.js'
+import { MemoryAuditStore } from '../stores/memory.js'
 import type { AuditEntry, AuditStore } from '../stores/types.js'
 
 /** What a request's audit entry says beyond the request itself, noted by the routes and plugins that know it. */
@@ -34,9 +35,13 @@ export class AuditLog {
   readonly #stats: ServiceStats
   readonly #slot = new RequestSlot<AuditState>('audit')
 
+  /** false for the memory ring: nothing of it survives the process, so nothing waits for it */
+  readonly durable: boolean
+
   constructor (store: AuditStore, stats: ServiceStats, log: FastifyBaseLogger) {
     this.#stats = stats
     this.writer = new AuditWriter(store, log, (count) => { stats.auditFailures += count })
+    this.durable = !(store instanceof MemoryAuditStore)
   }
 
   /** Resolves once every entry written so far is in the store (or counted as lost). */
@@ -77,7 +82,10 @@ export class AuditLog {
    */
   commit (request: FastifyRequest, status: number): Promise<void> {
     const entry = this.#entry(request, status)
-    return entry === null ? Promise.resolve() : this.writer.commit(entry)
+    if (entry === null) return Promise.resolve()
+    if (this.durable) return this.writer.commit(entry)
+    this.writer.write(entry)
+    return Promise.resolve()
   }
 
   /** The request's one entry, counted; null when it was made already. */

@@ -132,14 +132,14 @@ export class ProjectedStream implements RunListener {
       if (this.#stream.raw.writableNeedDrain) await drained(this.#stream.raw)
     }
     // the run is gone (purged, ephemeral), or the client left
-    this.#end()
+    await this.#end()
   }
 
   /** Writes the text; false once the response is over (ended by the projection, or cut). */
   #write (text: string): boolean {
     if (this.#done) return false
     if (this.#projection!.ended) {
-      void this.#endCommitted(text)
+      void this.#end(text)
       return false
     }
     if (text !== '') this.#stream.write(text)
@@ -162,15 +162,9 @@ export class ProjectedStream implements RunListener {
     }
   }
 
-  #end (): void {
+  /** The projection's last text (if any) goes out once the request's audit entry is in the store (contract §19). */
+  async #end (text = ''): Promise<void> {
     if (this.#done) return
-    this.#stream.end()
-    this.#release()
-    this.#service.audit.record(this.#request, 200)
-  }
-
-  /** The projection's last text goes out once the request's audit entry is in the store (contract §19). */
-  async #endCommitted (text: string): Promise<void> {
     this.#release()
     await this.#service.audit.commit(this.#request, 200)
     if (text !== '') this.#stream.write(text)

@@ -278,3 +278,22 @@ t.test('a POST is answered once its audit entry is in the store; a GET is not he
   t.match(sse.body, /run\.completed/)
   t.ok(entries.slice(before).some((e) => e.requestId === sse.headers['x-request-id']))
 })
+
+t.test('a request\'s entry is committed once, however many times it is asked for; the memory ring is written behind', async (t) => {
+  const entries: AuditEntry[] = []
+  const auditStore = { append: async (batch: readonly AuditEntry[]) => { entries.push(...batch) }, query: async () => ({ entries: [], nextCursor: null }), count: async () => entries.length }
+  const service = build(t, { auditStore })
+  const app = service.app
+  // a route of the app's own that commits before answering, then the audit hook asks again
+  app.post('/twice', async (request) => {
+    await app.agentService.audit.commit(request, 200)
+    return { ok: true }
+  })
+  t.equal((await app.inject({ method: 'POST', url: '/twice' })).statusCode, 200)
+  t.equal(app.agentService.audit.durable, true)
+  await app.agentService.audit.flush()
+  t.equal(entries.length, 1)
+  const memory = build(t)
+  await memory.app.ready()
+  t.equal(memory.app.agentService.audit.durable, false, 'the default memory ring')
+})
