@@ -646,9 +646,12 @@ class FlakyStore extends MemoryIdempotencyStore {
   down = true
   completions = 0
   renewals = 0
+  /** how long a completion takes to fail or succeed */
+  delayMs = 0
 
   override async complete (...args: Parameters<MemoryIdempotencyStore['complete']>): Promise<boolean> {
     this.completions++
+    if (this.delayMs > 0) await sleep(this.delayMs)
     if (this.down) throw new Error('store down')
     return super.complete(...args)
   }
@@ -729,6 +732,20 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
     t.ok(store.completions > attempts, 'the last attempt')
     if (comesBack) t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
     else t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
+  }
+  // closed while a retry is in flight: the last attempt is made, the retry's outcome changes nothing
+  {
+    const store = new FlakyStore()
+    store.delayMs = 60
+    const log = logLines()
+    const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    t.equal((await run(service, 'k')).statusCode, 200)
+    await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
+    store.down = false
+    await service.app.close()
+    await sleep(100)
+    t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
+    t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
   }
   // a request answered while the service drains: its attempt, then the last one
   const store = new FlakyStore()
