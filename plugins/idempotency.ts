@@ -3,7 +3,7 @@ import type {
   FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerHookHandler, preParsingHookHandler
 } from 'fastify'
 import { IdempotencyInProgressError, IdempotencyKeyReusedError } from '../lib/core/errors.js'
-import { BodyFingerprint, SSE_CONTENT_TYPE, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/core/idempotency.js'
+import { BodyFingerprint, SSE_CONTENT_TYPE, decodedPath, isReplayable, readIdempotencyKey, scopedIdempotencyKey, streamedResponse } from '../lib/core/idempotency.js'
 import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
 import { IdempotencyHeaders } from '../schemas/auth.js'
@@ -12,6 +12,8 @@ import { IdempotencyHeaders } from '../schemas/auth.js'
 interface Reservation {
   store: IdempotencyStore
   key: string
+  /** names this reservation to the store: only its holder renews, completes or releases it */
+  token: string
   ttlMs: number
   renewal: NodeJS.Timeout
 }
@@ -25,33 +27,105 @@ interface KeyState {
 
 const states = new RequestSlot<KeyState>('idempotency')
 
-async function settle (request: FastifyRequest, response: IdempotencyResponse | null): Promise<void> {
+/** The first wait before a failed completion is tried again; it doubles up to COMPLETION_RETRY_MAX_MS. */
+export const COMPLETION_RETRY_MS = 50
+const COMPLETION_RETRY_MAX_MS = 1_000
+
+/**
+ * Completions the store refused (an outage), retried until written (contract §19): the lease renewed meanwhile,
+ * so that no retry of the client's takes the key over and runs the agent a second time. The answer does not
+ * wait for them. They stop once written, when the record is no longer ours, after `ttlMs` (the replay window:
+ * past it a second run is what the client may expect), and at close, after one last attempt.
+ */
+class PendingCompletions {
+  readonly #pending = new Set<() => Promise<void>>()
+
+  /** Tries once; on a failure, goes on in the background and resolves. */
+  async complete (request: FastifyRequest, reservation: Reservation, response: IdempotencyResponse): Promise<void> {
+    const { store, key, token, ttlMs, renewal } = reservation
+    const log = request.log
+    const attempt = async (): Promise<boolean> => {
+      try {
+        if (!await store.complete(key, token, response, ttlMs)) {
+          log.warn({ idempotencyKey: states.get(request)?.key }, 'idempotency reservation lost before its response was recorded')
+        }
+        return true
+      } catch (error) {
+        log.error({ err: error }, 'idempotency store failed to record a response; retrying')
+        return false
+      }
+    }
+    if (await attempt()) return clearInterval(renewal)
+    const giveUpAt = Date.now() + ttlMs
+    let delay = COMPLETION_RETRY_MS
+    let timer: NodeJS.Timeout | undefined
+    const last = async (): Promise<void> => {
+      clearTimeout(timer)
+      this.#pending.delete(last)
+      if (!await attempt()) this.#gaveUp(request, renewal, 'the service closed')
+      else clearInterval(renewal)
+    }
+    const retry = (): void => {
+      timer = setTimeout(() => {
+        void attempt().then((written) => {
+          if (!this.#pending.has(last)) return
+          if (written) {
+            this.#pending.delete(last)
+            clearInterval(renewal)
+            log.info({ idempotencyKey: states.get(request)?.key }, 'idempotency response recorded after the store came back')
+          } else if (Date.now() >= giveUpAt) {
+            this.#pending.delete(last)
+            this.#gaveUp(request, renewal, 'its ttlMs passed')
+          } else {
+            delay = Math.min(delay * 2, COMPLETION_RETRY_MAX_MS)
+            retry()
+          }
+        })
+      }, delay)
+      // the instance's life bounds the retries, not the other way round
+      timer.unref()
+    }
+    this.#pending.add(last)
+    retry()
+  }
+
+  #gaveUp (request: FastifyRequest, renewal: NodeJS.Timeout, why: string): void {
+    clearInterval(renewal)
+    request.log.error({ idempotencyKey: states.get(request)?.key }, `idempotency response never recorded (${why}): the key stays locked until its lease runs out`)
+  }
+
+  /** At close (after the drain: no request is answered later): one last attempt each, before the stores close. */
+  async close (): Promise<void> {
+    await Promise.all([...this.#pending].map((last) => last()))
+  }
+}
+
+async function settle (request: FastifyRequest, response: IdempotencyResponse | null, completions: PendingCompletions): Promise<void> {
   const state = states.get(request)
   const reservation = state?.reservation
   if (reservation === undefined) return
   state!.reservation = undefined
+  if (response !== null && isReplayable(response.status)) return completions.complete(request, reservation, response)
   clearInterval(reservation.renewal)
-  const { store, key, ttlMs } = reservation
   try {
-    if (response !== null && isReplayable(response.status)) await store.complete(key, response, ttlMs)
-    else await store.release(key)
+    await reservation.store.release(reservation.key, reservation.token)
   } catch (error) {
-    // The key stays locked until its lease runs out: retries get 409 meanwhile, never a second run.
-    request.log.error({ err: error }, 'idempotency store failed to record a response')
+    // The key stays locked until its lease runs out: retries get 409 meanwhile, then run again (a 5xx's due).
+    request.log.error({ err: error }, 'idempotency store failed to release a key')
   }
 }
 
 /**
- * Renews the lease of a reservation every leaseMs/3 until the request settles, so that a run longer than the
- * lease is not taken over by a retry (which would run the agent a second time). A renewal that fails is
- * logged and the request goes on: the lease may still hold until the next one.
+ * Renews the lease of a reservation every leaseMs/3 until the request settles and its response is recorded,
+ * so that a run longer than the lease is not taken over by a retry (which would run the agent a second time).
+ * A renewal that fails is logged and the request goes on: the lease may still hold until the next one.
  */
-function renewWhileRunning (request: FastifyRequest, state: KeyState, store: IdempotencyStore, key: string, fingerprint: string, leaseMs: number): NodeJS.Timeout {
+function renewWhileRunning (request: FastifyRequest, state: KeyState, store: IdempotencyStore, key: string, token: string, leaseMs: number): NodeJS.Timeout {
   let renewing = false
   const renew = async (): Promise<void> => {
     let renewed: boolean
     try {
-      renewed = await store.renew(key, fingerprint, leaseMs)
+      renewed = await store.renew(key, token, leaseMs)
     } catch (error) {
       if (state.reservation !== undefined) request.log.warn({ err: error }, 'idempotency store failed to renew a lease; retrying')
       return
@@ -86,10 +160,12 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   if (settings === null) return
   const { store, ttlMs, lockLeaseMs } = settings
   states.declare(fastify)
+  const completions = new PendingCompletions()
+  fastify.addHook('onClose', async () => { await completions.close() })
 
   // For a run streamed as SSE (a hijacked reply: no onSend): its final event is recorded for replay (a failed
   // run releases the key, like the 5xx it stands for), before the stream ends: a retry after the end replays.
-  service.useStreamSettler((request, final) => settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null))
+  service.useStreamSettler((request, final) => settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null, completions))
 
   const preParsing: preParsingHookHandler = (request, _reply, payload, done) => {
     if (!hasKey(request)) return done(null, payload)
@@ -105,14 +181,15 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     const state = states.get(request)!
     state.key = key
     service.audit.note(request, { idempotencyKey: key })
-    const scoped = scopedIdempotencyKey(requestContextOf(request).principal, request.method, request.url.split('?', 1)[0]!, key)
+    const scoped = scopedIdempotencyKey(requestContextOf(request).principal, request.method, decodedPath(request.url), key)
     const bodyHash = state.fingerprint.digest()
     const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
     if (reserved.outcome === 'reserved') {
-      state.reservation = { store, key: scoped, ttlMs, renewal: renewWhileRunning(request, state, store, scoped, bodyHash, lockLeaseMs) }
+      const { token } = reserved
+      state.reservation = { store, key: scoped, token, ttlMs, renewal: renewWhileRunning(request, state, store, scoped, token, lockLeaseMs) }
       service.audit.note(request, { replayed: false })
       // a request that ends without a response (the client left mid-way) gives its key back
-      reply.raw.once('close', () => { void settle(request, null) })
+      reply.raw.once('close', () => { void settle(request, null, completions) })
       return undefined
     }
     const { record } = reserved
@@ -141,7 +218,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   const onSend: onSendHookHandler = (request, reply, payload, done) => {
     if (states.get(request)?.reservation === undefined) return done(null, payload)
     // Both routes answer serialized JSON (a result or an error body): always a string here.
-    void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) })
+    void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }, completions)
       .then(() => done(null, payload))
   }
 

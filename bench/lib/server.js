@@ -287,12 +287,12 @@ if (spec.kind === 'service') {
   const state = service.app.agentService
   stats = () => ({ runs: state.runs.size, streams: state.heartbeat.size })
   stop = async () => {
-    await service.close(0)
     const result = {}
-    if (options.auditStore !== undefined) {
-      result.auditCount = await options.auditStore.count()
-      await options.auditStore.close()
-    }
+    // Counted before close(), which closes a store that opened its own connection: every request answered by
+    // now has its entry committed already (contract §19), so the count covers every acknowledged one.
+    if (options.auditStore !== undefined) result.auditCount = await options.auditStore.count()
+    await service.close(0)
+    await options.auditStore?.close()
     return result
   }
   process.send({ type: 'ready', port })

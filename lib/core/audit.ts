@@ -4,6 +4,7 @@ import { randomId } from './ids.js'
 import { RequestSlot, requestContextOf } from './request-context.js'
 import type { ServiceStats } from './stats.js'
 import { iso } from '../stores/common.js'
+import { MemoryAuditStore } from '../stores/memory.js'
 import type { AuditEntry, AuditStore } from '../stores/types.js'
 
 /** What a request's audit entry says beyond the request itself, noted by the routes and plugins that know it. */
@@ -20,6 +21,11 @@ interface AuditState extends AuditNote {
   audited: boolean
 }
 
+/** Whether a request changes state: its audit entry is committed before its answer (contract §19). */
+export function isStateChanging (method: string): boolean {
+  return method === 'POST' || method === 'DELETE'
+}
+
 /**
  * Every request's one audit entry and its place in the stats. Routes and plugins `note()` what they learn
  * (the agent, the run, the key); the audit plugin's onResponse hook, or a hijacked reply's own end, `record()`s it.
@@ -29,9 +35,13 @@ export class AuditLog {
   readonly #stats: ServiceStats
   readonly #slot = new RequestSlot<AuditState>('audit')
 
+  /** false for the memory ring: nothing of it survives the process, so nothing waits for it */
+  readonly durable: boolean
+
   constructor (store: AuditStore, stats: ServiceStats, log: FastifyBaseLogger) {
     this.#stats = stats
     this.writer = new AuditWriter(store, log, (count) => { stats.auditFailures += count })
+    this.durable = !(store instanceof MemoryAuditStore)
   }
 
   /** Resolves once every entry written so far is in the store (or counted as lost). */
@@ -57,13 +67,32 @@ export class AuditLog {
   }
 
   /**
-   * Writes the request's one entry and counts it: by the onResponse hook, or first by the route of a hijacked
-   * reply (an SSE stream, a WebSocket upgrade), whose onResponse hook runs only when its raw response finishes.
+   * Writes the request's one entry behind and counts it: by the onResponse hook, or first by the route of a
+   * hijacked reply (a WebSocket upgrade), whose onResponse hook runs only when its raw response finishes.
    */
   record (request: FastifyRequest, status: number): void {
+    const entry = this.#entry(request, status)
+    if (entry !== null) this.writer.write(entry)
+  }
+
+  /**
+   * The same, for a state-changing request (contract §19): resolves once the entry is in the audit store, so that
+   * its answer (or a stream's terminal event) goes out after it. A store that fails is counted and logged, and
+   * the answer goes out all the same (README, Deviations).
+   */
+  commit (request: FastifyRequest, status: number): Promise<void> {
+    const entry = this.#entry(request, status)
+    if (entry === null) return Promise.resolve()
+    if (this.durable) return this.writer.commit(entry)
+    this.writer.write(entry)
+    return Promise.resolve()
+  }
+
+  /** The request's one entry, counted; null when it was made already. */
+  #entry (request: FastifyRequest, status: number): AuditEntry | null {
     const context = requestContextOf(request)
     const state = this.#slot.get(request)
-    if (state?.audited === true) return
+    if (state?.audited === true) return null
     if (state === null) this.#slot.set(request, { audited: true })
     else state.audited = true
     const durationMs = Math.round((performance.now() - context.startedAt) * 100) / 100
@@ -95,6 +124,6 @@ export class AuditLog {
       if (state.replayed !== undefined) entry.replayed = state.replayed
     }
     if (admin) entry.admin = true
-    this.writer.write(entry)
+    return entry
   }
 }

@@ -41,6 +41,20 @@ export function scopedIdempotencyKey (principal: string, method: string, path: s
 }
 
 /**
+ * The path a key is scoped by: the URL's path, percent-decoded as the router decodes it, so that
+ * `/v1/agents/%63ount/runs` and `/v1/agents/count/runs` (one route, one agent) share their keys.
+ */
+export function decodedPath (url: string): string {
+  const path = url.split('?', 1)[0]!
+  try {
+    return decodeURIComponent(path)
+  } catch {
+    // not valid percent-encoding: the router matched it as written, and so is it scoped
+    return path
+  }
+}
+
+/**
  * Hashes the raw body as it streams to the parser: the fingerprint is sha256 of the bytes sent, known
  * once the body has been read (by the preHandler stage).
  */

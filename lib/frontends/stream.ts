@@ -132,17 +132,17 @@ export class ProjectedStream implements RunListener {
       if (this.#stream.raw.writableNeedDrain) await drained(this.#stream.raw)
     }
     // the run is gone (purged, ephemeral), or the client left
-    this.#end()
+    await this.#end()
   }
 
   /** Writes the text; false once the response is over (ended by the projection, or cut). */
   #write (text: string): boolean {
     if (this.#done) return false
-    if (text !== '') this.#stream.write(text)
     if (this.#projection!.ended) {
-      this.#end()
+      void this.#end(text)
       return false
     }
+    if (text !== '') this.#stream.write(text)
     if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
       this.#service.stats.slowConsumers++
       this.#stream.cut()
@@ -156,22 +156,25 @@ export class ProjectedStream implements RunListener {
     if (this.#done) return
     this.#stream.closed()
     this.#release()
+    this.#service.audit.record(this.#request, 200)
     if (this.#cancelOnClose && this.#runId !== null && this.#projection?.ended !== true) {
       cancelRun(this.#service, this.#runId).catch((err: unknown) => this.#request.log.error({ err, runId: this.#runId }, 'could not cancel the run'))
     }
   }
 
-  #end (): void {
+  /** The projection's last text (if any) goes out once the request's audit entry is in the store (contract §19). */
+  async #end (text = ''): Promise<void> {
     if (this.#done) return
-    this.#stream.end()
     this.#release()
+    await this.#service.audit.commit(this.#request, 200)
+    if (text !== '') this.#stream.write(text)
+    this.#stream.end()
   }
 
   #release (): void {
     this.#done = true
     this.#service.heartbeat.delete(this.#stream)
     this.#stop.abort()
-    this.#service.audit.record(this.#request, 200)
   }
 }
 
@@ -202,7 +205,8 @@ export async function writeFrames (
   } finally {
     ended = true
     service.heartbeat.delete(stream)
+    // the response ends once the request's audit entry is in the store (contract §19)
+    await service.audit.commit(request, 200)
     stream.end()
-    service.audit.record(request, 200)
   }
 }

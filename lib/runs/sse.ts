@@ -207,8 +207,9 @@ export class SseRun implements RunListener {
   async #end (): Promise<void> {
     // an idempotency key's record is written before the stream ends: a retry after the end is a replay
     await this.#service.settleStream(this.#request, this.#final)
+    // and its audit entry is in the store before the client sees the end (contract §19)
+    await this.#service.audit.commit(this.#request, 200)
     this.#service.heartbeat.delete(this.#stream)
     this.#stream.end(this.#final)
-    this.#service.audit.record(this.#request, 200)
   }
 }

@@ -118,21 +118,31 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   let runId: string = randomId()
   let sessionId: string | null = request.sessionId ?? null
   let resume: { step: number, state: unknown } | undefined
+  let history: Message[] | undefined
   if (request.resumeRunId !== undefined) {
+    // Ownership first (contract §19): another principal's run, in flight or ended, is not found, never in progress.
     const resumeRunId = request.resumeRunId
-    if (service.runs.has(resumeRunId)) throw new RunInProgressError(resumeRunId)
     const checkpoint = await settings.checkpointStore.load(resumeRunId)
-    if (checkpoint === null || checkpoint.agent !== name) throw new RunNotFoundError(resumeRunId)
+    if (checkpoint === null || checkpoint.agent !== name) {
+      // in flight here before its first checkpoint: in progress, to its owner only
+      if (service.runs.get(resumeRunId)?.options.principal === caller.principal) throw new RunInProgressError(resumeRunId)
+      throw new RunNotFoundError(resumeRunId)
+    }
+    // A resumed run belongs to its session: without it (expired, or someone else's), there is nothing to resume.
+    const session = await ownedSession(settings.sessionStore, checkpoint.sessionId, caller.principal)
+    if (session === null) throw new RunNotFoundError(resumeRunId)
     if (sessionId !== null && sessionId !== checkpoint.sessionId) throw new RunSessionMismatchError(resumeRunId)
+    if (service.runs.has(resumeRunId)) throw new RunInProgressError(resumeRunId)
     runId = checkpoint.runId
     sessionId = checkpoint.sessionId
     resume = { step: checkpoint.step, state: checkpoint.state }
+    history = session.messages
   }
 
   // the quotas (§18) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
   const admitted = await service.quotas?.admit(caller.principal, runId) === true
   try {
-    return await storeRun(options, background, { agent, runId, sessionId, resume, ephemeral })
+    return await storeRun(options, background, { agent, runId, sessionId, resume, history, ephemeral })
   } catch (err) {
     // not a resume that lost to the same run in progress: that run holds the slot
     if (admitted && !(err instanceof RunInProgressError)) await service.quotas!.release(caller.principal, runId)
@@ -142,21 +152,20 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
 
 /** The rest of resolveRun, once the run is admitted: its session found or made, its record stored. */
 async function storeRun (options: PrepareRunOptions, background: boolean, resolved: {
-  agent: Agent, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined, ephemeral: boolean
+  agent: Agent, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined,
+  history: Message[] | undefined, ephemeral: boolean
 }): Promise<{ agent: Agent, newRun: NewRun, history: Message[] | undefined, resume: { step: number, state: unknown } | undefined }> {
   const { service, agent: name, request, caller, auditedRequest } = options
   const { settings } = service
   const { agent, runId, resume, ephemeral } = resolved
-  let { sessionId } = resolved
-  let history: Message[] | undefined
+  let { sessionId, history } = resolved
   // a session made for this run is this run's alone: nothing to wait for
   let fresh = false
-  if (sessionId !== null) {
+  if (sessionId !== null && resume === undefined) {
     const session = await ownedSession(settings.sessionStore, sessionId, caller.principal)
-    // A resumed run belongs to its session: without it (expired, or someone else's), there is nothing to resume.
-    if (session === null) throw resume === undefined ? new SessionNotFoundError(sessionId) : new RunNotFoundError(runId)
+    if (session === null) throw new SessionNotFoundError(sessionId)
     history = session.messages
-  } else if (!ephemeral) {
+  } else if (sessionId === null && !ephemeral) {
     sessionId = randomId()
     fresh = true
     await settings.sessionStore.create({ id: sessionId, agent: name, principal: caller.principal, metadata: {} }, settings.sessionTtlMs)

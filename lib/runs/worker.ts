@@ -30,8 +30,10 @@ export class RunWorker {
   #unwatchQueue: (() => void) | null = null
   #claiming = false
   #claimAgain = false
+  /** the claim in progress: a hand-off waits for the runs it brings in */
+  #claimed: Promise<void> = Promise.resolve()
   #stopped = true
-  // the last time a renewal was answered: past a lease's worth without one, this instance fences itself off
+  // when the last renewal that was answered was sent: the leases it renewed end a lease's length after it
   #renewedAt = 0
   #renewing = false
   #scanning = false
@@ -86,7 +88,7 @@ export class RunWorker {
       return
     }
     this.#claiming = true
-    this.#claimSome().catch((err: unknown) => this.#log?.warn({ err }, 'could not claim queued runs'))
+    this.#claimed = this.#claimSome().catch((err: unknown) => this.#log?.warn({ err }, 'could not claim queued runs'))
       .finally(() => {
         this.#claiming = false
         if (this.#claimAgain) {
@@ -170,27 +172,35 @@ export class RunWorker {
   }
 
   async #renew (): Promise<void> {
-    if (this.#renewing) return
+    // a renewal still unanswered (a store that hangs) fences as a failed one does
+    if (this.#renewing) return this.#fence()
     this.#renewing = true
     const { runs, settings } = this.#service
     const ids = runs.ids()
+    const sentAt = Date.now()
     try {
       if (ids.length > 0) {
-        const held = new Set(await settings.runStore.renew(this.owner, ids, Date.now() + this.#leaseMs))
+        const held = new Set(await settings.runStore.renew(this.owner, ids, sentAt + this.#leaseMs))
         // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
         for (const runId of ids) if (!held.has(runId)) runs.get(runId)?.detach('INSTANCE_LOST')
       }
-      this.#renewedAt = Date.now()
+      this.#renewedAt = sentAt
     } catch (err) {
       this.#log?.warn({ err }, 'could not renew the leases of this instance\'s runs')
-      // Unrenewed this long, the leases may lapse before the next try: another instance may take the runs over,
-      // so they stop here first (a run is never run by two instances at once).
-      if (Date.now() - this.#renewedAt > this.#leaseMs - Math.floor(this.#leaseMs / 3)) {
-        for (const runId of ids) runs.get(runId)?.detach('INSTANCE_LOST')
-      }
+      this.#fence()
     } finally {
       this.#renewing = false
     }
+  }
+
+  /**
+   * Unrenewed this long, the leases may lapse before the next try: another instance may take the runs over, so
+   * they stop here first (a run is never run by two instances at once).
+   */
+  #fence (): void {
+    if (Date.now() - this.#renewedAt <= this.#leaseMs - Math.floor(this.#leaseMs / 3)) return
+    const { runs } = this.#service
+    for (const runId of runs.ids()) runs.get(runId)?.detach('INSTANCE_LOST')
   }
 
   async #scan (): Promise<void> {
@@ -241,6 +251,8 @@ export class RunWorker {
    */
   async handOff (): Promise<void> {
     const { settings, runs } = this.#service
+    // runs claimed as the drain began are started by now, and handed off with the others
+    await this.#claimed
     await Promise.all(runs.list().filter((run) => run.options.detachable && run.options.agent.resumable === true).map(async (run) => {
       run.detach('SHUTDOWN')
       // its last events first: the log goes on, without a gap, where the next attempt picks it up

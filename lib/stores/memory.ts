@@ -3,6 +3,7 @@ import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
   decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
 } from './common.js'
+import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
 import { MemoryQuotaStore } from './memory-quotas.js'
@@ -408,6 +409,8 @@ function toCheckpointRecord (summary: CheckpointSummary, json: string): Checkpoi
 
 interface StoredIdempotency {
   record: IdempotencyRecord
+  /** the reservation's holder: renew, complete and release need it */
+  token: string
   expiresMs: number
   lockedMs: number
 }
@@ -423,39 +426,50 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     this.#purge(now)
     const existing = this.#records.get(key)
     if (existing !== undefined && isLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
+    const token = randomId()
     const stored: StoredIdempotency = {
       record: { key, fingerprint, state: 'in_progress', createdAt: iso(now), expiresAt: iso(now + options.ttlMs), lockedUntil: iso(now + options.leaseMs) },
+      token,
       expiresMs: now + options.ttlMs,
       lockedMs: now + options.leaseMs
     }
     this.#records.delete(key)
     this.#records.set(key, stored)
-    return { outcome: 'reserved' }
+    return { outcome: 'reserved', token }
   }
 
-  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  /** The record while `token` holds it: unexpired and in progress. */
+  #held (key: string, token: string, now: number): StoredIdempotency | undefined {
+    const stored = this.#records.get(key)
+    return stored !== undefined && stored.expiresMs > now && stored.record.state === 'in_progress' && stored.token === token ? stored : undefined
+  }
+
+  async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     checkTtl('leaseMs', leaseMs)
     const now = Date.now()
-    const stored = this.#records.get(key)
-    if (stored === undefined || stored.expiresMs <= now || stored.record.state !== 'in_progress' ||
-      stored.record.fingerprint !== fingerprint) return false
+    const stored = this.#held(key, token, now)
+    if (stored === undefined) return false
     stored.lockedMs = now + leaseMs
     stored.expiresMs = Math.max(stored.expiresMs, stored.lockedMs)
     stored.record = { ...stored.record, lockedUntil: iso(stored.lockedMs), expiresAt: iso(stored.expiresMs) }
     return true
   }
 
-  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+  async complete (key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    const stored = this.#records.get(key)
-    if (stored === undefined) return
-    const expiresMs = Date.now() + ttlMs
+    const now = Date.now()
+    const stored = this.#held(key, token, now)
+    if (stored === undefined) return false
+    const expiresMs = now + ttlMs
     stored.expiresMs = expiresMs
     stored.record = { ...stored.record, state: 'completed', response: { ...response }, expiresAt: iso(expiresMs) }
+    return true
   }
 
-  async release (key: string): Promise<void> {
+  async release (key: string, token: string): Promise<boolean> {
+    if (this.#held(key, token, Date.now()) === undefined) return false
     this.#records.delete(key)
+    return true
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {

@@ -8,6 +8,7 @@ import {
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
 import { PostgresQuotaStore } from './postgres-quotas.js'
@@ -650,7 +651,9 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
     return `
       CREATE TABLE IF NOT EXISTS ${this.table('idempotency')} (
         key text PRIMARY KEY, fingerprint text NOT NULL, state text NOT NULL, response jsonb,
-        created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, locked_until timestamptz NOT NULL);
+        created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, locked_until timestamptz NOT NULL, token text);
+      -- the reservation's token (contract §19), added to a table made before it: a record without one is held by nobody
+      ALTER TABLE ${this.table('idempotency')} ADD COLUMN IF NOT EXISTS token text;
       CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}idempotency_expires`)} ON ${this.table('idempotency')} (expires_at);`
   }
 
@@ -664,15 +667,17 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
     }
     // Concurrent inserts of one key wait for the first to commit, then re-check the WHERE against it:
     // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over.
+    const token = randomId()
     const taken = await this.sql(`
-      INSERT INTO ${this.table('idempotency')} AS i (key, fingerprint, state, response, created_at, expires_at, locked_until)
-      VALUES ($1, $2, 'in_progress', NULL, $3, $4, $5)
+      INSERT INTO ${this.table('idempotency')} AS i (key, fingerprint, state, response, created_at, expires_at, locked_until, token)
+      VALUES ($1, $2, 'in_progress', NULL, $3, $4, $5, $6)
       ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, state = 'in_progress', response = NULL,
-        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, locked_until = EXCLUDED.locked_until
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, locked_until = EXCLUDED.locked_until,
+        token = EXCLUDED.token
       WHERE i.expires_at <= $3 OR (i.state = 'in_progress' AND i.locked_until <= $3)
       RETURNING key`,
-    [key, fingerprint, new Date(now), new Date(now + options.ttlMs), new Date(now + options.leaseMs)])
-    if (taken.length === 1) return { outcome: 'reserved' }
+    [key, fingerprint, new Date(now), new Date(now + options.ttlMs), new Date(now + options.leaseMs), token])
+    if (taken.length === 1) return { outcome: 'reserved', token }
     const record = await this.get(key)
     // The holder released the key (or it expired) between the INSERT and the SELECT: a race that tests
     // cannot provoke on purpose. Trying again is the right answer.
@@ -681,29 +686,36 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
     return { outcome: 'existing', record }
   }
 
-  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     checkTtl('leaseMs', leaseMs)
     const now = Date.now()
-    // One conditional UPDATE: it waits for a concurrent takeover's row lock, then re-checks the WHERE
-    // against the row that takeover left: a record taken over (by another body), completed or released
-    // in between is left alone.
+    // One conditional UPDATE, a compare-and-set on the token: it waits for a concurrent takeover's row lock,
+    // then re-checks the WHERE against the row that takeover left: a record taken over, completed or released
+    // in between is left alone. complete() and release() work the same way.
     const renewed = await this.sql(`
       UPDATE ${this.table('idempotency')} SET locked_until = $3, expires_at = GREATEST(expires_at, $3)
-      WHERE key = $1 AND fingerprint = $2 AND state = 'in_progress' AND expires_at > $4
+      WHERE key = $1 AND token = $2 AND state = 'in_progress' AND expires_at > $4
       RETURNING key`,
-    [key, fingerprint, new Date(now + leaseMs), new Date(now)])
+    [key, token, new Date(now + leaseMs), new Date(now)])
     return renewed.length === 1
   }
 
-  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+  async complete (key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    await this.sql(`
-      UPDATE ${this.table('idempotency')} SET state = 'completed', response = $2, expires_at = $3 WHERE key = $1`,
-    [key, JSON.stringify(response), new Date(Date.now() + ttlMs)])
+    const now = Date.now()
+    const completed = await this.sql(`
+      UPDATE ${this.table('idempotency')} SET state = 'completed', response = $3, expires_at = $4
+      WHERE key = $1 AND token = $2 AND state = 'in_progress' AND expires_at > $5
+      RETURNING key`,
+    [key, token, JSON.stringify(response), new Date(now + ttlMs), new Date(now)])
+    return completed.length === 1
   }
 
-  async release (key: string): Promise<void> {
-    await this.sql(`DELETE FROM ${this.table('idempotency')} WHERE key = $1`, [key])
+  async release (key: string, token: string): Promise<boolean> {
+    const released = await this.sql(`
+      DELETE FROM ${this.table('idempotency')} WHERE key = $1 AND token = $2 AND state = 'in_progress' AND expires_at > $3
+      RETURNING key`, [key, token, new Date()])
+    return released.length === 1
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {

@@ -6,6 +6,7 @@ import {
   SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { randomId } from '../core/ids.js'
 import { RedisRunStore } from './redis-runs.js'
 import { RedisWebhookStore } from './redis-webhooks.js'
 import { RedisQuotaStore } from './redis-quotas.js'
@@ -166,23 +167,34 @@ if held[1] and tonumber(held[2]) > now and (held[1] == 'completed' or tonumber(h
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fingerprint', ARGV[2], 'state', 'in_progress', 'createdAt', ARGV[1],
-  'expiresAt', ARGV[3], 'lockedUntil', ARGV[4])
+  'expiresAt', ARGV[3], 'lockedUntil', ARGV[4], 'token', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 `)
 
-const COMPLETE = new Script(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'response', ARGV[1], 'expiresAt', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+// complete, renew and release are each a compare-and-set on the reservation's token: they change a record that
+// is unexpired, in progress and holds the token (ARGV[2]), and nothing else. ARGV[1] is now.
+const HELD = `
+local held = redis.call('HMGET', KEYS[1], 'state', 'token', 'expiresAt')
+if held[1] ~= 'in_progress' or held[2] ~= ARGV[2] or tonumber(held[3]) <= tonumber(ARGV[1]) then return 0 end
+`
+
+// ARGV: now, token, response, expiresAt, ttlMs
+const COMPLETE = new Script(`${HELD}
+redis.call('HSET', KEYS[1], 'state', 'completed', 'response', ARGV[3], 'expiresAt', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 `)
 
-// Extends the lease of a record that is unexpired, in progress and of this fingerprint; if the record would
-// expire before the new lease ends, its expiry moves with it. ARGV: now, fingerprint, lockedUntil, leaseMs.
-const RENEW = new Script(`
-local held = redis.call('HMGET', KEYS[1], 'state', 'fingerprint', 'expiresAt')
-if held[1] ~= 'in_progress' or held[2] ~= ARGV[2] or tonumber(held[3]) <= tonumber(ARGV[1]) then return 0 end
+// ARGV: now, token
+const RELEASE = new Script(`${HELD}
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Extends the lease; if the record would expire before the new lease ends, its expiry moves with it.
+// ARGV: now, token, lockedUntil, leaseMs.
+const RENEW = new Script(`${HELD}
 redis.call('HSET', KEYS[1], 'lockedUntil', ARGV[3])
 if tonumber(held[3]) < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], 'expiresAt', ARGV[3])
@@ -214,26 +226,28 @@ export class RedisIdempotencyStore extends RedisStore implements IdempotencyStor
     checkTtl('leaseMs', options.leaseMs)
     const now = Date.now()
     const ttlMs = Math.ceil(options.ttlMs)
+    const token = randomId()
     const result = await RESERVE.run(this.client(), [this.#key(key)],
-      [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs])
-    if (result === 1) return { outcome: 'reserved' }
+      [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs, token])
+    if (result === 1) return { outcome: 'reserved', token }
     return { outcome: 'existing', record: toIdempotency(key, pairs(result as string[])) }
   }
 
-  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     checkTtl('leaseMs', leaseMs)
     const now = Date.now()
-    return await RENEW.run(this.client(), [this.#key(key)], [now, fingerprint, now + leaseMs, Math.ceil(leaseMs)]) === 1
+    return await RENEW.run(this.client(), [this.#key(key)], [now, token, now + leaseMs, Math.ceil(leaseMs)]) === 1
   }
 
-  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+  async complete (key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
     const ttl = Math.ceil(ttlMs)
-    await COMPLETE.run(this.client(), [this.#key(key)], [JSON.stringify(response), Date.now() + ttl, ttl])
+    const now = Date.now()
+    return await COMPLETE.run(this.client(), [this.#key(key)], [now, token, JSON.stringify(response), now + ttl, ttl]) === 1
   }
 
-  async release (key: string): Promise<void> {
-    await (this.client() as Redis).del(this.#key(key))
+  async release (key: string, token: string): Promise<boolean> {
+    return await RELEASE.run(this.client(), [this.#key(key)], [Date.now(), token]) === 1
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {

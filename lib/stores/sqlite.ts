@@ -7,6 +7,7 @@ import {
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
 import { loadDriver } from './drivers.js'
+import { randomId } from '../core/ids.js'
 import { SqliteRunStore } from './sqlite-runs.js'
 import { SqliteWebhookStore } from './sqlite-webhooks.js'
 import { SqliteQuotaStore } from './sqlite-quotas.js'
@@ -578,30 +579,37 @@ function idempotencyStatements (db: Db, table: string) {
   db.exec(`
     CREATE TABLE IF NOT EXISTS "${table}" (
       key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, state TEXT NOT NULL, response TEXT,
-      created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, locked_until INTEGER NOT NULL);
+      created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, locked_until INTEGER NOT NULL, token TEXT);
     CREATE INDEX IF NOT EXISTS "${table}_expires" ON "${table}" (expires_at);
   `)
+  // the reservation's token (contract §19), added to a table made before it: a record without one is held by nobody
+  const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${table}')`).all()
+  if (!columns.some((column) => column.name === 'token')) db.exec(`ALTER TABLE "${table}" ADD COLUMN token TEXT`)
   // Takes the key over only when the holder is dead (lease passed) or its record expired.
-  const take = db.prepare<{ key: string, fingerprint: string, now: number, expires: number, locked: number }>(`
-    INSERT INTO "${table}" (key, fingerprint, state, response, created_at, expires_at, locked_until)
-    VALUES (@key, @fingerprint, 'in_progress', NULL, @now, @expires, @locked)
+  const take = db.prepare<{ key: string, fingerprint: string, token: string, now: number, expires: number, locked: number }>(`
+    INSERT INTO "${table}" (key, fingerprint, state, response, created_at, expires_at, locked_until, token)
+    VALUES (@key, @fingerprint, 'in_progress', NULL, @now, @expires, @locked, @token)
     ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint, state = 'in_progress', response = NULL,
-      created_at = excluded.created_at, expires_at = excluded.expires_at, locked_until = excluded.locked_until
+      created_at = excluded.created_at, expires_at = excluded.expires_at, locked_until = excluded.locked_until,
+      token = excluded.token
     WHERE "${table}".expires_at <= @now OR ("${table}".state = 'in_progress' AND "${table}".locked_until <= @now)`)
   const get = db.prepare<[string, number], IdempotencyRow>(`SELECT * FROM "${table}" WHERE key = ? AND expires_at > ?`)
   return {
     // IMMEDIATE takes the write lock first, so no other process changes the row between the two statements
-    reserve: db.transaction((key: string, fingerprint: string, now: number, ttlMs: number, leaseMs: number) =>
-      take.run({ key, fingerprint, now, expires: now + ttlMs, locked: now + leaseMs }).changes === 1
+    reserve: db.transaction((key: string, fingerprint: string, token: string, now: number, ttlMs: number, leaseMs: number) =>
+      take.run({ key, fingerprint, token, now, expires: now + ttlMs, locked: now + leaseMs }).changes === 1
         ? null
         : get.get(key, now) as IdempotencyRow),
-    // one statement: the check and the write cannot be split by another process's takeover
-    renew: db.prepare<{ key: string, fingerprint: string, now: number, locked: number }>(`
+    // Each one statement, a compare-and-set on the token: the check and the write cannot be split by another
+    // process's takeover.
+    renew: db.prepare<{ key: string, token: string, now: number, locked: number }>(`
       UPDATE "${table}" SET locked_until = @locked, expires_at = MAX(expires_at, @locked)
-      WHERE key = @key AND fingerprint = @fingerprint AND state = 'in_progress' AND expires_at > @now`),
-    complete: db.prepare<[string, number, string]>(`
-      UPDATE "${table}" SET state = 'completed', response = ?, expires_at = ? WHERE key = ?`),
-    release: db.prepare<[string]>(`DELETE FROM "${table}" WHERE key = ?`),
+      WHERE key = @key AND token = @token AND state = 'in_progress' AND expires_at > @now`),
+    complete: db.prepare<{ key: string, token: string, now: number, response: string, expires: number }>(`
+      UPDATE "${table}" SET state = 'completed', response = @response, expires_at = @expires
+      WHERE key = @key AND token = @token AND state = 'in_progress' AND expires_at > @now`),
+    release: db.prepare<{ key: string, token: string, now: number }>(`
+      DELETE FROM "${table}" WHERE key = @key AND token = @token AND state = 'in_progress' AND expires_at > @now`),
     get,
     purge: db.prepare<[number]>(`DELETE FROM "${table}" WHERE expires_at <= ?`)
   }
@@ -625,23 +633,25 @@ export class SqliteIdempotencyStore extends SqliteStore implements IdempotencySt
       this.#purgedAt = now
       statements.purge.run(now)
     }
-    const existing = statements.reserve.immediate(key, fingerprint, now, options.ttlMs, options.leaseMs)
-    return existing === null ? { outcome: 'reserved' } : { outcome: 'existing', record: toIdempotency(existing) }
+    const token = randomId()
+    const existing = statements.reserve.immediate(key, fingerprint, token, now, options.ttlMs, options.leaseMs)
+    return existing === null ? { outcome: 'reserved', token } : { outcome: 'existing', record: toIdempotency(existing) }
   }
 
-  async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     checkTtl('leaseMs', leaseMs)
     const now = Date.now()
-    return this.#statements().renew.run({ key, fingerprint, now, locked: now + leaseMs }).changes === 1
+    return this.#statements().renew.run({ key, token, now, locked: now + leaseMs }).changes === 1
   }
 
-  async complete (key: string, response: IdempotencyResponse, ttlMs: number): Promise<void> {
+  async complete (key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    this.#statements().complete.run(JSON.stringify(response), Date.now() + ttlMs, key)
+    const now = Date.now()
+    return this.#statements().complete.run({ key, token, now, response: JSON.stringify(response), expires: now + ttlMs }).changes === 1
   }
 
-  async release (key: string): Promise<void> {
-    this.#statements().release.run(key)
+  async release (key: string, token: string): Promise<boolean> {
+    return this.#statements().release.run({ key, token, now: Date.now() }).changes === 1
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {

@@ -151,28 +151,31 @@ export interface IdempotencyRecord {
 }
 
 export type ReserveResult =
-  | { outcome: 'reserved' }
+  /** `token` names this reservation: only its holder (who knows it) renews, completes or releases the record */
+  | { outcome: 'reserved', token: string }
   | { outcome: 'existing', record: IdempotencyRecord }
 
 export interface IdempotencyStore {
   /**
    * Atomically reserves `key` unless a live record holds it. A record past `expiresAt`, or still
-   * `in_progress` past `lockedUntil` (its process died), counts as absent and is taken over.
+   * `in_progress` past `lockedUntil` (its process died), counts as absent and is taken over, under a new token.
    */
   reserve(key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult>
   /**
-   * Atomically extends the lease of a reservation that is still ours: sets `lockedUntil` to now + leaseMs
-   * (and `expiresAt` with it, should the record otherwise expire first) only while the record is unexpired,
-   * `in_progress` and holds `fingerprint`. false, changing nothing, otherwise: it was taken over, completed
-   * or released. Called periodically while the request runs, so that a run longer than the lease is not
-   * taken over. A record whose lease ran out but that nobody took over yet is still ours and is renewed.
-   * The fingerprint names the body, not the holder: a record taken over by a retry of the same body passes.
+   * Atomically extends the lease of the reservation `token` names: sets `lockedUntil` to now + leaseMs (and
+   * `expiresAt` with it, should the record otherwise expire first) only while the record is unexpired,
+   * `in_progress` and holds `token`. false, changing nothing, otherwise: it was taken over, completed or
+   * released. Called periodically while the request runs, so that a run longer than the lease is not taken
+   * over. A record whose lease ran out but that nobody took over yet still holds the token and is renewed.
    */
-  renew(key: string, fingerprint: string, leaseMs: number): Promise<boolean>
-  /** Stores the response; the record is replayed until now + ttlMs. */
-  complete(key: string, response: IdempotencyResponse, ttlMs: number): Promise<void>
-  /** Forgets the key (a 5xx: the retry runs again). */
-  release(key: string): Promise<void>
+  renew(key: string, token: string, leaseMs: number): Promise<boolean>
+  /**
+   * Stores the response of the reservation `token` names (unexpired and `in_progress`); the record is replayed
+   * until now + ttlMs. false, changing nothing, when the record no longer holds the token.
+   */
+  complete(key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean>
+  /** Forgets the key (a 5xx: the retry runs again) while it holds `token`; false, changing nothing, otherwise. */
+  release(key: string, token: string): Promise<boolean>
   /** null when absent or expired */
   get(key: string): Promise<IdempotencyRecord | null>
   close?(): Promise<void>

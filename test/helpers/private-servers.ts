@@ -89,8 +89,15 @@ function asPostgres (command: string, args: string[]): [string, string[]] {
   return userInfo().uid === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args]
 }
 
+export interface PrivatePostgres extends PrivateServer {
+  /** pg_ctl stop -m immediate (a crash: no shutdown checkpoint); connections fail from now on */
+  kill(): Promise<void>
+  /** after kill(): the same cluster started again on the same port, its data recovered */
+  revive(): Promise<void>
+}
+
 /** A PostgreSQL cluster of the test's own (initdb into a temporary folder, trust auth, fsync off), stopped and removed in teardown. */
-export async function privatePostgres (t: Test & ServiceTest): Promise<PrivateServer | null> {
+export async function privatePostgres (t: Test & ServiceTest): Promise<PrivatePostgres | null> {
   const tools = await onPath('initdb') && await onPath('pg_ctl')
   if (!requireService(t, tools, 'the outage tests need initdb and pg_ctl on the PATH (apt-get install postgresql)')) return null
   const dir = await mkdtemp(join(tmpdir(), 'fa-pg-'))
@@ -103,9 +110,13 @@ export async function privatePostgres (t: Test & ServiceTest): Promise<PrivateSe
   const data = join(dir, 'data')
   const port = await freePort()
   await exec(...asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8']))
-  await exec(...asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-w', '-o',
-    `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`, 'start']))
-  const postmaster = Number((await readFile(join(data, 'postmaster.pid'), 'utf8')).split('\n')[0])
+  const start = async (): Promise<void> => {
+    await exec(...asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-w', '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`, 'start']))
+    postmaster = Number((await readFile(join(data, 'postmaster.pid'), 'utf8')).split('\n')[0])
+  }
+  let postmaster = 0
+  await start()
   // the postmaster and every backend it forked: freezing only the postmaster would leave open connections answering
   const cluster = async (): Promise<number[]> => {
     const { stdout } = await exec('ps', ['-o', 'pid=', '--ppid', String(postmaster)]).catch(() => ({ stdout: '' }))
@@ -128,6 +139,10 @@ export async function privatePostgres (t: Test & ServiceTest): Promise<PrivateSe
       await signal('SIGSTOP')
       await eventually(async () => await stateOf(postmaster) === 'T', 5_000, 'postgres stopped')
     },
-    thaw: () => signal('SIGCONT')
+    thaw: () => signal('SIGCONT'),
+    async kill () {
+      await exec(...asPostgres('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']))
+    },
+    revive: start
   }
 }

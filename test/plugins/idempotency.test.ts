@@ -4,7 +4,7 @@ import { Writable } from 'node:stream'
 import t from 'tap'
 import { PostgresIdempotencyStore, RedisIdempotencyStore, MemoryIdempotencyStore } from '../../lib/stores/index.js'
 import type { IdempotencyStore } from '../../lib/stores/types.js'
-import { readIdempotencyKey, scopedIdempotencyKey } from '../../lib/core/idempotency.js'
+import { decodedPath, readIdempotencyKey, scopedIdempotencyKey } from '../../lib/core/idempotency.js'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import type { AgentService } from '../../app/service.js'
 import { build, eventually, listen, parseSse, sleep } from '../helper.js'
@@ -212,8 +212,8 @@ t.test('a streamed run\'s final event goes out once its response is recorded: a 
     release: (...args) => memory.release(...args),
     complete: async (...args) => {
       await sleep(100)
-      await memory.complete(...args)
-      recorded = true
+      recorded = await memory.complete(...args)
+      return recorded
     }
   }
   const streaming: Agent = { async * run () { yield 'done' } }
@@ -488,9 +488,9 @@ class RenewingStore extends MemoryIdempotencyStore {
   renewals = 0
   answer: (() => Promise<boolean>) | null = null
 
-  override async renew (key: string, fingerprint: string, leaseMs: number): Promise<boolean> {
+  override async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     this.renewals++
-    return this.answer === null ? super.renew(key, fingerprint, leaseMs) : this.answer()
+    return this.answer === null ? super.renew(key, token, leaseMs) : this.answer()
   }
 }
 
@@ -623,4 +623,172 @@ t.test('a renewal answered after the request ended is not warned about, whatever
     await sleep(10)
   }
   t.same(lines, [])
+})
+
+// ---------------------------------------------------------------------------------------------------------
+// through store faults (contract §19)
+
+t.test('the scope is the decoded path: /v1/agents/%77ork/runs is /v1/agents/work/runs', async (t) => {
+  const { service, worker } = idempotent(t)
+  t.equal((await run(service, 'k')).statusCode, 200)
+  const encoded = await service.app.inject({
+    method: 'POST', url: '/v1/agents/%77ork/runs', headers: { 'content-type': 'application/json', 'idempotency-key': 'k' }, payload: { input: 'hello' }
+  })
+  t.equal(encoded.statusCode, 200)
+  t.equal(encoded.headers['idempotent-replayed'], 'true')
+  t.equal(worker.runs, 1, 'one execution')
+  t.equal(decodedPath('/v1/agents/%77ork/runs?x=%41'), '/v1/agents/work/runs')
+  t.equal(decodedPath('/v1/agents/50%/runs'), '/v1/agents/50%/runs', 'not percent-encoding: as written')
+})
+
+/** A memory store whose completions fail (throw) while `down`, counting them. */
+class FlakyStore extends MemoryIdempotencyStore {
+  down = true
+  completions = 0
+  renewals = 0
+  /** how long a completion takes to fail or succeed */
+  delayMs = 0
+
+  override async complete (...args: Parameters<MemoryIdempotencyStore['complete']>): Promise<boolean> {
+    this.completions++
+    if (this.delayMs > 0) await sleep(this.delayMs)
+    if (this.down) throw new Error('store down')
+    return super.complete(...args)
+  }
+
+  override async renew (...args: Parameters<MemoryIdempotencyStore['renew']>): Promise<boolean> {
+    this.renewals++
+    return super.renew(...args)
+  }
+}
+
+function flaky (t: Parameters<typeof build>[0], idempotency: Record<string, number> = {}) {
+  const store = new FlakyStore()
+  const log = logLines()
+  log.logger.level = 'info'
+  const { service, worker } = idempotent(t, { idempotency: { store, lockLeaseMs: 60, ...idempotency }, logger: log.logger })
+  return { service, worker, store, lines: log.lines }
+}
+
+t.test('a completion the store refuses is retried, the lease renewed, until written: a retry replays, one run', async (t) => {
+  const { service, worker, store, lines } = flaky(t)
+  const first = await run(service, 'k')
+  t.equal(first.statusCode, 200, 'the answer does not wait for the store')
+  // past several leases: without the renewals a retry would take the key over and run the agent again
+  await sleep(250)
+  t.ok(store.completions >= 3, `retried (${store.completions} attempts)`)
+  const during = await run(service, 'k')
+  t.equal(during.statusCode, 409, 'still in progress while the response is not written')
+  t.ok(store.renewals > 3, 'the lease was renewed meanwhile')
+  store.down = false
+  await eventually(async () => (await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')))?.state === 'completed', 5_000, 'the record written')
+  const renewals = store.renewals
+  const retry = await run(service, 'k')
+  t.equal(retry.headers['idempotent-replayed'], 'true')
+  t.equal(retry.body, first.body)
+  t.equal(worker.runs, 1)
+  await sleep(100)
+  t.ok(store.renewals <= renewals + 3, 'the renewals stop once it is written')
+  t.match(lines.filter((line) => /failed to record/.test(line.msg)), [{ level: 50, err: { message: 'store down' } }])
+  t.match(lines.at(-1), { level: 30, msg: /recorded after the store came back/, idempotencyKey: 'k' })
+})
+
+t.test('a streamed run whose completion fails: the final event goes out, the completion is retried', async (t) => {
+  const store = new FlakyStore()
+  const streaming: Agent = { async * run () { yield 'done' } }
+  let runs = 0
+  const counting: Agent = { async * run (input, ctx) { runs++; yield * streaming.run(input, ctx) as AsyncIterable<string> } }
+  const service = build(t, { agents: { work: counting }, idempotency: { store, lockLeaseMs: 60 } })
+  const sse = { accept: 'text/event-stream' }
+  const first = await run(service, 'k', { input: 1 }, sse)
+  t.equal(parseSse(first.body).at(-1)!.event, 'run.completed')
+  t.equal((await run(service, 'k', { input: 1 }, sse)).statusCode, 409)
+  store.down = false
+  await eventually(async () => (await run(service, 'k', { input: 1 }, sse)).headers['idempotent-replayed'] === 'true', 5_000, 'a replay')
+  t.equal(runs, 1)
+})
+
+t.test('a completion retried past ttlMs gives up: the key is freed when its lease runs out', async (t) => {
+  const { service, worker, store, lines } = flaky(t, { ttlMs: 150 })
+  t.equal((await run(service, 'k')).statusCode, 200)
+  await eventually(() => lines.some((line) => /never recorded \(its ttlMs passed\)/.test(line.msg)), 5_000, 'given up')
+  const attempts = store.completions
+  await sleep(150)
+  t.equal(store.completions, attempts, 'no attempt after giving up')
+  t.equal((await run(service, 'k')).statusCode, 200, 'past the replay window, a retry runs')
+  t.equal(worker.runs, 2)
+})
+
+t.test('at close, a pending completion gets one last attempt', async (t) => {
+  for (const comesBack of [true, false]) {
+    const store = new FlakyStore()
+    const log = logLines()
+    const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60 }, logger: log.logger })
+    t.equal((await run(service, 'k')).statusCode, 200)
+    await eventually(() => store.completions >= 2, 5_000, 'a retry')
+    store.down = !comesBack
+    const attempts = store.completions
+    await service.app.close()
+    t.ok(store.completions > attempts, 'the last attempt')
+    if (comesBack) t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+    else t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
+  }
+  // closed while a retry is in flight: the last attempt is made, the retry's outcome changes nothing
+  {
+    const store = new FlakyStore()
+    store.delayMs = 60
+    const log = logLines()
+    const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    t.equal((await run(service, 'k')).statusCode, 200)
+    await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
+    store.down = false
+    await service.app.close()
+    await sleep(100)
+    t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
+    t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+  }
+  // a request answered while the service drains: its attempt, then the last one
+  const store = new FlakyStore()
+  const w = worker()
+  const log = logLines()
+  const { service } = idempotent(t, { idempotency: { store }, logger: log.logger }, w)
+  w.hold()
+  const answer = run(service, 'k')
+  await eventually(() => w.runs === 1, 5_000, 'the run')
+  const closing = service.app.close()
+  await sleep(20)
+  w.release()
+  t.equal((await answer).statusCode, 200)
+  await closing
+  t.equal(store.completions, 2)
+  t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
+})
+
+t.test('a completion the store declines (the reservation is no longer ours) is logged, not retried', async (t) => {
+  const store = new FlakyStore()
+  store.down = false
+  // what complete() answers for a record taken over, or expired, meanwhile
+  Object.assign(store, { complete: async () => { store.completions++; return false } })
+  const log = logLines()
+  const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60 }, logger: log.logger })
+  t.equal((await run(service, 'k')).statusCode, 200)
+  await sleep(100)
+  t.equal(store.completions, 1)
+  t.match(log.lines, [{ level: 40, msg: /reservation lost before its response was recorded/, idempotencyKey: 'k' }])
+  t.equal(log.lines.length, 1)
+})
+
+t.test('a release the store refuses is logged: the key is freed when its lease runs out', async (t) => {
+  const store = new MemoryIdempotencyStore()
+  Object.assign(store, { release: async () => { throw new Error('store down') } })
+  const log = logLines()
+  log.logger.level = 'error'
+  const service = build(t, { agents: { work: timed }, idempotency: { store, lockLeaseMs: 100 }, logger: log.logger })
+  t.equal((await run(service, 'k', { input: { ms: 1, fail: true } })).statusCode, 500)
+  t.match(log.lines, [{ level: 50, msg: 'idempotency store failed to release a key', err: { message: 'store down' } }])
+  t.equal((await run(service, 'k', { input: { ms: 1, fail: true } })).statusCode, 409, 'locked while its lease holds')
+  await sleep(150)
+  const retry = await run(service, 'k', { input: { ms: 1 } })
+  t.equal(retry.statusCode, 200, 'then free: the retry runs')
+  t.equal(retry.headers['idempotent-replayed'], undefined)
 })

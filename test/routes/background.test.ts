@@ -255,3 +255,55 @@ t.test('a renewal that finds a run no longer this instance\'s stops it here', as
   t.same(body.map((e) => e.event), ['run.started'], 'the stream ends without an end of its own: the run goes on elsewhere')
   held.release()
 })
+
+t.test('a renewal the store never answers fences the runs off as a failed one does, before their leases lapse', async (t) => {
+  const held = gate()
+  keepAlive(t)
+  // the store's own deadline far away: only the worker's clock can stop the run in time
+  const [a] = pair(t, { runLeaseMs: 300, storeTimeoutMs: 60_000, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'ok' } } } } })
+  await a.app.ready()
+  const store = a.app.agentService.settings.runStore
+  store.renew = () => new Promise(() => {})
+  const res = await a.app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null } })
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { code: 'INSTANCE_LOST' })
+  held.release()
+})
+
+t.test('a run claimed as its instance begins to drain is handed off with the others, not ended', async (t) => {
+  const release = gate()
+  const agents: Record<string, Agent> = {
+    moving: { resumable: true, async run (_i, ctx) { await orAbort(release.promise, ctx.signal); return { output: 'moved' } } }
+  }
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents })
+  const b = build(t, { ...stores, agents })
+  await a.app.ready()
+  await b.app.ready()
+  a.app.agentService.worker.stopClaiming()
+  // B's claim is answered, then held until its drain has begun (and its deadline passed)
+  const bStore = b.app.agentService.settings.runStore
+  const claim = bStore.claim.bind(bStore)
+  const claimed = gate()
+  const proceed = gate()
+  bStore.claim = async (...args) => {
+    const records = await claim(...args)
+    if (records.length > 0) {
+      claimed.release()
+      await proceed.promise
+    }
+    return records
+  }
+  const moving = (await a.app.inject({ method: 'POST', url: '/v1/agents/moving/runs', payload: { input: null, background: true } })).json()
+  await claimed.promise
+  const closed = b.close(20)
+  await sleep(100)
+  proceed.release()
+  await closed
+  a.app.agentService.worker.start(a.app.log)
+  release.release()
+  await eventually(async () => (await a.app.inject({ url: `/v1/runs/${moving.runId}` })).json().status === 'completed')
+  const log = await events(a.app, moving.runId)
+  t.same(log.map((e) => e.event), ['run.started', 'run.requeued', 'run.started', 'run.completed'])
+  t.same(log[1]!.data, { attempt: 2, reason: 'SHUTDOWN' })
+})

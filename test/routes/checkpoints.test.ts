@@ -158,3 +158,35 @@ t.test('a timed-out run keeps its checkpoint and can be resumed', async (t) => {
   const resumed = await run(app, { input: {}, resumeRunId: checkpoint!.runId })
   t.same(resumed.json().output, { done: 3, resumedFrom: 2 })
 })
+
+t.test('ownership first: resuming another principal\'s run in flight is 404, never RUN_IN_PROGRESS', async (t) => {
+  let release: () => void = () => {}
+  const gated: Agent<{ checkpoint: boolean }> = {
+    async run (input, ctx) {
+      if (input.checkpoint) await ctx.checkpoint({ done: 1 })
+      await new Promise<void>((resolve) => { release = resolve })
+      return { output: 'done' }
+    }
+  }
+  const { app } = build(t, { agents: { stepper, gated } })
+  principalFromHeader(app)
+  await app.ready()
+  const alice = { 'x-test-principal': 'alice' }
+  const bob = { 'x-test-principal': 'bob' }
+  const resume = (runId: string, headers: Record<string, string>) =>
+    app.inject({ method: 'POST', url: '/v1/agents/gated/runs', payload: { input: { checkpoint: false }, resumeRunId: runId }, headers })
+  for (const checkpoint of [true, false]) {
+    const first = app.inject({ method: 'POST', url: '/v1/agents/gated/runs', payload: { input: { checkpoint } }, headers: alice })
+    await eventually(() => app.agentService.runs.size === 1, 5_000, 'the run in flight')
+    const runId = app.agentService.runs.ids()[0]!
+    if (checkpoint) await eventually(async () => await app.agentService.settings.checkpointStore.load(runId) !== null, 5_000, 'its checkpoint')
+    const other = await resume(runId, bob)
+    t.equal(other.statusCode, 404, `another principal (${checkpoint ? 'after' : 'before'} its first checkpoint)`)
+    t.equal(other.json().code, 'RUN_NOT_FOUND')
+    const owner = await resume(runId, alice)
+    t.equal(owner.statusCode, 409, 'its owner is told it runs')
+    t.equal(owner.json().code, 'RUN_IN_PROGRESS')
+    release()
+    t.equal((await first).statusCode, 200)
+  }
+})

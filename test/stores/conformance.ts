@@ -598,15 +598,25 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
 const OPTIONS = { ttlMs: LONG, leaseMs: LONG }
 const RESPONSE = { status: 201, body: '{"ok":true,"text":"é"}', contentType: 'application/json; charset=utf-8' }
 
+/** Reserves a key that must be free, and resolves with the reservation's token. */
+async function reserved (t: Test, store: IdempotencyStore, key: string, fingerprint: string, options = OPTIONS): Promise<string> {
+  const result = await store.reserve(key, fingerprint, options)
+  t.equal(result.outcome, 'reserved', `${key} reserved`)
+  return (result as { token: string }).token
+}
+
 export function idempotencyStoreConformance (t: Test, factory: StoreFactory<IdempotencyStore>): void {
   t.test('idempotency: reserve, then the holder is reported', async (t) => {
     const store = await open(t, factory)
     const before = Date.now()
-    t.strictSame(await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 }), { outcome: 'reserved' })
+    const result = await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
+    t.match(result, { outcome: 'reserved', token: /^\S{16,}$/ })
+    t.same(Object.keys(result).sort(), ['outcome', 'token'])
     const again = await store.reserve('k1', 'fp-2', OPTIONS)
     t.match(again, { outcome: 'existing', record: { key: 'k1', fingerprint: 'fp-1', state: 'in_progress' } })
     const record = (again as { record: { createdAt: string, expiresAt: string, lockedUntil: string } }).record
     t.notOk('response' in record)
+    t.notOk('token' in record, 'the holder\'s token is its own')
     const created = Date.parse(record.createdAt)
     t.ok(created >= before - 1 && created <= Date.now() + 1)
     t.equal(Date.parse(record.expiresAt) - created, LONG)
@@ -627,61 +637,104 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
 
   t.test('idempotency: a completed record is replayed', async (t) => {
     const store = await open(t, factory)
-    await store.reserve('k1', 'fp-1', OPTIONS)
-    await store.complete('k1', RESPONSE, LONG)
+    const token = await reserved(t, store, 'k1', 'fp-1')
+    t.equal(await store.complete('k1', token, RESPONSE, LONG), true)
     const result = await store.reserve('k1', 'fp-1', OPTIONS)
     t.match(result, { outcome: 'existing', record: { key: 'k1', fingerprint: 'fp-1', state: 'completed' } })
     t.strictSame((result as { record: { response: unknown } }).record.response, RESPONSE)
+    t.match(await store.get('k1'), { state: 'completed', response: RESPONSE })
+    t.equal(await store.complete('k1', token, { ...RESPONSE, status: 500 }, LONG), false, 'completed once')
+    t.equal(await store.release('k1', token), false, 'a completed record is not released')
     t.match(await store.get('k1'), { state: 'completed', response: RESPONSE })
   })
 
   t.test('idempotency: release makes the key reservable again', async (t) => {
     const store = await open(t, factory)
-    await store.reserve('k1', 'fp-1', OPTIONS)
-    await store.release('k1')
+    const token = await reserved(t, store, 'k1', 'fp-1')
+    t.equal(await store.release('k1', token), true)
     t.equal(await store.get('k1'), null)
-    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.equal(await store.release('k1', token), false, 'released once')
+    await reserved(t, store, 'k1', 'fp-2')
     t.match(await store.get('k1'), { fingerprint: 'fp-2' })
-    await store.release('nope')
+    t.equal(await store.release('nope', token), false)
   })
 
   t.test('idempotency: complete of an unknown key stores nothing', async (t) => {
     const store = await open(t, factory)
-    await store.complete('nope', RESPONSE, LONG)
+    t.equal(await store.complete('nope', 'token', RESPONSE, LONG), false)
     t.equal(await store.get('nope'), null)
   })
 
-  t.test('idempotency: a lease that ran out is taken over; a completed record is not', async (t) => {
+  t.test('idempotency: only the holder of the token completes, renews or releases', async (t) => {
+    const store = await open(t, factory)
+    const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
+    const held = await store.get('k1')
+    for (const other of ['', 'other', `${token}x`]) {
+      t.equal(await store.complete('k1', other, RESPONSE, LONG), false, `complete with "${other}"`)
+      t.equal(await store.renew('k1', other, LONG), false, `renew with "${other}"`)
+      t.equal(await store.release('k1', other), false, `release with "${other}"`)
+    }
+    t.strictSame(await store.get('k1'), held, 'nothing changed')
+    const second = await reserved(t, store, 'k2', 'fp-1')
+    t.not(second, token, 'each reservation its own token')
+    t.equal(await store.complete('k1', second, RESPONSE, LONG), false, 'another key\'s token')
+    t.equal(await store.complete('k1', token, RESPONSE, LONG), true)
+  })
+
+  t.test('idempotency: a lease that ran out is taken over (under a new token); a completed record is not', async (t) => {
     const store = await warm(t, factory)
-    await store.reserve('dead', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
-    await store.reserve('done', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
-    await store.complete('done', RESPONSE, LONG)
+    const dead = await reserved(t, store, 'dead', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
+    const done = await reserved(t, store, 'done', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
+    t.equal(await store.complete('done', done, RESPONSE, LONG), true)
     await sleep(70)
     t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-1' }, 'get() still shows it')
-    t.strictSame(await store.reserve('dead', 'fp-2', OPTIONS), { outcome: 'reserved' })
-    t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-2' })
+    const taker = await reserved(t, store, 'dead', 'fp-1')
+    t.not(taker, dead)
+    t.match(await store.get('dead'), { state: 'in_progress', fingerprint: 'fp-1' })
+    const taken = await store.get('dead')
+    // the first holder, back after its lease (a store outage, a pause): its late completion changes nothing
+    t.equal(await store.complete('dead', dead, RESPONSE, LONG), false, 'the first holder cannot complete a record taken over')
+    t.equal(await store.release('dead', dead), false, 'nor release it')
+    t.equal(await store.renew('dead', dead, LONG), false, 'nor renew it')
+    t.strictSame(await store.get('dead'), taken)
+    t.equal(await store.complete('dead', taker, RESPONSE, LONG), true)
     t.match(await store.reserve('done', 'fp-2', OPTIONS), { outcome: 'existing', record: { state: 'completed' } })
+  })
+
+  t.test('idempotency: the holder completes past its lease while nobody took the key over', async (t) => {
+    const store = await warm(t, factory)
+    const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    await sleep(50)
+    t.equal(await store.complete('k1', token, RESPONSE, LONG), true)
+    t.match(await store.reserve('k1', 'fp-1', OPTIONS), { outcome: 'existing', record: { state: 'completed', response: RESPONSE } })
+    const released = await reserved(t, store, 'k2', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    await sleep(50)
+    t.equal(await store.release('k2', released), true)
+    t.equal(await store.get('k2'), null)
   })
 
   t.test('idempotency: an expired record is absent', async (t) => {
     const store = await warm(t, factory)
-    await store.reserve('k1', 'fp-1', OPTIONS)
-    await store.complete('k1', RESPONSE, 50)
-    await store.reserve('k2', 'fp-1', { ttlMs: 50, leaseMs: LONG })
+    const k1 = await reserved(t, store, 'k1', 'fp-1')
+    await store.complete('k1', k1, RESPONSE, 50)
+    const k2 = await reserved(t, store, 'k2', 'fp-1', { ttlMs: 50, leaseMs: LONG })
     await sleep(70)
     t.equal(await store.get('k1'), null)
     t.equal(await store.get('k2'), null)
-    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
-    t.strictSame(await store.reserve('k2', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    t.equal(await store.complete('k2', k2, RESPONSE, LONG), false, 'an expired reservation is not completed')
+    t.equal(await store.release('k2', k2), false)
+    t.equal(await store.get('k2'), null)
+    await reserved(t, store, 'k1', 'fp-2')
+    await reserved(t, store, 'k2', 'fp-2')
     t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-2' })
   })
 
   t.test('idempotency: renew keeps an in_progress record from being taken over past its original lease', async (t) => {
     const store = await warm(t, factory)
-    await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 100 })
+    const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 100 })
     await sleep(40)
     const before = Date.now()
-    t.equal(await store.renew('k1', 'fp-1', 400), true)
+    t.equal(await store.renew('k1', token, 400), true)
     const after = Date.now()
     const renewed = await store.get('k1')
     const lockedUntil = Date.parse(renewed!.lockedUntil)
@@ -695,75 +748,85 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.strictSame(await store.get('k1'), renewed, 'and nothing changed')
     // without further renewals the new lease runs out like the first one
     await sleep(Math.max(0, lockedUntil + 20 - Date.now()))
-    t.strictSame(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    await reserved(t, store, 'k1', 'fp-2')
   })
 
   t.test('idempotency: renew of a lease that ran out but was not taken over keeps it', async (t) => {
     const store = await warm(t, factory)
-    await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
     await sleep(50)
-    t.equal(await store.renew('k1', 'fp-1', LONG), true)
+    t.equal(await store.renew('k1', token, LONG), true)
     t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing', record: { fingerprint: 'fp-1', state: 'in_progress' } })
   })
 
   t.test('idempotency: renew moves the expiry of a record that would expire before its new lease', async (t) => {
     const store = await warm(t, factory)
-    await store.reserve('k1', 'fp-1', { ttlMs: 200, leaseMs: 200 })
-    t.equal(await store.renew('k1', 'fp-1', 800), true)
+    const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: 200, leaseMs: 200 })
+    t.equal(await store.renew('k1', token, 800), true)
     const record = await store.get('k1')
     t.equal(record!.expiresAt, record!.lockedUntil)
     await sleep(Math.max(0, Date.parse(record!.createdAt) + 300 - Date.now()))
     t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-1' }, 'still there past the ttl it was reserved with')
     t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing' })
     // a renewal never shortens the expiry
-    await store.reserve('k2', 'fp-1', OPTIONS)
+    const k2 = await reserved(t, store, 'k2', 'fp-1')
     const long = await store.get('k2')
-    t.equal(await store.renew('k2', 'fp-1', 100), true)
+    t.equal(await store.renew('k2', k2, 100), true)
     t.equal((await store.get('k2'))!.expiresAt, long!.expiresAt)
   })
 
-  t.test('idempotency: renew of a completed, released, absent, expired or other record is false and changes nothing', async (t) => {
+  t.test('idempotency: renew of a completed, released, absent, expired or taken-over record is false and changes nothing', async (t) => {
     const store = await warm(t, factory)
-    t.equal(await store.renew('absent', 'fp-1', LONG), false)
+    t.equal(await store.renew('absent', 'token', LONG), false)
     t.equal(await store.get('absent'), null, 'an absent record is not created')
 
-    await store.reserve('done', 'fp-1', OPTIONS)
-    await store.complete('done', RESPONSE, LONG)
-    const done = await store.get('done')
-    t.equal(await store.renew('done', 'fp-1', LONG * 2), false)
-    t.strictSame(await store.get('done'), done)
+    const done = await reserved(t, store, 'done', 'fp-1')
+    await store.complete('done', done, RESPONSE, LONG)
+    const completed = await store.get('done')
+    t.equal(await store.renew('done', done, LONG * 2), false)
+    t.strictSame(await store.get('done'), completed)
 
-    await store.reserve('released', 'fp-1', OPTIONS)
-    await store.release('released')
-    t.equal(await store.renew('released', 'fp-1', LONG), false)
+    const released = await reserved(t, store, 'released', 'fp-1')
+    await store.release('released', released)
+    t.equal(await store.renew('released', released, LONG), false)
     t.equal(await store.get('released'), null)
 
-    await store.reserve('other', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
-    const other = await store.get('other')
-    t.equal(await store.renew('other', 'fp-2', LONG), false)
-    t.strictSame(await store.get('other'), other)
-
-    await store.reserve('taken', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
-    await store.reserve('expired', 'fp-1', { ttlMs: 30, leaseMs: 30 })
+    const taken = await reserved(t, store, 'taken', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    const expired = await reserved(t, store, 'expired', 'fp-1', { ttlMs: 30, leaseMs: 30 })
     await sleep(50)
-    t.strictSame(await store.reserve('taken', 'fp-2', { ttlMs: LONG, leaseMs: 5000 }), { outcome: 'reserved' })
-    const taken = await store.get('taken')
-    t.equal(await store.renew('taken', 'fp-1', LONG), false, 'a key taken over is no longer ours')
-    t.strictSame(await store.get('taken'), taken)
-    t.equal(await store.renew('expired', 'fp-1', LONG), false)
+    // taken over by a retry of the same body: the fingerprint is the same, the holder is not
+    await reserved(t, store, 'taken', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
+    const takenOver = await store.get('taken')
+    t.equal(await store.renew('taken', taken, LONG), false, 'a key taken over is no longer ours')
+    t.strictSame(await store.get('taken'), takenOver)
+    t.equal(await store.renew('expired', expired, LONG), false)
     t.equal(await store.get('expired'), null)
-    t.strictSame(await store.reserve('expired', 'fp-2', OPTIONS), { outcome: 'reserved' })
+    await reserved(t, store, 'expired', 'fp-2')
   })
 
   t.test('idempotency: renew and a takeover racing: exactly one of them wins', async (t) => {
     const store = await warm(t, factory)
     const keys = range(0, 9).map((i) => `race-${i}`)
-    for (const key of keys) await store.reserve(key, 'fp-1', { ttlMs: LONG, leaseMs: 30 })
+    const tokens: string[] = []
+    for (const key of keys) tokens.push(await reserved(t, store, key, 'fp-1', { ttlMs: LONG, leaseMs: 30 }))
     await sleep(50)
-    const results = await Promise.all(keys.map((key) => Promise.all([store.renew(key, 'fp-1', LONG), store.reserve(key, 'fp-2', OPTIONS)])))
-    for (const [i, [renewed, reserved]] of results.entries()) {
-      t.not(renewed, reserved.outcome === 'reserved', keys[i])
-      t.match(await store.get(keys[i]), { state: 'in_progress', fingerprint: renewed ? 'fp-1' : 'fp-2' })
+    const results = await Promise.all(keys.map((key, i) => Promise.all([store.renew(key, tokens[i]!, LONG), store.reserve(key, 'fp-2', OPTIONS)])))
+    for (const [i, [renewed, reserve]] of results.entries()) {
+      t.not(renewed, reserve.outcome === 'reserved', keys[i])
+      t.match(await store.get(keys[i]!), { state: 'in_progress', fingerprint: renewed ? 'fp-1' : 'fp-2' })
+    }
+  })
+
+  t.test('idempotency: complete and a takeover racing: the late holder never overwrites the new one', async (t) => {
+    const store = await warm(t, factory)
+    const keys = range(0, 9).map((i) => `late-${i}`)
+    const tokens: string[] = []
+    for (const key of keys) tokens.push(await reserved(t, store, key, 'fp-1', { ttlMs: LONG, leaseMs: 30 }))
+    await sleep(50)
+    const results = await Promise.all(keys.map((key, i) => Promise.all([store.complete(key, tokens[i]!, RESPONSE, LONG), store.reserve(key, 'fp-1', OPTIONS)])))
+    for (const [i, [completed, reserve]] of results.entries()) {
+      t.not(completed, reserve.outcome === 'reserved', keys[i])
+      t.match(await store.get(keys[i]!), { state: completed ? 'completed' : 'in_progress' })
     }
   })
 
@@ -771,8 +834,8 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     const store = await open(t, factory)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 0, leaseMs: 10 }), RangeError)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 10, leaseMs: -1 }), RangeError)
-    await t.rejects(store.complete('k1', RESPONSE, Number.POSITIVE_INFINITY), RangeError)
-    await t.rejects(store.renew('k1', 'fp', 0), RangeError)
-    await t.rejects(store.renew('k1', 'fp', Number.NaN), RangeError)
+    await t.rejects(store.complete('k1', 'token', RESPONSE, Number.POSITIVE_INFINITY), RangeError)
+    await t.rejects(store.renew('k1', 'token', 0), RangeError)
+    await t.rejects(store.renew('k1', 'token', Number.NaN), RangeError)
   })
 }

@@ -75,8 +75,8 @@ if (await requirePg(t)) {
     await first.approvalStore.create(approval('a1'))
     await first.approvalStore.decide('a1', decision(true))
     await first.checkpointStore.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { step: 'one' } })
-    await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 })
-    await first.idempotency.store.complete('k1', { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
+    const reservation = await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
+    await first.idempotency.store.complete('k1', reservation.token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
     await closeAll(first)
 
     const again = postgresStores({ connectionString: pgUrl(), max: 2, schema })

@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import t from 'tap'
 import {
-  SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteSessionStore, sqliteStores
+  SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteIdempotencyStore, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { NewRun, RunEnd, RunRecord, StoreSet } from '../../lib/stores/types.js'
 import { build, eventually } from '../helper.js'
@@ -45,8 +45,8 @@ t.test('data survives closing and opening the file again', async (t) => {
   await first.approvalStore.create(approval('a1'))
   await first.approvalStore.decide('a1', { approved: true, comment: null, decidedBy: 'bob', decidedAt: new Date().toISOString() })
   await first.checkpointStore.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { step: 'one' } })
-  await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 })
-  await first.idempotency.store.complete('k1', { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
+  const reservation = await first.idempotency.store.reserve('k1', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
+  await first.idempotency.store.complete('k1', reservation.token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000)
   await closeAll(first)
   t.notOk(existsSync(`${file}-wal`), 'the last close checkpoints the WAL: the file was really closed')
 
@@ -456,4 +456,21 @@ t.test('runs: a background run queued by one process\'s service is claimed by an
   t.ok(elapsed < 2_000, `claimed and run on B ${elapsed} ms after it was queued on A`)
   t.equal(ranOn, queued.requestId)
   t.equal(a.app.agentService.runs.size, 0, 'not on A')
+})
+
+t.test('idempotency: a table made before reservation tokens gets its token column; its records are held by nobody', async (t) => {
+  const file = join(t.testdir(), 'old.db')
+  const db = new Database(file)
+  db.exec(`CREATE TABLE "fa_idempotency" (
+    key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, state TEXT NOT NULL, response TEXT,
+    created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, locked_until INTEGER NOT NULL)`)
+  const now = Date.now()
+  db.prepare(`INSERT INTO "fa_idempotency" VALUES ('old', 'fp', 'in_progress', NULL, ?, ?, ?)`).run(now, now + 60_000, now + 60_000)
+  db.close()
+  const store = new SqliteIdempotencyStore(file)
+  t.teardown(() => store.close())
+  t.equal(await store.renew('old', '', 60_000), false, 'an old record has no holder that could renew it')
+  t.match(await store.reserve('old', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }), { outcome: 'existing', record: { state: 'in_progress' } })
+  const { token } = await store.reserve('new', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
+  t.equal(await store.complete('new', token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000), true)
 })

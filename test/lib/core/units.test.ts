@@ -201,3 +201,99 @@ t.test('the core purges expired runs in bounded batches, and logs a purge that f
   app.agentService.stopPurging()
   app.agentService.stopPurging()
 })
+
+t.test('the audit writer\'s group commit: one append in flight, what arrives meanwhile goes in the next, commits resolve with their batch', async (t) => {
+  const batches: string[][] = []
+  let open: () => void = () => {}
+  let gate: Promise<void> | null = null
+  let fail = false
+  const store = {
+    append: async (entries: readonly AuditEntry[]) => {
+      batches.push(entries.map((e) => e.id))
+      if (gate !== null) await gate
+      if (fail) throw new Error('down')
+    }
+  } as unknown as AuditStore
+  let lost = 0
+  const writer = new AuditWriter(store, { error () {} } as never, (count) => { lost += count })
+  await writer.flush()
+  t.pass('an idle writer flushes at once')
+  gate = new Promise((resolve) => { open = resolve })
+  const committed: string[] = []
+  const a = writer.commit({ id: 'a' } as AuditEntry).then(() => committed.push('a'))
+  await sleep(5)
+  t.same(batches, [['a']], 'in flight')
+  const b = writer.commit({ id: 'b' } as AuditEntry).then(() => committed.push('b'))
+  writer.write({ id: 'behind' } as AuditEntry)
+  const c = writer.commit({ id: 'c' } as AuditEntry).then(() => committed.push('c'))
+  await sleep(5)
+  t.same(batches, [['a']], 'nothing more while one append is in flight')
+  t.same(committed, [])
+  const flushed = writer.flush()
+  gate = null
+  open()
+  await Promise.all([a, b, c, flushed])
+  t.same(batches, [['a'], ['b', 'behind', 'c']], 'the next batch holds what arrived meanwhile')
+  t.same(committed, ['a', 'b', 'c'])
+  fail = true
+  await writer.commit({ id: 'd' } as AuditEntry)
+  t.equal(lost, 1, 'a failed batch is counted; its commits resolve all the same')
+})
+
+t.test('a POST is answered once its audit entry is in the store; a GET is not held', async (t) => {
+  const entries: AuditEntry[] = []
+  let open: () => void = () => {}
+  let gate: Promise<void> | null = null
+  const auditStore = {
+    append: async (batch: readonly AuditEntry[]) => { if (gate !== null) await gate; entries.push(...batch) },
+    query: async () => ({ entries: [], nextCursor: null }),
+    count: async () => entries.length
+  }
+  const service = build(t, { auditStore })
+  await service.app.ready()
+  gate = new Promise((resolve) => { open = resolve })
+  let answered = false
+  const post = service.app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } }).then((res) => { answered = true; return res })
+  const get = await service.app.inject({ method: 'GET', url: '/v1/agents' })
+  t.equal(get.statusCode, 200, 'a GET is answered while the store is held')
+  await sleep(50)
+  t.notOk(answered, 'the POST waits for its entry')
+  t.equal(entries.length, 0)
+  gate = null
+  open()
+  const res = await post
+  t.equal(res.statusCode, 200)
+  t.ok(entries.some((e) => e.requestId === res.headers['x-request-id'] && e.method === 'POST'), 'its entry is in the store when the answer arrives')
+
+  // a stream: its terminal event goes out after the entry
+  gate = new Promise((resolve) => { open = resolve })
+  const before = entries.length
+  let streamed = ''
+  const stream = service.app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } }).then((res) => { streamed = res.body; return res })
+  await sleep(50)
+  t.equal(streamed, '', 'the stream has not ended')
+  gate = null
+  open()
+  const sse = await stream
+  t.match(sse.body, /run\.completed/)
+  t.ok(entries.slice(before).some((e) => e.requestId === sse.headers['x-request-id']))
+})
+
+t.test('a request\'s entry is committed once, however many times it is asked for; the memory ring is written behind', async (t) => {
+  const entries: AuditEntry[] = []
+  const auditStore = { append: async (batch: readonly AuditEntry[]) => { entries.push(...batch) }, query: async () => ({ entries: [], nextCursor: null }), count: async () => entries.length }
+  const service = build(t, { auditStore })
+  const app = service.app
+  // a route of the app's own that commits before answering, then the audit hook asks again
+  app.post('/twice', async (request) => {
+    await app.agentService.audit.commit(request, 200)
+    return { ok: true }
+  })
+  t.equal((await app.inject({ method: 'POST', url: '/twice' })).statusCode, 200)
+  t.equal(app.agentService.audit.durable, true)
+  await app.agentService.audit.flush()
+  t.equal(entries.length, 1)
+  const memory = build(t)
+  await memory.app.ready()
+  t.equal(memory.app.agentService.audit.durable, false, 'the default memory ring')
+})
