@@ -21,13 +21,13 @@ export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]
                        [--redis redis://…] [--admin-token T] [--api-key K]... [--jwt-secret S | --jwt-public-key FILE]
                        [--cors ORIGIN] [--docs] [--public-url URL] [--request-timeout MS] [--rate-limit N/MS]
-                       [--store-timeout MS] [--drain-timeout MS] [--websocket] [--pretty]
+                       [--store-timeout MS] [--drain-timeout MS] [--headers-timeout MS] [--body-timeout MS] [--websocket] [--pretty]
   fastify-agents openapi [--agents ./agents.js] [--out openapi.json] [--public-url URL]
                          [--api-key K | --jwt-secret S | --auth api-key|jwt] [--admin-token T | --admin] [--websocket]
 
 Environment (a flag wins over its variable): PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated),
 JWT_SECRET, JWT_PUBLIC_KEY_FILE, CORS_ORIGIN, DOCS=true, PUBLIC_URL, REQUEST_TIMEOUT_MS, RATE_LIMIT (N/MS),
-STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, WEBSOCKET=true.`
+STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, HEADERS_TIMEOUT_MS, BODY_TIMEOUT_MS, WEBSOCKET=true.`
 
 /** The serve command's settings, from flags first and environment variables second. */
 export interface ServeFlags {
@@ -46,6 +46,8 @@ export interface ServeFlags {
   rateLimit?: string | undefined
   storeTimeout?: string | undefined
   drainTimeout?: string | undefined
+  headersTimeout?: string | undefined
+  bodyTimeout?: string | undefined
   websocket?: boolean | undefined
 }
 
@@ -68,6 +70,8 @@ const flagNames: Record<keyof ServeFlags, string> = {
   rateLimit: '--rate-limit',
   storeTimeout: '--store-timeout',
   drainTimeout: '--drain-timeout',
+  headersTimeout: '--headers-timeout',
+  bodyTimeout: '--body-timeout',
   websocket: '--websocket'
 }
 
@@ -87,6 +91,8 @@ const envNames: Record<keyof ServeFlags, string> = {
   rateLimit: 'RATE_LIMIT',
   storeTimeout: 'STORE_TIMEOUT_MS',
   drainTimeout: 'DRAIN_TIMEOUT_MS',
+  headersTimeout: 'HEADERS_TIMEOUT_MS',
+  bodyTimeout: 'BODY_TIMEOUT_MS',
   websocket: 'WEBSOCKET'
 }
 
@@ -186,6 +192,8 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   if (given(flags.publicUrl)) options.publicUrl = flags.publicUrl
   if (given(flags.requestTimeout)) options.requestTimeoutMs = integer(name('requestTimeout'), flags.requestTimeout, 0, 1)
   if (given(flags.storeTimeout)) options.storeTimeoutMs = integer(name('storeTimeout'), flags.storeTimeout, 0, 1)
+  if (given(flags.headersTimeout)) options.headersTimeoutMs = integer(name('headersTimeout'), flags.headersTimeout, 0, 1)
+  if (given(flags.bodyTimeout)) options.bodyTimeoutMs = integer(name('bodyTimeout'), flags.bodyTimeout, 0, 1)
   if (given(flags.rateLimit)) {
     const match = /^(\d+)\/(\d+)$/.exec(flags.rateLimit.trim())
     if (match === null || Number(match[1]) < 1 || Number(match[2]) < 1) {
@@ -312,6 +320,8 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
       'rate-limit': { type: 'string' },
       'store-timeout': { type: 'string' },
       'drain-timeout': { type: 'string' },
+      'headers-timeout': { type: 'string' },
+      'body-timeout': { type: 'string' },
       websocket: { type: 'boolean' },
       pretty: { type: 'boolean' },
       out: { type: 'string' },
@@ -350,6 +360,8 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
     rateLimit: fromFlagOrEnv('rateLimit', values['rate-limit'], sources),
     storeTimeout: fromFlagOrEnv('storeTimeout', values['store-timeout'], sources),
     drainTimeout: fromFlagOrEnv('drainTimeout', values['drain-timeout'], sources),
+    headersTimeout: fromFlagOrEnv('headersTimeout', values['headers-timeout'], sources),
+    bodyTimeout: fromFlagOrEnv('bodyTimeout', values['body-timeout'], sources),
     websocket: fromFlagOrEnv('websocket', values.websocket, sources, envBoolean)
   }, agents, sources)
   const service = createAgentService({

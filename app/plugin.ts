@@ -6,7 +6,8 @@ import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from '../lib/core
 import { resolveSettings } from '../lib/core/settings.js'
 import type { Settings } from '../lib/core/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
-import { formatSchemaErrors, strictValidatorCompiler } from '../lib/core/validation.js'
+import { JsonTooDeepError, UnstorableInputError } from '../lib/core/errors.js'
+import { formatSchemaErrors, jsonDeeperThan, strictValidatorCompiler, unstorableText } from '../lib/core/validation.js'
 import { auditPlugin } from '../plugins/audit.js'
 import { authPlugin } from '../plugins/auth.js'
 import { corePlugin } from '../plugins/core.js'
@@ -48,6 +49,23 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   scope.setErrorHandler(buildErrorHandler(settings.exposeErrors))
   // Our bodies are JSON only: anything else is a 415, not a 400 from a body that parsed as a string.
   scope.removeContentTypeParser('text/plain')
+  // Nesting deeper than a store or a log line can walk is refused before it is parsed, let alone run (§19).
+  // So is text no store can keep (NUL, lone surrogates): JSON text holds them only as \u escapes.
+  const parseJson = scope.getDefaultJsonParser(scope.initialConfig.onProtoPoisoning!, scope.initialConfig.onConstructorPoisoning!)
+  scope.removeContentTypeParser('application/json')
+  scope.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body as string
+    if (jsonDeeperThan(text, settings.maxJsonDepth)) return done(new JsonTooDeepError(settings.maxJsonDepth), undefined)
+    parseJson(request, text, (error: Error | null, parsed?: unknown) => {
+      const bad = error === null && text.includes('\\u') ? unstorableText(parsed, 'body') : null
+      if (bad !== null) return done(new UnstorableInputError(bad.path, bad.holds), undefined)
+      done(error, parsed)
+    })
+  })
+  scope.addHook('preValidation', (request, _reply, done) => {
+    const bad = unstorableText(request.params, 'params') ?? unstorableText(request.query, 'querystring')
+    done(bad === null ? undefined : new UnstorableInputError(bad.path, bad.holds))
+  })
   await requestPipeline(scope)
   // Traffic and security, in this order: CORS answers preflights before anyone asks for credentials; auth
   // names the principal; the rate limit counts by it (rejected requests too: auth's verdict comes after);

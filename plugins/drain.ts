@@ -12,10 +12,16 @@ const drain: FastifyPluginCallback = (fastify, _options, done) => {
     next(new ShutdownError())
   })
   // The host's `app.close()` drains with the `drainTimeoutMs` option; the standalone service's `close(ms)`
-  // has begun already, with its own deadline, and this joins it.
-  fastify.addHook('preClose', async () => {
-    await service.drain.begin(service.settings.drainTimeoutMs)
+  // has begun already, with its own deadline, and this joins it. Begun in preClose, awaited in onClose:
+  // Fastify bounds preClose hooks by its plugin timeout (10 s), not onClose ones; this onClose runs before the
+  // core's, which closes the stores.
+  const drained = (): Promise<void> => service.drain.begin(service.settings.drainTimeoutMs)
+  fastify.addHook('preClose', (hookDone) => {
+    // handled here (allSettled), its outcome awaited below
+    void Promise.allSettled([drained()])
+    hookDone()
   })
+  fastify.addHook('onClose', async () => { await drained() })
   done()
 }
 

@@ -43,7 +43,8 @@ const websocket: FastifyPluginAsyncTypebox<WebsocketPluginOptions> = async (fast
   }
   const forget = service.drain.onShutdown(closeAll)
   fastify.addHook('onClose', async () => forget())
-  const drain = (): Promise<void> => service.drain.begin(service.settings.drainTimeoutMs)
+  // begins the drain (the drain plugin's onClose waits for it: a preClose hook is bounded by Fastify's plugin timeout)
+  const drain = async (): Promise<void> => { void Promise.allSettled([service.drain.begin(service.settings.drainTimeoutMs)]) }
 
   // A host app that mounted @fastify/websocket itself keeps it (a second one would answer every upgrade twice).
   if (!fastify.hasDecorator('websocketServer')) {

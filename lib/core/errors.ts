@@ -21,6 +21,10 @@ export const RunSessionMismatchError = createError('RUN_SESSION_MISMATCH', 'Run 
 export const ApprovalAlreadyDecidedError = createError('APPROVAL_ALREADY_DECIDED', 'Approval "%s" was already decided', 409)
 export const ApprovalExpiredError = createError('APPROVAL_EXPIRED', 'Approval "%s" has expired', 409)
 export const UpgradeRequiredError = createError('UPGRADE_REQUIRED', 'This route only accepts WebSocket upgrades', 426)
+export const RequestTimeoutError = createError('REQUEST_TIMEOUT', 'The request %s did not arrive within %d ms', 408)
+export const HeadersTooLargeError = createError('HEADERS_TOO_LARGE', 'The request headers are too large', 431)
+/** What Node's HTTP parser refuses (bad header bytes, conflicting lengths, an unknown method): its code names the fault. */
+export const MalformedRequestError = createError('MALFORMED_REQUEST', 'The request is malformed (%s)', 400)
 export const AgentError = createError('AGENT_ERROR', '%s', 500)
 export const ShutdownError = createError('SHUTDOWN', 'The service is shutting down', 503)
 export const StoreUnavailableError = createError('STORE_UNAVAILABLE', '%s', 503)
@@ -32,6 +36,9 @@ export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded
 export const QuotaExceededError = createError('QUOTA_EXCEEDED', '%s', 429)
 /** A run's input that fails its agent's `input` schema: the same code and status as a body that fails its route's. */
 export const InputValidationError = createError('FST_ERR_VALIDATION', '%s', 400)
+/** Input no store could keep as it is, refused for every store alike (§19): before anything runs. */
+export const UnstorableInputError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored: it holds %s', 400)
+export const JsonTooDeepError = createError('JSON_TOO_DEEP', 'The JSON is nested deeper than %d levels', 400)
 export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID', '%s', 400)
 export const IdempotencyKeyReusedError = createError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was used with another request body', 422)
 export const IdempotencyInProgressError = createError('IDEMPOTENCY_IN_PROGRESS', 'A request with this idempotency key is still in progress', 409)

@@ -90,7 +90,7 @@ export class AgentServiceCore {
 
   #purger: NodeJS.Timeout | null = null
 
-  /** Starts purging runs and ended webhook deliveries past their retention, in bounded batches (a failure logged, never thrown). */
+  /** Starts purging runs, ended webhook deliveries, old audit entries and approvals past their retention, in bounded batches (a failure logged, never thrown). */
   startPurging (log: FastifyBaseLogger, intervalMs = PURGE_INTERVAL_MS): void {
     let purging = false
     this.#purger = setInterval(() => {
@@ -99,7 +99,12 @@ export class AgentServiceCore {
       void Promise.all([
         this.settings.runStore.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired runs')),
         this.settings.webhooks?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge ended webhook deliveries')),
-        this.settings.quotas?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired quota counts'))
+        this.settings.quotas?.store.purge(Date.now(), PURGE_BATCH).catch((err: unknown) => log.warn({ err }, 'could not purge expired quota counts')),
+        // optional in the interfaces: the memory stores are bounded instead
+        this.settings.auditStore.purge?.(Date.now() - this.settings.auditRetentionMs, PURGE_BATCH)
+          .catch((err: unknown) => log.warn({ err }, 'could not purge old audit entries')),
+        this.settings.approvalStore.purge?.(Date.now() - this.settings.approvalRetentionMs, PURGE_BATCH)
+          .catch((err: unknown) => log.warn({ err }, 'could not purge old approvals'))
       ]).finally(() => { purging = false })
     }, intervalMs)
     this.#purger.unref()

@@ -30,6 +30,11 @@ export const DEFAULT_IDEMPOTENCY_LEASE_MS = 60_000
 export const DEFAULT_ADMIN_PREFIX = '/admin'
 export const DEFAULT_RUN_RETENTION_MS = 60 * 60_000
 export const DEFAULT_MAX_STREAM_BUFFER_BYTES = 8 * 1024 * 1024
+export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000
+export const DEFAULT_AUDIT_RETENTION_MS = 30 * 24 * 60 * 60_000
+export const DEFAULT_APPROVAL_RETENTION_MS = 7 * 24 * 60 * 60_000
+export const DEFAULT_BODY_TIMEOUT_MS = 30_000
+export const DEFAULT_MAX_JSON_DEPTH = 64
 
 export interface AdminApiSettings {
   readonly prefix: string
@@ -49,6 +54,8 @@ export interface Settings {
   readonly checkpointStore: CheckpointStore
   readonly runStore: RunStore
   readonly runRetentionMs: number
+  readonly auditRetentionMs: number
+  readonly approvalRetentionMs: number
   readonly runLeaseMs: number
   readonly runConcurrency: number
   readonly maxRunAttempts: number
@@ -75,6 +82,9 @@ export interface Settings {
   readonly sessionTtlMs: number
   readonly adminApi: AdminApiSettings | null
   readonly bodyLimit: number
+  readonly headersTimeoutMs: number
+  readonly bodyTimeoutMs: number
+  readonly maxJsonDepth: number
   readonly trustProxy: boolean
   readonly docs: boolean
   readonly drainTimeoutMs: number
@@ -218,6 +228,11 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     if (dbProbe === null) problems.push('/db must have health(), or be a pg Pool, a better-sqlite3 Database or an ioredis client')
   }
 
+  // Node bounds the headers within the whole request's time: a longer headers timeout would never apply
+  if ((options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS) > (options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS)) {
+    problems.push('/headersTimeoutMs must not be greater than bodyTimeoutMs')
+  }
+
   if (problems.length > 0) throw new InvalidOptionsError(problems.join('; '))
 
   const defaults = memoryStores()
@@ -267,6 +282,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     // watch and watchSession answer at once (they only register a listener): no deadline
     runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
+    auditRetentionMs: options.auditRetentionMs ?? DEFAULT_AUDIT_RETENTION_MS,
+    approvalRetentionMs: options.approvalRetentionMs ?? DEFAULT_APPROVAL_RETENTION_MS,
     runLeaseMs: options.runLeaseMs ?? DEFAULT_RUN_LEASE_MS,
     runConcurrency: options.runConcurrency ?? DEFAULT_RUN_CONCURRENCY,
     maxRunAttempts: options.maxRunAttempts ?? DEFAULT_MAX_RUN_ATTEMPTS,
@@ -311,6 +328,9 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
       })
       : null,
     bodyLimit: options.bodyLimit ?? DEFAULT_BODY_LIMIT,
+    headersTimeoutMs: options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS,
+    bodyTimeoutMs: options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS,
+    maxJsonDepth: options.maxJsonDepth ?? DEFAULT_MAX_JSON_DEPTH,
     trustProxy: options.trustProxy ?? false,
     docs: options.docs ?? false,
     drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,

@@ -36,3 +36,59 @@ export function compileInputValidator (schema: TSchema): InputValidator {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
   }
 }
+
+function escaped (text: string, quote: number): boolean {
+  let k = quote - 1
+  while (text.charCodeAt(k) === 0x5c) k--
+  return (quote - k) % 2 === 0
+}
+
+/**
+ * Whether JSON text nests arrays and objects deeper than `max`, read before it is parsed: a document a
+ * thousand levels deep parses, then breaks whatever walks it recursively (a store's serializer, a log line).
+ * Text that is not JSON is left to the parser to refuse.
+ */
+export function jsonDeeperThan (text: string, max: number): boolean {
+  let depth = 0
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0x22) {
+      // a string: on to its closing quote, one not escaped by an odd run of backslashes
+      do {
+        i = text.indexOf('"', i + 1)
+        if (i === -1) return false
+      } while (escaped(text, i))
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--
+    }
+  }
+  return false
+}
+
+const isWellFormed = (String.prototype as unknown as { isWellFormed: (this: string) => boolean }).isWellFormed
+
+function fault (text: string): string | null {
+  if (!isWellFormed.call(text)) return 'a lone surrogate'
+  return text.includes('\u0000') ? 'a NUL character' : null
+}
+
+/**
+ * The first string of `value` (a key or a value, at any depth) that not every store keeps as it is: one holding
+ * NUL (PostgreSQL text refuses it) or a lone surrogate (UTF-8 drivers turn it into U+FFFD). Its path and fault.
+ */
+export function unstorableText (value: unknown, path: string): { path: string, holds: string } | null {
+  if (typeof value === 'string') {
+    const holds = fault(value)
+    return holds === null ? null : { path, holds }
+  }
+  if (typeof value !== 'object' || value === null) return null
+  for (const [key, item] of Object.entries(value)) {
+    const holds = fault(key)
+    if (holds !== null) return { path: `${path}/${key}`, holds }
+    const found = unstorableText(item, `${path}/${key}`)
+    if (found !== null) return found
+  }
+  return null
+}

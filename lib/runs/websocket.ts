@@ -5,9 +5,11 @@ import { Ajv } from 'ajv'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import type { WebSocket } from 'ws'
 import {
+  JsonTooDeepError, UnstorableInputError,
   ForbiddenError, InternalError, InvalidJsonMessageError, InvalidMessageError, RunNotInFlightError, ShutdownError,
   TooManyRunsError, UnknownMessageTypeError
 } from '../core/errors.js'
+import { jsonDeeperThan, unstorableText } from '../core/validation.js'
 import { requestContextOf } from '../core/request-context.js'
 import type { AgentServiceCore } from '../core/service.js'
 import { WsRunCancel, WsRunStart } from '../../schemas/websocket.js'
@@ -114,11 +116,16 @@ export class Connection {
   receive (data: Buffer, isBinary: boolean): void {
     if (isBinary) return this.#error(undefined, new InvalidMessageError('messages must be JSON text frames'))
     let message: unknown
+    const text = data.toString('utf8')
+    const max = this.#service.settings.maxJsonDepth
+    if (jsonDeeperThan(text, max)) return this.#error(undefined, new JsonTooDeepError(max))
     try {
-      message = JSON.parse(data.toString('utf8'))
+      message = JSON.parse(text)
     } catch {
       return this.#error(undefined, new InvalidJsonMessageError())
     }
+    const bad = text.includes('\\u') ? unstorableText(message, 'message') : null
+    if (bad !== null) return this.#error(undefined, new UnstorableInputError(bad.path, bad.holds))
     if (typeof message !== 'object' || message === null || Array.isArray(message)) {
       return this.#error(undefined, new InvalidMessageError('a message must be a JSON object with a "type"'))
     }

@@ -225,6 +225,16 @@ export class PostgresAuditStore extends PostgresStore implements AuditStore {
     const [row] = await this.sql<{ n: string }>(`SELECT count(*) AS n FROM ${this.table('audit')}`)
     return Number(row.n)
   }
+
+  async purge (before: number, batch: number): Promise<number> {
+    // only the oldest `batch` rows are looked at: a table with nothing to purge costs one short index walk
+    const rows = await this.sql(`
+      DELETE FROM ${this.table('audit')} WHERE seq IN (
+        SELECT seq FROM (SELECT seq, entry FROM ${this.table('audit')} ORDER BY seq LIMIT $2) AS oldest
+        WHERE (entry->>'at')::timestamptz < $1)
+      RETURNING seq`, [new Date(before), batch])
+    return rows.length
+  }
 }
 
 interface SessionRow {
@@ -459,6 +469,15 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
 
   async cancel (id: string): Promise<ApprovalRecord | null> {
     return this.#transition(id, 'cancelled')
+  }
+
+  async purge (before: number, batch: number): Promise<number> {
+    const rows = await this.sql(`
+      DELETE FROM ${this.table('approvals')} WHERE id IN (SELECT id FROM ${this.table('approvals')} WHERE
+        (status IN ('approved', 'rejected', 'expired', 'cancelled') AND requested_at < $1)
+        OR (status = 'pending' AND expires_at < $1) LIMIT $2)
+      RETURNING id`, [new Date(before), batch])
+    return rows.length
   }
 
   waitForDecision (id: string, signal: AbortSignal): Promise<ApprovalRecord> {

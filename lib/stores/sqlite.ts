@@ -152,7 +152,10 @@ function auditStatements (db: Db, table: string) {
     }),
     page: db.prepare<[number, number, number, number], AuditRow>(`SELECT seq, entry FROM "${table}" WHERE ${where} ORDER BY seq DESC LIMIT ?`),
     pageByAgent: db.prepare<[number, number, number, string, number], AuditRow>(`SELECT seq, entry FROM "${table}" WHERE ${where} AND agent = ? ORDER BY seq DESC LIMIT ?`),
-    count: db.prepare<[], number>(`SELECT count(*) FROM "${table}"`).pluck()
+    count: db.prepare<[], number>(`SELECT count(*) FROM "${table}"`).pluck(),
+    // only the oldest `batch` rows are looked at: a table with nothing to purge costs one short index walk
+    purge: db.prepare<[number, string]>(`DELETE FROM "${table}" WHERE seq IN (
+      SELECT seq FROM (SELECT seq, entry FROM "${table}" ORDER BY seq LIMIT ?) WHERE json_extract(entry, '$.at') < ?)`)
   }
 }
 
@@ -186,6 +189,10 @@ export class SqliteAuditStore extends SqliteStore implements AuditStore {
 
   async count (): Promise<number> {
     return this.#statements().count.get() as number
+  }
+
+  async purge (before: number, batch: number): Promise<number> {
+    return this.#statements().purge.run(batch, new Date(before).toISOString()).changes
   }
 }
 
@@ -358,7 +365,11 @@ function approvalStatements (db: Db, table: string) {
     expireDue: db.prepare<[string, number], ApprovalRow>(`
       UPDATE "${table}" SET status = 'expired' WHERE id = ? AND status = 'pending' AND expires_at <= ? RETURNING *`),
     transition: db.prepare<[ApprovalStatus, string], ApprovalRow>(`
-      UPDATE "${table}" SET status = ? WHERE id = ? AND status = 'pending' RETURNING *`)
+      UPDATE "${table}" SET status = ? WHERE id = ? AND status = 'pending' RETURNING *`),
+    purge: db.prepare<{ before: number, batch: number }>(`
+      DELETE FROM "${table}" WHERE id IN (SELECT id FROM "${table}" WHERE
+        (status IN ('approved', 'rejected', 'expired', 'cancelled') AND requested_at < @before)
+        OR (status = 'pending' AND expires_at < @before) LIMIT @batch)`)
   }
 }
 
@@ -416,6 +427,10 @@ export class SqliteApprovalStore extends SqliteStore implements ApprovalStore {
 
   async cancel (id: string): Promise<ApprovalRecord | null> {
     return this.#transition(id, 'cancelled')
+  }
+
+  async purge (before: number, batch: number): Promise<number> {
+    return this.#statements().purge.run({ before, batch }).changes
   }
 
   waitForDecision (id: string, signal: AbortSignal): Promise<ApprovalRecord> {

@@ -35,6 +35,11 @@ export interface AuditStore {
   /** Pages are stable while entries are appended: no duplicates, no gaps. */
   query(query: AuditQuery): Promise<AuditPage>
   count(): Promise<number>
+  /**
+   * Optional (durable backends): deletes entries older than `before` (epoch ms), at most `batch` of them, oldest
+   * first; resolves with how many. The service calls it periodically with `auditRetentionMs`.
+   */
+  purge?(before: number, batch: number): Promise<number>
   close?(): Promise<void>
 }
 
@@ -96,6 +101,11 @@ export interface ApprovalStore {
    * any other sharing the store. Rejects with `signal.reason` when the signal aborts. Does not expire.
    */
   waitForDecision(id: string, signal: AbortSignal): Promise<ApprovalRecord>
+  /**
+   * Optional (durable backends): deletes approvals requested before `before` (epoch ms) that are no longer pending,
+   * or whose expiry passed before it, at most `batch`; resolves with how many (`approvalRetentionMs`).
+   */
+  purge?(before: number, batch: number): Promise<number>
   close?(): Promise<void>
 }
 

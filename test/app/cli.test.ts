@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { createServer } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -203,7 +203,7 @@ function startBin (t: Test, args: string[], env: Record<string, string> = {}): {
 }
 
 const ourVariables = ['PORT', 'HOST', 'DATABASE_URL', 'REDIS_URL', 'ADMIN_TOKEN', 'API_KEYS', 'JWT_SECRET', 'JWT_PUBLIC_KEY_FILE', 'CORS_ORIGIN',
-  'DOCS', 'PUBLIC_URL', 'REQUEST_TIMEOUT_MS', 'RATE_LIMIT', 'STORE_TIMEOUT_MS', 'DRAIN_TIMEOUT_MS', 'WEBSOCKET']
+  'DOCS', 'PUBLIC_URL', 'REQUEST_TIMEOUT_MS', 'RATE_LIMIT', 'STORE_TIMEOUT_MS', 'DRAIN_TIMEOUT_MS', 'WEBSOCKET', 'HEADERS_TIMEOUT_MS', 'BODY_TIMEOUT_MS']
 
 t.test('the bin drains on SIGTERM, closes its stores and exits 0', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'fa-cli-'))
@@ -265,4 +265,26 @@ t.test('openapi writes openapi.json by default', async (t) => {
   const out = new PassThrough()
   await run(['openapi'], out)
   t.equal(JSON.parse(await readFile(join(dir, 'openapi.json'), 'utf8')).openapi, '3.1.0')
+})
+
+t.test('--headers-timeout and --body-timeout (or their variables) become options; a stalled body gets 408 from the bin', async (t) => {
+  t.match(buildServeOptions({ headersTimeout: '2000', bodyTimeout: '9000' }, { echo }).options, { headersTimeoutMs: 2000, bodyTimeoutMs: 9000 })
+  t.throws(() => buildServeOptions({ bodyTimeout: '0' }, { echo }, { bodyTimeout: 'BODY_TIMEOUT_MS' }), /^BODY_TIMEOUT_MS must be an integer from 1 up, got "0"/)
+  t.throws(() => buildServeOptions({ headersTimeout: 'x' }, { echo }), /^--headers-timeout must be an integer/)
+  t.match(usage, /--headers-timeout MS\] \[--body-timeout MS\][^]*HEADERS_TIMEOUT_MS, BODY_TIMEOUT_MS/)
+  const { child, listening, exited } = startBin(t, ['serve'], { HEADERS_TIMEOUT_MS: '200', BODY_TIMEOUT_MS: '400' })
+  const port = Number(new URL(await listening).port)
+  const text = await new Promise<string>((resolve, reject) => {
+    let received = ''
+    const socket = connect(port, '127.0.0.1', () => {
+      socket.write('POST /v1/agents/echo/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{"in')
+    })
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => { received += chunk })
+    socket.once('error', reject)
+    socket.once('close', () => resolve(received))
+  })
+  t.match(text, /^HTTP\/1\.1 408 Request Timeout\r\n[^]*"code":"REQUEST_TIMEOUT"/)
+  child.kill('SIGTERM')
+  t.equal(await exited, 0)
 })

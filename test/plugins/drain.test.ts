@@ -115,3 +115,24 @@ t.test('close() on a service that never listened', async (t) => {
   await service.close()
   t.pass('closed')
 })
+
+t.test('plugin mode: a drain longer than Fastify\'s plugin timeout completes, then the stores close', async (t) => {
+  const { default: Fastify } = await import('fastify')
+  const { fastifyAgents } = await import('../../app/plugin.js')
+  const { MemoryAuditStore } = await import('../../lib/stores/memory.js')
+  let storeClosedAt = 0
+  const auditStore = Object.assign(new MemoryAuditStore(), { ownsConnection: true, async close () { storeClosedAt = Date.now() } })
+  // a plugin timeout of 300 ms stands for the default 10 s: the drain below outlasts it four times
+  const app = Fastify({ pluginTimeout: 300 })
+  await app.register(fastifyAgents, { agents, auditStore, drainTimeoutMs: 5_000, websocket: true })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
+  const inFlight = fetch(`${url}/v1/agents/slow/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"input":{"ms":1200}}' })
+  await sleep(100)
+  const started = Date.now()
+  await app.close()
+  const res = await inFlight
+  t.equal(res.status, 200, 'the run in flight finished')
+  t.ok(Date.now() - started >= 900, 'close() resolved after the drain')
+  t.ok(storeClosedAt >= started + 900, 'and the stores closed after it')
+})
