@@ -94,12 +94,11 @@ export class RunLog implements RunSink {
   /** The run was taken over by another instance: this one writes no more of its log, and stops it. */
   #taken (err: unknown): boolean {
     if ((err as { code?: unknown } | null)?.code !== 'FA_RUN_LEASE_LOST') return false
-    if (!this.#lost) {
-      this.#lost = true
-      this.#pending = []
-      this.#options.log.warn({ runId: this.#options.runId }, 'the run was taken over by another instance (its lease lapsed): stopping it here')
-      this.#options.onLost()
-    }
+    // once: nothing is written after this (the writes loop and finish both stop on #lost)
+    this.#lost = true
+    this.#pending = []
+    this.#options.log.warn({ runId: this.#options.runId }, 'the run was taken over by another instance (its lease lapsed): stopping it here')
+    this.#options.onLost()
     return true
   }
 

@@ -124,3 +124,17 @@ t.test('plugin mode: app.close() lets the process exit with a PostgreSQL approva
   // the pool's idle clients would keep it for 10 s (pg's idleTimeoutMillis), the listening one for ever
   t.ok(closedAt > 0 && Date.now() - closedAt < 5_000, `exited ${Date.now() - closedAt} ms after app.close()`)
 })
+
+t.test('a background run\'s Location sits under the agents plugin\'s own prefix, with or without a trailing slash', async (t) => {
+  for (const prefix of ['/api', '/api/']) {
+    const app = Fastify({ logger: false })
+    t.teardown(() => app.close())
+    await app.register(corePlugin, { agents: { echo } })
+    await app.register(requestContextPlugin)
+    await app.register(agentsPlugin, { prefix })
+    await app.ready()
+    const res = await app.inject({ method: 'POST', url: '/api/agents/echo/runs', payload: { input: 1, background: true } })
+    t.equal(res.statusCode, 202, prefix)
+    t.equal(res.headers.location, `/api/runs/${res.json().runId}`, prefix)
+  }
+})

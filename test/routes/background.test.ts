@@ -307,3 +307,66 @@ t.test('a run claimed as its instance begins to drain is handed off with the oth
   t.same(log.map((e) => e.event), ['run.started', 'run.requeued', 'run.started', 'run.completed'])
   t.same(log[1]!.data, { attempt: 2, reason: 'SHUTDOWN' })
 })
+
+t.test('a run whose next events the store refuses as another instance\'s stops here; its log is left to the other', async (t) => {
+  const held = gate()
+  let aborted: unknown = null
+  const store = new MemoryRunStore()
+  const { app } = build(t, {
+    runStore: store,
+    agents: {
+      held: {
+        async run (_i, ctx) {
+          await held.promise
+          ctx.emit('message.delta', { text: 'late' })
+          try { await orAbort(new Promise(() => {}), ctx.signal) } catch (err) { aborted = err }
+          return { output: null }
+        }
+      }
+    }
+  })
+  await app.ready()
+  // the requeued run stays queued: this instance does not claim it back
+  app.agentService.worker.stopClaiming()
+  const stream = app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, stream: true, onDisconnect: 'continue' } })
+  const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
+  await eventually(async () => (await store.get(runId))?.lastSeq === 1)
+  // another instance took it over (its lease seemed lapsed), before this one's renewal could tell
+  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  held.release()
+  await eventually(() => aborted !== null)
+  t.match(aborted, { code: 'INSTANCE_LOST' })
+  await stream
+  t.same((await store.events(runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'], 'nothing of this instance\'s after the takeover')
+})
+
+t.test('the worker logs what it cannot do and goes on: a claimed run that cannot start, a scan, a hand-off', async (t) => {
+  const stores = memoryStores()
+  const warnings: string[] = []
+  const agents: Record<string, Agent> = { moving: { resumable: true, run: (_i, ctx) => orAbort(new Promise(() => {}), ctx.signal) as Promise<never> } }
+  const a = build(t, { ...stores, agents, runLeaseMs: 300 })
+  keepAlive(t)
+  await a.app.ready()
+  const { worker, settings } = a.app.agentService
+  const store = settings.runStore
+  const logged = (what: string) => (obj: unknown, msg?: string) => { warnings.push(`${what}:${msg ?? String(obj)}`) }
+  const log = Object.assign(Object.create(a.app.log), { warn: logged('warn'), error: logged('error'), child: () => log })
+  worker.stop()
+  // a claimed run whose spec cannot be read
+  const spec = store.spec.bind(store)
+  store.spec = async () => { throw new Error('spec unreadable') }
+  const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/moving/runs', payload: { input: null, background: true } })).json()
+  // the scan's store call fails too
+  store.lapsed = async () => { throw new Error('lapsed unreadable') }
+  worker.start(log)
+  await eventually(() => warnings.some((w) => w === 'error:could not start a claimed run'))
+  await eventually(() => warnings.some((w) => w === 'warn:could not look for runs whose instance was lost'))
+  store.spec = spec
+  // a run that started, then a hand-off the store refuses
+  const second = (await a.app.inject({ method: 'POST', url: '/v1/agents/moving/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => a.app.agentService.runs.has(second.runId))
+  store.requeue = async () => { throw new Error('requeue refused') }
+  await worker.handOff()
+  t.ok(warnings.includes('warn:could not hand a run off at shutdown'))
+  t.ok(queued.runId)
+})
