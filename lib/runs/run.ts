@@ -179,6 +179,8 @@ export class AgentRun {
   #methods: Partial<Pick<RunContext, ContextMethod>> | null = null
   #seq = 0
   #settled = false
+  /** the agent returned its result, which is being persisted: a drain no longer stops the run */
+  #finishing = false
   // null for a JSON run: nobody reads its events, so none is built
   #listener: RunListener | null = null
   #onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null
@@ -289,6 +291,7 @@ export class AgentRun {
     try {
       if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
       const runResult = this.#toRunResult(result)
+      this.#finishing = true
       this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
     } catch (err) {
       // a result whose getters throw, a finish() that throws before returning its promise
@@ -300,8 +303,9 @@ export class AgentRun {
    * Stops the agent here without ending the run: no terminal event, no end in the store (whoever requeued or took
    * over the run goes on with it). Its client's stream closes; it can rejoin the run's log.
    */
-  detach (code: RunDetachCode): void {
-    if (this.#settled) return
+  detach (code: RunDetachCode): boolean {
+    // a run whose result is in is not handed off: it completes here (its lease, still this instance's, lets it)
+    if (this.#settled || (this.#finishing && code === 'SHUTDOWN')) return false
     this.#settled = true
     clearTimeout(this.#timer)
     const reason = new RunAbortedError(code, detachMessages[code])
@@ -314,10 +318,12 @@ export class AgentRun {
     this.#listener?.runSettled?.(outcome)
     this.#outcome = outcome
     this.#resolve?.(outcome)
+    return true
   }
 
   abort (code: RunAbortCode): void {
-    if (this.#settled) return
+    // a drain lets a run whose result is in complete (its deadline, or a cancel, still ends it)
+    if (this.#settled || (this.#finishing && code === 'SHUTDOWN')) return
     const message = code === 'AGENT_TIMEOUT'
       ? `Agent "${this.agentName}" did not finish within ${this.options.timeoutMs} ms`
       : abortMessages[code]

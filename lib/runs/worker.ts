@@ -254,7 +254,8 @@ export class RunWorker {
     // runs claimed as the drain began are started by now, and handed off with the others
     await this.#claimed
     await Promise.all(runs.list().filter((run) => run.options.detachable && run.options.agent.resumable === true).map(async (run) => {
-      run.detach('SHUTDOWN')
+      // a run whose result is in completes here instead
+      if (!run.detach('SHUTDOWN')) return
       // its last events first: the log goes on, without a gap, where the next attempt picks it up
       await (run.options.sink as RunLog | null)?.flush()
       try {

@@ -370,3 +370,28 @@ t.test('the worker logs what it cannot do and goes on: a claimed run that cannot
   t.ok(warnings.includes('warn:could not hand a run off at shutdown'))
   t.ok(queued.runId)
 })
+
+t.test('a run whose result is in when the drain hands off completes here: neither handed off nor failed', async (t) => {
+  const agents: Record<string, Agent> = { quick: { resumable: true, async run () { return { output: 'done' } } } }
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents })
+  await a.app.ready()
+  // the run's turn is being written to its session when the drain's deadline comes
+  const sessions = a.app.agentService.settings.sessionStore
+  const appendTurn = sessions.appendTurn.bind(sessions)
+  const persisting = gate()
+  const proceed = gate()
+  sessions.appendTurn = async (...args) => {
+    persisting.release()
+    await proceed.promise
+    return await appendTurn(...args)
+  }
+  const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null, background: true } })).json()
+  await persisting.promise
+  const closed = a.close(10)
+  await sleep(60)
+  proceed.release()
+  await closed
+  t.match(await stores.runStore.get(queued.runId), { status: 'completed', attempt: 1, result: { output: 'done' } })
+  t.same((await stores.runStore.events(queued.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.completed'])
+})

@@ -38,6 +38,15 @@ t.test('runs: the memory store keeps at most maxRetainedRuns ended runs, the lon
   await t.rejects(store.get(runs[1]!.record.runId), { code: 'FA_STORE_CLOSED' })
 })
 
+t.test('runs: a run reopened without a lease holds none: no lapse is ever found for it', async (t) => {
+  const store = new MemoryRunStore()
+  const run = newRun()
+  await store.create(run, { exclusive: false })
+  await store.finish(run.record.runId, [event(1, 'run.completed')], { status: 'completed', endedAt: new Date().toISOString() }, 3_600_000, 'instance-a')
+  t.match(await store.reopen({ ...run, lease: null }, { exclusive: false }), { outcome: 'reopened' })
+  t.same(await store.lapsed(Date.now() + 10 * 3_600_000, 10), [])
+})
+
 t.test('audit ring buffer: 500 by default, the oldest evicted first', async (t) => {
   const store = new MemoryAuditStore()
   t.equal(DEFAULT_AUDIT_CAPACITY, 500)

@@ -500,6 +500,18 @@ if (await pgReachable()) {
     t.match(await store.start(queued.record.runId, new Date().toISOString(), lease()), { outcome: 'started' }, 'start takes it over too')
   })
 
+  t.test('runs: lease calls with nothing to renew, or an id PostgreSQL cannot hold, ask nothing and change nothing', async (t) => {
+    const { pool, queries } = spiedPool(t)
+    const store = new PostgresRunStore(pool, { schema: withPgSchema(t, admin) })
+    t.teardown(() => store.close())
+    const end: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
+    t.same(await store.renew(OWNER, [], Date.now() + HOUR), [])
+    t.same(await store.renew(OWNER, ['nul\u0000id'], Date.now() + HOUR), [])
+    t.equal(await store.requeue('nul\u0000id', { owner: OWNER }, 'SHUTDOWN'), null)
+    t.equal(await store.abandon('nul\u0000id', Date.now(), end, HOUR), null)
+    t.same(queries, [], 'no round trip')
+  })
+
   t.test('runs: a statement failing in a transaction rolls it back and gives up its connection', async (t) => {
     const schema = withPgSchema(t, admin)
     const pool = newPool(t)

@@ -172,3 +172,18 @@ t.test('with the host\'s own server span active (its HTTP instrumentation), the 
   t.equal(run.spanContext().traceId, ((await res.json()) as { traceId: string }).traceId)
   t.equal(run.parentSpanContext?.spanId, server.spanContext().spanId)
 })
+
+t.test('a run detached from the service ends its span with the detach event, once', async (t) => {
+  const exporter = registerTracing(t)
+  const waiting: Agent = { resumable: true, run: (_i, ctx) => new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))) }
+  const { app } = build(t, { agents: { waiting } })
+  await app.ready()
+  app.agentService.worker.stopClaiming()
+  const reply = app.inject({ method: 'POST', url: '/v1/agents/waiting/runs', payload: { input: null, onDisconnect: 'continue' } })
+  const run = await eventually(() => app.agentService.runs.list()[0])
+  t.equal(run.detach('SHUTDOWN'), true)
+  t.equal(run.detach('SHUTDOWN'), false, 'a run detached once is settled')
+  await reply
+  const span = named(exporter.getFinishedSpans(), 'invoke_agent waiting')
+  t.same(span.events.map((e) => e.name), ['run.detached'])
+})
