@@ -161,7 +161,12 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   const { store, ttlMs, lockLeaseMs } = settings
   states.declare(fastify)
   const completions = new PendingCompletions()
-  fastify.addHook('onClose', async () => { await completions.close() })
+  // after the drain (begun in preClose, awaited by the drain plugin's onClose, which may run after this one): the
+  // runs it let finish have made their completions by then, and get their last attempt
+  fastify.addHook('onClose', async () => {
+    await service.drain.finished
+    await completions.close()
+  })
 
   // For a run streamed as SSE (a hijacked reply: no onSend): its final event is recorded for replay (a failed
   // run releases the key, like the 5xx it stands for), before the stream ends: a retry after the end replays.

@@ -31,6 +31,11 @@ export class Drain {
     return this.#draining
   }
 
+  /** Resolves once the drain that has begun is over (at once when none has). */
+  get finished (): Promise<void> {
+    return this.#done ?? Promise.resolve()
+  }
+
   /** How a transport closes its connections once their runs have ended; returns the function that takes it back. */
   onShutdown (close: () => Promise<void>): () => void {
     this.#transports.add(close)

@@ -39,7 +39,7 @@ if (await requirePg(t)) {
     for (const id of ids) {
       const ends = rows.filter((row) => row.run_id === id && row.kind === 'end')
       // executed to its end once, however many attempts it took
-      if (ends.length > 1) t.fail(`${id} ended ${ends.length} times`)
+      if (ends.length > 1) t.fail(`${id} ended ${ends.length} times`, { rows: rows.filter((row) => row.run_id === id && row.kind !== 'step') })
     }
     const handedOff = new Set(rows.filter((row) => row.kind === 'stop').map((row) => row.run_id))
     t.ok(handedOff.size > 0, `${handedOff.size} runs handed off at a drain`)

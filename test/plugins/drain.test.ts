@@ -112,6 +112,8 @@ t.test('close() on a service that never listened', async (t) => {
   const { createAgentService } = await import('../../app/service.js')
   const service = createAgentService({ agents, logger: false })
   await service.app.ready()
+  await service.app.agentService.drain.finished
+  t.equal(service.app.agentService.drain.draining, false, 'no drain is over before one begins')
   await service.close()
   t.pass('closed')
 })
