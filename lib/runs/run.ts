@@ -303,9 +303,10 @@ export class AgentRun {
    * Stops the agent here without ending the run: no terminal event, no end in the store (whoever requeued or took
    * over the run goes on with it). Its client's stream closes; it can rejoin the run's log.
    */
-  detach (code: RunDetachCode): boolean {
-    // a run whose result is in is not handed off: it completes here (its lease, still this instance's, lets it)
-    if (this.#settled || (this.#finishing && code === 'SHUTDOWN')) return false
+  detach (code: RunDetachCode, lost = false): boolean {
+    // A run whose result is in completes here (a hand-off, or a fence while its lease may still be this instance's:
+    // the agent has stopped, nothing runs twice), unless the store says it is another instance's now (`lost`).
+    if (this.#settled || (this.#finishing && !lost)) return false
     this.#settled = true
     clearTimeout(this.#timer)
     const reason = new RunAbortedError(code, detachMessages[code])

@@ -81,7 +81,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       log: options.log,
       owner: service.worker.owner,
       onFailure: () => { service.stats.runLogFailures++ },
-      onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST') },
+      onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored({ runId, agent: record.agent, sessionId, principal: caller.principal }, events) }
     })),
     onDisconnect: request.onDisconnect ?? 'cancel',

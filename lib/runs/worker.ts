@@ -131,7 +131,7 @@ export class RunWorker {
     const session = record.sessionId === null ? null : await settings.sessionStore.get(record.sessionId)
     // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
     // before the next attempt starts, so that the run is never run twice at once, here either.
-    service.runs.get(record.runId)?.detach('INSTANCE_LOST')
+    service.runs.get(record.runId)?.detach('INSTANCE_LOST', true)
     await service.quotas?.keep(record.principal, record.runId)
     const sink = new RunLog({
       store: settings.runStore,
@@ -140,7 +140,7 @@ export class RunWorker {
       log,
       owner: this.owner,
       onFailure: () => { service.stats.runLogFailures++ },
-      onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST') },
+      onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored(record, events) }
     })
     const run = service.runs.create({
@@ -182,7 +182,7 @@ export class RunWorker {
       if (ids.length > 0) {
         const held = new Set(await settings.runStore.renew(this.owner, ids, sentAt + this.#leaseMs))
         // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
-        for (const runId of ids) if (!held.has(runId)) runs.get(runId)?.detach('INSTANCE_LOST')
+        for (const runId of ids) if (!held.has(runId)) runs.get(runId)?.detach('INSTANCE_LOST', true)
       }
       this.#renewedAt = sentAt
     } catch (err) {

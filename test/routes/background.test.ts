@@ -395,3 +395,24 @@ t.test('a run whose result is in when the drain hands off completes here: neithe
   t.match(await stores.runStore.get(queued.runId), { status: 'completed', attempt: 1, result: { output: 'done' } })
   t.same((await stores.runStore.events(queued.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.completed'])
 })
+
+t.test('a run whose result is in is fenced off only once the store says it is another instance\'s', async (t) => {
+  const { app } = build(t, { agents: { quick: { async run () { return { output: 'done' } } } } })
+  await app.ready()
+  const sessions = app.agentService.settings.sessionStore
+  const appendTurn = sessions.appendTurn.bind(sessions)
+  const persisting = gate()
+  const proceed = gate()
+  sessions.appendTurn = async (...args) => {
+    persisting.release()
+    await proceed.promise
+    return await appendTurn(...args)
+  }
+  const reply = app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null } })
+  await persisting.promise
+  const run = app.agentService.runs.list()[0]!
+  t.equal(run.detach('INSTANCE_LOST'), false, 'a fence leaves it to complete: its agent has stopped')
+  t.equal(run.detach('INSTANCE_LOST', true), true, 'taken over: it stops here')
+  proceed.release()
+  t.match((await reply).json(), { code: 'INSTANCE_LOST' })
+})
