@@ -108,7 +108,9 @@ export class ServiceStats {
   runStarted (agent: string): void {
     this.#runs.started++
     this.#runs.inFlight++
-    const figures = this.#agents.get(agent)!
+    let figures = this.#agents.get(agent)
+    // a claimed run of an agent this instance does not serve (its options differ): it fails here, and counts
+    if (figures === undefined) this.#agents.set(agent, figures = new AgentFigures())
     figures.runs++
     figures.inFlight++
   }

@@ -176,13 +176,13 @@ export class RunWorker {
     if (this.#renewing) return this.#fence()
     this.#renewing = true
     const { runs, settings } = this.#service
-    const ids = runs.ids()
+    const running = runs.list()
     const sentAt = Date.now()
     try {
-      if (ids.length > 0) {
-        const held = new Set(await settings.runStore.renew(this.owner, ids, sentAt + this.#leaseMs))
+      if (running.length > 0) {
+        const held = new Set(await settings.runStore.renew(this.owner, running.map((run) => run.runId), sentAt + this.#leaseMs))
         // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
-        for (const runId of ids) if (!held.has(runId)) runs.get(runId)?.detach('INSTANCE_LOST', true)
+        for (const run of running) if (!held.has(run.runId)) run.detach('INSTANCE_LOST', true)
       }
       this.#renewedAt = sentAt
     } catch (err) {
@@ -199,8 +199,7 @@ export class RunWorker {
    */
   #fence (): void {
     if (Date.now() - this.#renewedAt <= this.#leaseMs - Math.floor(this.#leaseMs / 3)) return
-    const { runs } = this.#service
-    for (const runId of runs.ids()) runs.get(runId)?.detach('INSTANCE_LOST')
+    for (const run of this.#service.runs.list()) run.detach('INSTANCE_LOST')
   }
 
   async #scan (): Promise<void> {

@@ -416,3 +416,53 @@ t.test('a run whose result is in is fenced off only once the store says it is an
   proceed.release()
   t.match((await reply).json(), { code: 'INSTANCE_LOST' })
 })
+
+/** A queued detachable run as a store holds one, made without a request. */
+function queuedRecord (runId: string, agent: string, sessionId: string | null) {
+  return {
+    record: { runId, agent, sessionId, principal: 'anonymous', status: 'queued' as const, background: true, attempt: 1, lastSeq: 0, createdAt: new Date().toISOString(), requestId: `req-${runId}`, traceId: 'a'.repeat(32) },
+    spec: { input: 'hi' },
+    ephemeral: false,
+    detachable: true,
+    lease: null
+  }
+}
+
+t.test('claimed runs this instance serves as well as it can: one without a session, one of an agent it does not have', async (t) => {
+  const store = new MemoryRunStore()
+  keepAlive(t)
+  const { app } = build(t, { runStore: store })
+  await app.ready()
+  await store.create(queuedRecord('no-session', 'echo', null), { exclusive: false })
+  await store.create(queuedRecord('no-agent', 'gone', null), { exclusive: false })
+  await eventually(async () => (await store.get('no-session'))?.status === 'completed' && (await store.get('no-agent'))?.status === 'failed')
+  t.match(await store.get('no-session'), { result: { output: 'hi' } })
+  t.match(await store.get('no-agent'), { error: { code: 'AGENT_ERROR' } })
+})
+
+t.test('a lapsed run whose cancel was asked for ends cancelled; scans never overlap', async (t) => {
+  const store = new MemoryRunStore()
+  keepAlive(t)
+  const { app } = build(t, { runStore: store, runLeaseMs: 200 })
+  await app.ready()
+  // its instance died while a cancel was on its way to it
+  const lost = queuedRecord('lost', 'echo', null)
+  await store.create({ ...lost, record: { ...lost.record, status: 'running', startedAt: lost.record.createdAt }, lease: { owner: 'gone', until: Date.now() - 1 } }, { exclusive: false })
+  await store.cancel('lost', { status: 'cancelled', endedAt: new Date().toISOString() }, 60_000)
+  // a scan that takes longer than the scan interval: the next one waits its turn
+  const settings = app.agentService.settings.runStore
+  const lapsed = settings.lapsed.bind(settings)
+  let scans = 0
+  let concurrent = 0
+  settings.lapsed = async (...args) => {
+    scans++
+    concurrent++
+    t.equal(concurrent, 1, 'one scan at a time')
+    await sleep(250)
+    concurrent--
+    return await lapsed(...args)
+  }
+  await eventually(async () => (await store.get('lost'))?.status === 'cancelled', 5_000)
+  t.match(await store.get('lost'), { error: { code: 'CANCELLED' } })
+  t.ok(scans >= 1)
+})
