@@ -245,6 +245,8 @@ t.test('a renewal that finds a run no longer this instance\'s stops it here', as
   const store = new MemoryRunStore()
   const { app } = build(t, { runStore: store, runLeaseMs: 150, agents: { held: { async run (_i, ctx) { try { await orAbort(held.promise, ctx.signal) } catch (err) { aborted = err } return { output: null } } } } })
   await app.ready()
+  // the requeued run stays queued (claimed back here, its claim would stop this copy first): the renewal finds it
+  app.agentService.worker.stopClaiming()
   const stream = app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, stream: true, onDisconnect: 'continue' } })
   const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
   // another instance took it over: the store says so
@@ -465,4 +467,42 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
   await eventually(async () => (await store.get('lost'))?.status === 'cancelled', 5_000)
   t.match(await store.get('lost'), { error: { code: 'CANCELLED' } })
   t.ok(scans >= 1)
+})
+
+t.test('a claimed run\'s log: a write the store refuses is counted; a takeover found while it finishes stops writing', async (t) => {
+  const store = new MemoryRunStore()
+  keepAlive(t)
+  const go = gate()
+  const agents: Record<string, Agent> = {
+    talker: { async run (_i, ctx) { await go.promise; ctx.emit('message.delta', { text: 'a' }); return { output: 'said' } } }
+  }
+  const { app } = build(t, { runStore: store, agents })
+  await app.ready()
+  const { runs, stats, worker } = app.agentService
+  const append = store.append.bind(store)
+  let refusals = 0
+  // the first write of the claimed run fails (the store hiccups), the next ones go through
+  store.append = async (...args) => {
+    if (refusals++ === 0) throw new Error('store hiccup')
+    return await append(...args)
+  }
+  const first = (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => runs.has(first.runId))
+  go.release()
+  await eventually(async () => (await store.get(first.runId))?.status === 'completed')
+  t.equal(stats.runLogFailures, 1, 'the refused write is counted, and written with the next')
+  t.same((await store.events(first.runId, 0, 10)).map((e) => e.type), ['run.started', 'message.delta', 'run.completed'])
+
+  // taken over by another instance as it finishes: its last events are refused, and nothing more is written
+  const again = gate()
+  agents.talker!.run = async (_i, ctx) => { await again.promise; ctx.emit('message.delta', { text: 'b' }); return { output: 'late' } }
+  store.append = append
+  const second = (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => runs.has(second.runId))
+  worker.stopClaiming()
+  await store.requeue(second.runId, { owner: worker.owner }, 'INSTANCE_LOST')
+  again.release()
+  await eventually(() => !runs.has(second.runId))
+  t.same((await store.events(second.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'], 'nothing of this instance\'s after the takeover')
+  t.match(await store.get(second.runId), { status: 'queued', attempt: 2 })
 })
