@@ -373,13 +373,9 @@ t.test('the worker logs what it cannot do and goes on: a claimed run that cannot
   t.ok(queued.runId)
 })
 
-t.test('a run whose result is in when the drain hands off completes here: neither handed off nor failed', async (t) => {
-  const agents: Record<string, Agent> = { quick: { resumable: true, async run () { return { output: 'done' } } } }
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents })
-  await a.app.ready()
-  // the run's turn is being written to its session when the drain's deadline comes
-  const sessions = a.app.agentService.settings.sessionStore
+/** Holds the runs' turns on their way to the session: `persisting` once one is, released by `proceed`. */
+function holdTurns ({ app }: Pick<Service, 'app'>): { persisting: ReturnType<typeof gate>, proceed: ReturnType<typeof gate> } {
+  const sessions = app.agentService.settings.sessionStore
   const appendTurn = sessions.appendTurn.bind(sessions)
   const persisting = gate()
   const proceed = gate()
@@ -388,6 +384,16 @@ t.test('a run whose result is in when the drain hands off completes here: neithe
     await proceed.promise
     return await appendTurn(...args)
   }
+  return { persisting, proceed }
+}
+
+t.test('a run whose result is in when the drain hands off completes here: neither handed off nor failed', async (t) => {
+  const agents: Record<string, Agent> = { quick: { resumable: true, async run () { return { output: 'done' } } } }
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents })
+  await a.app.ready()
+  // the run's turn is being written to its session when the drain's deadline comes
+  const { persisting, proceed } = holdTurns(a)
   const queued = (await a.app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null, background: true } })).json()
   await persisting.promise
   const closed = a.close(10)
@@ -401,15 +407,7 @@ t.test('a run whose result is in when the drain hands off completes here: neithe
 t.test('a run whose result is in is fenced off only once the store says it is another instance\'s', async (t) => {
   const { app } = build(t, { agents: { quick: { async run () { return { output: 'done' } } } } })
   await app.ready()
-  const sessions = app.agentService.settings.sessionStore
-  const appendTurn = sessions.appendTurn.bind(sessions)
-  const persisting = gate()
-  const proceed = gate()
-  sessions.appendTurn = async (...args) => {
-    persisting.release()
-    await proceed.promise
-    return await appendTurn(...args)
-  }
+  const { persisting, proceed } = holdTurns({ app })
   const reply = app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null } })
   await persisting.promise
   const run = app.agentService.runs.list()[0]!
