@@ -504,3 +504,55 @@ t.test('a claimed run\'s log: a write the store refuses is counted; a takeover f
   t.same((await store.events(second.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'], 'nothing of this instance\'s after the takeover')
   t.match(await store.get(second.runId), { status: 'queued', attempt: 2 })
 })
+
+t.test('a run requeued while its copy still runs here is claimed back: the copy stops before the next attempt', async (t) => {
+  const store = new MemoryRunStore()
+  keepAlive(t)
+  let calls = 0
+  let aborted: unknown = null
+  const agents: Record<string, Agent> = {
+    held: {
+      resumable: true,
+      async run (_i, ctx) {
+        if (++calls > 1) return { output: 'second' }
+        try { await orAbort(new Promise(() => {}), ctx.signal) } catch (err) { aborted = err }
+        return { output: 'first' }
+      }
+    }
+  }
+  const { app } = build(t, { runStore: store, agents })
+  await app.ready()
+  const queued = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => calls === 1)
+  await store.requeue(queued.runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  await eventually(async () => (await store.get(queued.runId))?.status === 'completed')
+  t.match(aborted, { code: 'INSTANCE_LOST' })
+  t.match(await store.get(queued.runId), { attempt: 2, result: { output: 'second' } })
+})
+
+t.test('a takeover found while a run finishes: nothing of its end is written here', async (t) => {
+  const store = new MemoryRunStore()
+  const agents: Record<string, Agent> = {
+    talker: { async run (_i, ctx) { await new Promise((resolve) => setImmediate(resolve)); ctx.emit('message.delta', { text: 'a' }); return { output: 'said' } } }
+  }
+  const { app } = build(t, { runStore: store, agents })
+  await app.ready()
+  app.agentService.worker.stopClaiming()
+  const append = store.append.bind(store)
+  const hold = gate()
+  // the delta's write is held until the run has ended here; meanwhile another instance took the run over
+  store.append = async (runId, events, owner) => {
+    if (events.some((e) => e.type === 'message.delta')) {
+      await hold.promise
+      await store.requeue(runId, { owner }, 'INSTANCE_LOST')
+    }
+    return await append(runId, events, owner)
+  }
+  const reply = app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, stream: true } })
+  const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
+  await sleep(100)
+  hold.release()
+  await reply
+  t.same((await store.events(runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'])
+  t.match(await store.get(runId), { status: 'queued', attempt: 2 })
+})
