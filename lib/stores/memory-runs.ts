@@ -43,6 +43,9 @@ export class MemoryRunStore implements RunStore {
   readonly #hub = new RunWatchHub()
   #created = 0
   readonly #queueWatchers = new Set<() => void>()
+  // the queued detachable runs (and some that no longer are, dropped as claim meets them): claim looks at these
+  // rather than at every retained run
+  readonly #queue = new Set<string>()
   #closed = false
 
   constructor (options: MemoryRunStoreOptions = {}) {
@@ -86,7 +89,12 @@ export class MemoryRunStore implements RunStore {
       expiresAt: Infinity,
       order: ++this.#created
     })
-    if (record.status === 'queued' && run.detachable) this.#notifyQueue()
+    // (a run created afresh under the id of one past its retention is queued, or not, as the new one says)
+    this.#queue.delete(record.runId)
+    if (record.status === 'queued' && run.detachable) {
+      this.#queue.add(record.runId)
+      this.#notifyQueue()
+    }
     return { outcome: 'created' }
   }
 
@@ -145,12 +153,20 @@ export class MemoryRunStore implements RunStore {
   async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
     this.#check()
     const claimed: RunRecord[] = []
-    const now = Date.now()
-    // oldest first: the Map keeps the order of creation
-    for (const stored of this.#runs.values()) {
+    const waiting: StoredRun[] = []
+    for (const runId of this.#queue) {
+      // a run gone is out of the queue (#delete); one started or ended since it was queued leaves it now
+      const stored = this.#runs.get(runId)!
+      if (stored.record.status !== 'queued') this.#queue.delete(runId)
+      else waiting.push(stored)
+    }
+    // oldest first, in the order of creation
+    waiting.sort((a, b) => a.order - b.order)
+    for (const stored of waiting) {
       if (claimed.length >= limit) break
-      if (stored.expiresAt <= now || stored.record.status !== 'queued' || !stored.detachable || !this.#take(stored)) continue
+      if (!this.#take(stored)) continue
       this.#run(stored, startedAt, lease)
+      this.#queue.delete(stored.record.runId)
       claimed.push({ ...stored.record })
     }
     return claimed
@@ -204,6 +220,7 @@ export class MemoryRunStore implements RunStore {
     stored.lease = null
     stored.detachable = true
     stored.cancelRequested = false
+    this.#queue.add(runId)
     this.#hub.events(runId, stored.record.lastSeq)
     this.#notifyQueue()
     return { ...stored.record }
@@ -354,6 +371,7 @@ export class MemoryRunStore implements RunStore {
   #delete (runId: string): void {
     this.#runs.delete(runId)
     this.#ended.delete(runId)
+    this.#queue.delete(runId)
   }
 
   async purge (now: number, batch: number): Promise<number> {

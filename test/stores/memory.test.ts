@@ -47,6 +47,23 @@ t.test('runs: a run reopened without a lease holds none: no lapse is ever found 
   t.same(await store.lapsed(Date.now() + 10 * 3_600_000, 10), [])
 })
 
+t.test('runs: claim looks at the queue only; a queued run cancelled meanwhile leaves it', async (t) => {
+  const store = new MemoryRunStore()
+  const queued = (): ReturnType<typeof newRun> => {
+    const run = newRun({ status: 'queued', background: true })
+    delete run.record.startedAt
+    run.detachable = true
+    return run
+  }
+  const [gone, kept] = [queued(), queued()]
+  await store.create(gone, { exclusive: false })
+  await store.create(kept, { exclusive: false })
+  await store.cancel(gone.record.runId, { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000)
+  const lease = { owner: 'instance-a', until: Date.now() + 60_000 }
+  t.same((await store.claim(lease, new Date().toISOString(), 10)).map((r) => r.runId), [kept.record.runId])
+  t.same(await store.claim(lease, new Date().toISOString(), 10), [], 'nothing left queued')
+})
+
 t.test('audit ring buffer: 500 by default, the oldest evicted first', async (t) => {
   const store = new MemoryAuditStore()
   t.equal(DEFAULT_AUDIT_CAPACITY, 500)
