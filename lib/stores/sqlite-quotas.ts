@@ -3,8 +3,8 @@
 // than the quota between them.
 import type Database from 'better-sqlite3'
 import { checkIdentifier, storeClosedError } from './common.js'
-import { SqliteConnection } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { SqliteConnection, immediateWrites } from './sqlite.js'
+import type { SqliteSource, SqliteStoreOptions, SqliteWrites } from './sqlite.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
 type Db = Database.Database
@@ -40,7 +40,7 @@ type Statements = ReturnType<typeof statements>
 export class SqliteQuotaStore implements QuotaStore {
   readonly #connection: SqliteConnection
   readonly #prefix: string
-  #prepared: { statements: Statements, write: <T>(fn: (s: Statements) => T) => T } | null = null
+  #prepared: SqliteWrites<Statements> | null = null
   #closed = false
 
   constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
@@ -48,14 +48,11 @@ export class SqliteQuotaStore implements QuotaStore {
     this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
   }
 
-  #use (): { statements: Statements, write: <T>(fn: (s: Statements) => T) => T } {
+  #use (): SqliteWrites<Statements> {
     if (this.#closed) throw storeClosedError()
     if (this.#prepared === null) {
       const db = this.#connection.acquire(this) as unknown as Db
-      const prepared = statements(db, this.#prefix)
-      const transaction = db.transaction((fn: (s: Statements) => unknown) => fn(prepared))
-      // IMMEDIATE: the write lock first, so that no other connection writes between a transaction's count and its insert
-      this.#prepared = { statements: prepared, write: <T>(fn: (s: Statements) => T): T => transaction.immediate(fn) as T }
+      this.#prepared = immediateWrites(db, statements(db, this.#prefix))
     }
     return this.#prepared
   }

@@ -4,8 +4,8 @@
 import type Database from 'better-sqlite3'
 import { checkIdentifier, checkLimit, decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toMs } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
-import { SqliteConnection } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { SqliteConnection, immediateWrites } from './sqlite.js'
+import type { SqliteSource, SqliteStoreOptions, SqliteWrites } from './sqlite.js'
 import type {
   NewWebhookDelivery, RunLease, WebhookAttempt, WebhookAttemptPage, WebhookAttemptQuery, WebhookDelivery, WebhookOutcome, WebhookStore
 } from './types.js'
@@ -104,7 +104,7 @@ type Statements = ReturnType<typeof statements>
 export class SqliteWebhookStore implements WebhookStore {
   readonly #connection: SqliteConnection
   readonly #prefix: string
-  #prepared: { statements: Statements, write: <T>(fn: (s: Statements) => T) => T } | null = null
+  #prepared: SqliteWrites<Statements> | null = null
   #closed = false
 
   constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
@@ -112,14 +112,11 @@ export class SqliteWebhookStore implements WebhookStore {
     this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
   }
 
-  #use (): { statements: Statements, write: <T>(fn: (s: Statements) => T) => T } {
+  #use (): SqliteWrites<Statements> {
     if (this.#closed) throw storeClosedError()
     if (this.#prepared === null) {
       const db = this.#connection.acquire(this) as unknown as Db
-      const prepared = statements(db, this.#prefix)
-      const transaction = db.transaction((fn: (s: Statements) => unknown) => fn(prepared))
-      // IMMEDIATE: the write lock first, so that no other connection writes between a transaction's read and its write
-      this.#prepared = { statements: prepared, write: <T>(fn: (s: Statements) => T): T => transaction.immediate(fn) as T }
+      this.#prepared = immediateWrites(db, statements(db, this.#prefix))
     }
     return this.#prepared
   }
