@@ -3,8 +3,10 @@
 // than the quota between them.
 import type Database from 'better-sqlite3'
 import { checkIdentifier, storeClosedError } from './common.js'
-import { SqliteConnection, immediateWrites } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions, SqliteWrites } from './sqlite.js'
+import { SqliteConnection } from './sqlite.js'
+import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { immediateWrites } from './sqlite-writes.js'
+import type { SqliteWrites } from './sqlite-writes.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
 type Db = Database.Database

@@ -4,8 +4,10 @@
 import type Database from 'better-sqlite3'
 import { checkIdentifier, checkLimit, decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toMs } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
-import { SqliteConnection, immediateWrites } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions, SqliteWrites } from './sqlite.js'
+import { SqliteConnection } from './sqlite.js'
+import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { immediateWrites } from './sqlite-writes.js'
+import type { SqliteWrites } from './sqlite-writes.js'
 import type {
   NewWebhookDelivery, RunLease, WebhookAttempt, WebhookAttemptPage, WebhookAttemptQuery, WebhookDelivery, WebhookOutcome, WebhookStore
 } from './types.js'

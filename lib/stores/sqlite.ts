@@ -63,21 +63,6 @@ function openDatabase (Driver: typeof Database, filename: string): Db {
   return db
 }
 
-/** A store's prepared statements, and its writes: each one IMMEDIATE transaction over them. */
-export interface SqliteWrites<S> {
-  statements: S
-  write: <T>(fn: (statements: S) => T) => T
-}
-
-/**
- * IMMEDIATE: the write lock first, so that no other connection writes between a transaction's reads and its writes
- * (a count and its insert, a claim's read and its update).
- */
-export function immediateWrites<S> (db: Db, statements: S): SqliteWrites<S> {
-  const transaction = db.transaction((fn: (statements: S) => unknown) => fn(statements))
-  return { statements, write: <T>(fn: (statements: S) => T): T => transaction.immediate(fn) as T }
-}
-
 /**
  * One better-sqlite3 Database shared by several stores. Given a filename it opens the file on first use and
  * closes it when the last store using it closes; given a Database it never closes it (nor changes its pragmas).
