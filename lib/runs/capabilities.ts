@@ -99,9 +99,13 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
   }
 
   async function checkpoint (run: AgentRun, state: unknown): Promise<void> {
+    // A run stopped here (fenced off, handed off, cancelled) saves nothing more: its next attempt may be saving its own.
+    if (run.signal.aborted) throw run.signal.reason
     const saved = await checkpointStore.save({ runId: run.runId, agent: run.agentName, sessionId: keeping(run, 'checkpoint'), state })
     run.checkpointed = true
     run.emit('checkpoint.saved', { step: saved.step })
+    // stopped while the save was out (a store that hung): the agent learns of it here, not after its next step
+    if (run.signal.aborted) throw run.signal.reason
   }
 
   async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<void> {

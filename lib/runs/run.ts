@@ -83,6 +83,8 @@ export interface RunOptions {
   lastSeq: number
   /** any instance may run it (a background or `continue` run): at a drain it is handed off rather than ended */
   detachable: boolean
+  /** when its lease in the run store ends, by this instance's clock (absent: a run held by no lease) */
+  leaseUntil?: number
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -197,6 +199,8 @@ export class AgentRun {
   #trace: RunTrace | null = null
   /** set once ctx.checkpoint() has saved something (or the run resumed one) */
   checkpointed: boolean
+  /** when its lease ends unless renewed (the worker fences the run off before then) */
+  leaseUntil: number
 
   /** `onSettled`: told of the outcome before `done` resolves (the registry's bookkeeping, with no promise reaction) */
   constructor (options: RunOptions, onSettled: ((run: AgentRun, outcome: RunOutcome) => void) | null = null) {
@@ -204,6 +208,7 @@ export class AgentRun {
     this.#seq = options.lastSeq
     this.#onSettled = onSettled
     this.checkpointed = options.resume !== undefined
+    this.leaseUntil = options.leaseUntil ?? Infinity
   }
 
   get runId (): string { return this.options.runId }

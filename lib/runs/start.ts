@@ -87,7 +87,8 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     onDisconnect: request.onDisconnect ?? 'cancel',
     attempt: record.attempt,
     lastSeq: record.lastSeq,
-    detachable: newRun.detachable
+    detachable: newRun.detachable,
+    leaseUntil: newRun.lease?.until
   })
 }
 
@@ -268,8 +269,10 @@ async function takeSession (service: AgentServiceCore, run: NewRun, multitask: M
     for (;;) {
       // watched before trying, so that a session given back in between is not missed
       const freed = sessionFreed(service, sessionId, run.record.runId, signal)
-      const started = await store.start(run.record.runId, iso(Date.now()), { ...lease!, until: Date.now() + service.settings.runLeaseMs })
+      const leased = { ...lease!, until: Date.now() + service.settings.runLeaseMs }
+      const started = await store.start(run.record.runId, iso(Date.now()), leased)
       if (started.outcome === 'started') {
+        run.lease = leased
         run.record.status = 'running'
         run.record.startedAt = started.record.startedAt
         return

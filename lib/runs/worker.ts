@@ -33,14 +33,15 @@ export class RunWorker {
   /** the claim in progress: a hand-off waits for the runs it brings in */
   #claimed: Promise<void> = Promise.resolve()
   #stopped = true
-  // when the last renewal that was answered was sent: the leases it renewed end a lease's length after it
-  #renewedAt = 0
+  /** a run is fenced off once its lease has less than this left unrenewed (another instance may take it after) */
+  readonly #margin: number
   #renewing = false
   #scanning = false
 
   constructor (service: AgentServiceCore) {
     this.#service = service
     this.#leaseMs = service.settings.runLeaseMs
+    this.#margin = Math.floor(this.#leaseMs / 3)
   }
 
   /** A lease from now, for a run this instance starts. */
@@ -51,7 +52,6 @@ export class RunWorker {
   start (log: FastifyBaseLogger): void {
     this.#log = log
     this.#stopped = false
-    this.#renewedAt = Date.now()
     const every = (ms: number, fn: () => void): void => {
       const timer = setInterval(fn, ms)
       timer.unref()
@@ -61,6 +61,8 @@ export class RunWorker {
       void this.#renew()
       void this.#service.quotas?.renew()
     })
+    // a timer of its own, twice as often as renewals: a renewal that hangs, or a loop held up, still fences in time
+    every(Math.max(1, Math.floor(this.#leaseMs / 6)), () => this.#fence())
     every(Math.min(MAX_SCAN_INTERVAL_MS, Math.max(1, Math.floor(this.#leaseMs / 2))), () => { void this.#scan() })
     every(CLAIM_POLL_MS, () => this.claim())
     this.#unwatchQueue = this.#service.settings.runStore.watchQueue(() => this.claim())
@@ -103,11 +105,12 @@ export class RunWorker {
     for (;;) {
       const room = settings.runConcurrency - runs.detachedCount
       if (room <= 0 || this.#stopped) return
-      const claimed = await settings.runStore.claim(this.lease(), iso(Date.now()), room)
+      const lease = this.lease()
+      const claimed = await settings.runStore.claim(lease, iso(Date.now()), room)
       if (claimed.length === 0) return
       for (const record of claimed) {
         try {
-          await this.#startClaimed(record)
+          await this.#startClaimed(record, lease.until)
         } catch (err) {
           this.#log?.error({ err, runId: record.runId }, 'could not start a claimed run')
         }
@@ -116,7 +119,7 @@ export class RunWorker {
   }
 
   /** A claimed run starts here: its input from the store, its checkpoint when it is resumed, no client of its own. */
-  async #startClaimed (record: RunRecord): Promise<void> {
+  async #startClaimed (record: RunRecord, leaseUntil: number): Promise<void> {
     const service = this.#service
     const { settings } = service
     this.#service.stats.recordQueueWait((Date.parse(record.startedAt!) - Date.parse(record.createdAt)) / 1000)
@@ -132,6 +135,12 @@ export class RunWorker {
     // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
     // before the next attempt starts, so that the run is never run twice at once, here either.
     service.runs.get(record.runId)?.detach('INSTANCE_LOST', true)
+    // Claimed or made ready too late (a store that answered slowly): the lease may lapse before the first renewal,
+    // and another instance take the run. It is left to lapse and be requeued rather than run twice at once.
+    if (this.#fenced(leaseUntil, Date.now())) {
+      this.#log?.warn({ runId: record.runId }, 'a claimed run was not started: the run store answered too late for its lease')
+      return
+    }
     await service.quotas?.keep(record.principal, record.runId)
     const sink = new RunLog({
       store: settings.runStore,
@@ -164,7 +173,8 @@ export class RunWorker {
       onDisconnect: 'continue',
       attempt: record.attempt,
       lastSeq: record.lastSeq,
-      detachable: true
+      detachable: true,
+      leaseUntil
     })
     run.start()
     // its end makes room for the next
@@ -172,8 +182,8 @@ export class RunWorker {
   }
 
   async #renew (): Promise<void> {
-    // a renewal still unanswered (a store that hangs) fences as a failed one does
-    if (this.#renewing) return this.#fence()
+    // one renewal at a time: while one hangs, the fence stops the runs by the clock
+    if (this.#renewing) return
     this.#renewing = true
     const { runs, settings } = this.#service
     const running = runs.list()
@@ -181,25 +191,31 @@ export class RunWorker {
     try {
       if (running.length > 0) {
         const held = new Set(await settings.runStore.renew(this.owner, running.map((run) => run.runId), sentAt + this.#leaseMs))
-        // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
-        for (const run of running) if (!held.has(run.runId)) run.detach('INSTANCE_LOST', true)
+        for (const run of running) {
+          // the store counts from when it was asked: that is when the renewed lease ends, by this clock
+          if (held.has(run.runId)) run.leaseUntil = Math.max(run.leaseUntil, sentAt + this.#leaseMs)
+          // a run whose lease is no longer ours was requeued or ended elsewhere: it stops here
+          else run.detach('INSTANCE_LOST', true)
+        }
       }
-      this.#renewedAt = sentAt
     } catch (err) {
       this.#log?.warn({ err }, 'could not renew the leases of this instance\'s runs')
-      this.#fence()
     } finally {
       this.#renewing = false
     }
   }
 
   /**
-   * Unrenewed this long, the leases may lapse before the next try: another instance may take the runs over, so
-   * they stop here first (a run is never run by two instances at once).
+   * A run whose lease is this close to its end, unrenewed, stops here: another instance may take it over once it
+   * lapses, and a run is never run by two instances at once.
    */
   #fence (): void {
-    if (Date.now() - this.#renewedAt <= this.#leaseMs - Math.floor(this.#leaseMs / 3)) return
-    for (const run of this.#service.runs.list()) run.detach('INSTANCE_LOST')
+    const now = Date.now()
+    for (const run of this.#service.runs.list()) if (this.#fenced(run.leaseUntil, now)) run.detach('INSTANCE_LOST')
+  }
+
+  #fenced (leaseUntil: number, now: number): boolean {
+    return now > leaseUntil - this.#margin
   }
 
   async #scan (): Promise<void> {

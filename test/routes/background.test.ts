@@ -556,3 +556,29 @@ t.test('a takeover found while a run finishes: nothing of its end is written her
   t.same((await store.events(runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'])
   t.match(await store.get(runId), { status: 'queued', attempt: 2 })
 })
+
+t.test('a claim answered too late for its lease: the run is not started then; it lapses, is requeued and runs once', async (t) => {
+  keepAlive(t)
+  let executions = 0
+  const store = new MemoryRunStore()
+  const claim = store.claim.bind(store)
+  let late = true
+  store.claim = async (...args) => {
+    const records = await claim(...args)
+    // the first claim comes back with less than a third of its lease left (a store that answered slowly)
+    if (records.length > 0 && late) {
+      late = false
+      await sleep(500)
+    }
+    return records
+  }
+  const { app } = build(t, { runStore: store, runLeaseMs: 600, agents: { later: { resumable: true, async run () { executions++; return { output: 'done' } } } } })
+  await app.ready()
+  const { runId } = (await app.inject({ method: 'POST', url: '/v1/agents/later/runs', payload: { input: null, background: true } })).json()
+  const record = await eventually(async () => {
+    const found = (await app.inject({ url: `/v1/runs/${runId}` })).json()
+    return found.status === 'completed' ? found : undefined
+  }, 10_000)
+  t.equal(executions, 1, 'executed once, by the claim that came in time')
+  t.ok(record.attempt >= 2, 'the late claim counted as an attempt that lapsed')
+})

@@ -190,3 +190,45 @@ t.test('ownership first: resuming another principal\'s run in flight is 404, nev
     t.equal((await first).statusCode, 200)
   }
 })
+
+t.test('a run stopped while its checkpoint was being saved learns it from ctx.checkpoint; a stopped run saves nothing more', async (t) => {
+  const checkpointStore = new MemoryCheckpointStore()
+  const save = checkpointStore.save.bind(checkpointStore)
+  let saving!: () => void
+  const saveStarted = new Promise<void>((resolve) => { saving = resolve })
+  let finishSave!: () => void
+  const saveHeld = new Promise<void>((resolve) => { finishSave = resolve })
+  const saved: unknown[] = []
+  checkpointStore.save = async (record) => {
+    saving()
+    await saveHeld
+    saved.push(record.state)
+    return save(record)
+  }
+  const seen: unknown[] = []
+  const { app } = build(t, {
+    checkpointStore,
+    agents: {
+      saver: {
+        async run (_i, ctx) {
+          try {
+            await ctx.checkpoint({ n: 1 })
+          } catch (err) {
+            seen.push(err)
+          }
+          await ctx.checkpoint({ n: 2 }).catch((err: unknown) => seen.push(err))
+          return { output: null }
+        }
+      }
+    }
+  })
+  const answer = app.inject({ method: 'POST', url: '/v1/agents/saver/runs', payload: { input: null } })
+  await saveStarted
+  const runId = app.agentService.runs.ids()[0]!
+  t.equal((await app.inject({ method: 'POST', url: `/v1/runs/${runId}/cancel` })).statusCode, 202)
+  finishSave()
+  t.match((await answer).json(), { code: 'CANCELLED' })
+  await eventually(() => seen.length === 2)
+  t.match(seen, [{ code: 'CANCELLED' }, { code: 'CANCELLED' }], 'the save in flight, then the next one, throw the reason it stopped')
+  t.same(saved, [{ n: 1 }], 'the second checkpoint was never sent to the store')
+})
