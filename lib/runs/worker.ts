@@ -108,9 +108,22 @@ export class RunWorker {
       const lease = this.lease()
       const claimed = await settings.runStore.claim(lease, iso(Date.now()), room)
       if (claimed.length === 0) return
-      for (const record of claimed) {
+      let until = lease.until
+      let held: Set<string> | null = null
+      for (const [i, record] of claimed.entries()) {
+        // A slow claim, or the last runs of a large one: the leases of those still to start are renewed, so that
+        // each starts with two thirds of a lease ahead of it, time for its first renewal.
+        if (Date.now() > until - 2 * this.#margin) {
+          const sentAt = Date.now()
+          held = new Set(await settings.runStore.renew(this.owner, claimed.slice(i).map((run) => run.runId), sentAt + this.#leaseMs))
+          until = sentAt + this.#leaseMs
+        }
+        if (held?.has(record.runId) === false) {
+          this.#notStarted(record.runId)
+          continue
+        }
         try {
-          await this.#startClaimed(record, lease.until)
+          await this.#startClaimed(record, until)
         } catch (err) {
           this.#log?.error({ err, runId: record.runId }, 'could not start a claimed run')
         }
@@ -135,12 +148,8 @@ export class RunWorker {
     // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
     // before the next attempt starts, so that the run is never run twice at once, here either.
     service.runs.get(record.runId)?.detach('INSTANCE_LOST', true)
-    // Claimed or made ready too late (a store that answered slowly): the lease may lapse before the first renewal,
-    // and another instance take the run. It is left to lapse and be requeued rather than run twice at once.
-    if (this.#fenced(leaseUntil, Date.now())) {
-      this.#log?.warn({ runId: record.runId }, 'a claimed run was not started: the run store answered too late for its lease')
-      return
-    }
+    // made ready too late (a store that hung): its lease may lapse before a renewal, and another instance take it
+    if (this.#fenced(leaseUntil, Date.now())) return this.#notStarted(record.runId)
     await service.quotas?.keep(record.principal, record.runId)
     const sink = new RunLog({
       store: settings.runStore,
@@ -179,6 +188,11 @@ export class RunWorker {
     run.start()
     // its end makes room for the next
     void run.done.then(() => this.claim())
+  }
+
+  /** Its lease lapses, and the run is requeued (or ended) by whichever instance finds it. */
+  #notStarted (runId: string): void {
+    this.#log?.warn({ runId }, 'a claimed run was not started: the run store answered too late for its lease')
   }
 
   async #renew (): Promise<void> {
