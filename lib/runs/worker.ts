@@ -225,7 +225,11 @@ export class RunWorker {
    */
   #fence (): void {
     const now = Date.now()
-    for (const run of this.#service.runs.list()) if (this.#fenced(run.leaseUntil, now)) run.detach('INSTANCE_LOST')
+    for (const run of this.#service.runs.list()) {
+      if (this.#fenced(run.leaseUntil, now) && run.detach('INSTANCE_LOST')) {
+        this.#log?.warn({ runId: run.runId, leaseLeftMs: run.leaseUntil - now }, 'run stopped here: its lease could not be renewed in time')
+      }
+    }
   }
 
   #fenced (leaseUntil: number, now: number): boolean {

@@ -18,7 +18,9 @@ if (await requirePg(t)) {
     const { executions, schema, start, count } = cluster(t, admin, pgUrl())
     // Leases long enough that none lapses on a busy machine: this test is about drains, not lost instances. A
     // drain's deadline of a second: a run claimed as the drain begins is in the registry by then, and handed off.
-    const lease = 2_000
+    // (2 s was not enough with CI's test processes on two cores: a few runs lapsed under load alone, twice handed off
+    // before, and so out of attempts)
+    const lease = 5_000
     const drain = 1_000
     const [a, b] = await Promise.all([start('a1', lease, drain), start('b1', lease, drain)])
     // long enough to be in flight through both drains (an instance takes a few seconds to start on a busy machine)

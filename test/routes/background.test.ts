@@ -417,6 +417,29 @@ t.test('a run whose result is in is fenced off only once the store says it is an
   t.match((await reply).json(), { code: 'INSTANCE_LOST' })
 })
 
+t.test('a run whose result is in when its lease runs short completes here; the fence stops the others', async (t) => {
+  keepAlive(t)
+  const held = gate()
+  const { app } = build(t, {
+    runLeaseMs: 300,
+    agents: {
+      quick: { async run () { return { output: 'done' } } },
+      held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'late' } } }
+    }
+  })
+  await app.ready()
+  const { persisting, proceed } = holdTurns({ app })
+  const other = app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null } })
+  const reply = app.inject({ method: 'POST', url: '/v1/agents/quick/runs', payload: { input: null } })
+  await persisting.promise
+  // no renewal answers from now on: both leases run short
+  app.agentService.settings.runStore.renew = () => new Promise(() => {})
+  t.match((await other).json(), { code: 'INSTANCE_LOST' })
+  proceed.release()
+  t.match((await reply).json(), { output: 'done' }, 'its agent had stopped: it completes')
+  held.release()
+})
+
 /** A queued detachable run as a store holds one, made without a request. */
 function queuedRecord (runId: string, agent: string, sessionId: string | null) {
   return {
