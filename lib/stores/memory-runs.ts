@@ -313,7 +313,12 @@ export class MemoryRunStore implements RunStore {
       // a queued background run may have waited for this session (with none queued, no claim is woken for nothing)
       if (this.#queue.size > 0) this.#notifyQueue()
     }
-    while (this.#endedCount > this.maxRetainedRuns) this.#delete(this.#oldestEnded!)
+    // the longest-ended go past the bound, and once past their retention (an ephemeral run's is a second): what
+    // nobody can read any more is not kept until the purge
+    const now = Date.now()
+    for (let oldest = this.#oldestEnded; oldest !== null && (this.#endedCount > this.maxRetainedRuns || oldest.expiresAt <= now); oldest = this.#oldestEnded) {
+      this.#delete(oldest)
+    }
   }
 
   #listEnded (stored: StoredRun): void {

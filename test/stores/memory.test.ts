@@ -43,9 +43,10 @@ t.test('runs: the bound counts each ended run once: a reopened run, or one creat
   const end = (ms = Date.now()): { status: 'cancelled', endedAt: string } => ({ status: 'cancelled', endedAt: new Date(ms).toISOString() })
   const [expired, reopened, a, b] = [newRun(), newRun(), newRun(), newRun()]
   for (const run of [expired, reopened, a, b]) await store.create(run, { exclusive: false })
-  await store.finish(expired.record.runId, [event(1, 'run.failed')], end(Date.now() - 1_000), 500, 'instance-a')
   await store.finish(reopened.record.runId, [event(1, 'run.failed')], end(), 3_600_000, 'instance-a')
   t.match(await store.reopen(reopened, { exclusive: false }), { outcome: 'reopened' })
+  await store.finish(expired.record.runId, [event(1, 'run.failed')], end(), 30, 'instance-a')
+  await sleep(40)
   const again = newRun({ runId: expired.record.runId })
   t.same(await store.create(again, { exclusive: false }), { outcome: 'created' })
   // two runs end: the bound of 2 is reached, not passed, since neither run in progress counts
@@ -81,6 +82,17 @@ t.test('runs: a session given back wakes the queue\'s watchers only while runs a
   t.equal(woken, 1, 'a queued run wakes them')
   await store.finish(holder.record.runId, [event(1, 'run.failed')], end, 3_600_000, 'instance-a')
   t.equal(woken, 2, 'its session given back wakes them again')
+})
+
+t.test('runs: an ended run past its retention goes at the next run\'s end, without waiting for the purge', async (t) => {
+  const store = new MemoryRunStore()
+  const [first, next] = [newRun(), newRun()]
+  for (const run of [first, next]) await store.create(run, { exclusive: false })
+  await store.finish(first.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 30, 'instance-a')
+  await sleep(40)
+  t.same((await store.list({ limit: 10 })).runs.map((r) => r.runId), [next.record.runId], 'past its retention: unseen')
+  await store.finish(next.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000, 'instance-a')
+  t.equal(await store.purge(Date.now(), 10), 0, 'dropped already')
 })
 
 t.test('runs: the purge drops the expired ended runs behind ones still kept', async (t) => {
