@@ -39,7 +39,7 @@ function ended (record: RunRecord): boolean {
 
 /**
  * The record of a run that has ended, made afresh field by field: adding properties to the copy create() made with
- * a spread takes V8's slow path (several µs per run here).
+ * a spread takes V8's slow path (bench/README.md).
  */
 function endedRecord (running: RunRecord, end: RunEnd): RunRecord {
   const record: RunRecord = {
