@@ -1,4 +1,4 @@
-// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]`
+// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|idle ...]`
 // Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
 // `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`.
 // The three servers (bare Fastify, or node:http for SSE; A; B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
@@ -17,6 +17,8 @@ const workloads = {
     preset: { name: 'full', apiKey: API_KEY, adminToken: 'bench-admin-token-0123456789' },
     request: { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': API_KEY }, body: jsonBody(1024), connections: 50 }
   },
+  // the same run with `store: false`: no session, its record and log dropped at its end
+  ephemeral: { preset: { name: 'default' }, request: { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...JSON.parse(jsonBody(1024)), store: false }), connections: 50 } },
   sse: { preset: { name: 'default' }, request: { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }), connections: 50 } }
 }
 
@@ -52,7 +54,7 @@ if (pinLoadGenerator()) await main()
 
 async function main () {
   const [a, b, ...names] = process.argv.slice(2)
-  if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|full|sse|idle ...]')
+  if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|idle ...]')
   const pkg = (dir) => resolve(dir, 'dist/index.js')
   const labels = { A: `A ${a}`, B: `B ${b}` }
   console.log(`${labels.A} vs ${labels.B}: ${BURSTS} bursts of ${BURST} s each, after ${config.warmup} s of warm-up`)

@@ -1,7 +1,7 @@
 // CPU profile of a bench server under load: `node bench/profile.js [preset]` (after `npm run build`),
 // or `node bench/profile.js <file.cpuprofile>` to summarise one taken earlier; `node bench/profile.js
 // [preset] --alloc` samples allocations instead (bytes allocated per request, by the function allocating).
-//   preset: default (JSON echo run, the default), full, sqlite (the default with the SQLite audit store, in
+//   preset: default (JSON echo run, the default), ephemeral (the same with `store: false`), full, sqlite (the default with the SQLite audit store, in
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
 //   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), handwritten
@@ -21,6 +21,7 @@ const DIR = fileURLToPath(new URL('./profiles/', import.meta.url))
 
 const presets = {
   default: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
+  ephemeral: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...JSON.parse(jsonBody(1024)), store: false }) } },
   full: {
     spec: { kind: 'service', preset: { name: 'full', apiKey: 'bench-key-0123456789abcdef', adminToken: 'bench-admin-token-0123456789' } },
     request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json', 'x-api-key': 'bench-key-0123456789abcdef' }, body: jsonBody(1024) }

@@ -5,11 +5,14 @@ import { isStateChanging } from '../lib/core/audit.js'
 const audit: FastifyPluginCallback = (fastify, _options, done) => {
   const log = fastify.agentService.audit
   // A state-changing request's entry is in the store before its answer is sent (group commit: one append for the
-  // answers of a burst). A stream (a hijacked reply) commits before its terminal event instead.
-  fastify.addHook('onSend', (request, reply, payload, next) => {
-    if (!log.durable || !isStateChanging(request.method)) return next(null, payload)
-    void log.commit(request, reply.statusCode).then(() => next(null, payload))
-  })
+  // answers of a burst). A stream (a hijacked reply) commits before its terminal event instead. The memory ring
+  // keeps nothing past the process: no hook to wait on it.
+  if (log.durable) {
+    fastify.addHook('onSend', (request, reply, payload, next) => {
+      if (!isStateChanging(request.method)) return next(null, payload)
+      void log.commit(request, reply.statusCode).then(() => next(null, payload))
+    })
+  }
   // the rest, and a request that got no answer (the client left): written behind
   fastify.addHook('onResponse', (request, reply, next) => {
     log.record(request, reply.statusCode)

@@ -235,6 +235,12 @@ function nullRunStore () {
     listBySession: async () => ({ runs: [], nextCursor: null }),
     list: async () => ({ runs: [], nextCursor: null }),
     purge: async () => 0,
+    claim: async () => [],
+    renew: async (_owner, runIds) => [...runIds],
+    lapsed: async () => [],
+    requeue: async () => null,
+    abandon: async () => null,
+    watchQueue: () => () => {},
     close: async () => {}
   }
 }

@@ -141,7 +141,8 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   }
 
   // the quotas (§18) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
-  const admitted = await service.quotas?.admit(caller.principal, runId) === true
+  // (without quotas, no await: an await of nothing still costs the run a tick)
+  const admitted = service.quotas !== null && await service.quotas.admit(caller.principal, runId)
   try {
     return await storeRun(options, background, { agent, runId, sessionId, resume, history, ephemeral })
   } catch (err) {

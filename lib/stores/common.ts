@@ -83,8 +83,8 @@ export function decodeKeyCursor (cursor: string): { ms: number, id: string } {
 
 // The last millisecond formatted: a JSON run formats "now" four or five times (session, turn, audit), and
 // under load many runs share a millisecond.
-let lastMs = NaN
-let lastIso = ''
+let lastMs = 0
+let lastIso = '1970-01-01T00:00:00.000Z'
 
 export function iso (value: number | string | Date): string {
   if (typeof value !== 'number') return new Date(value).toISOString()
@@ -96,6 +96,8 @@ export function iso (value: number | string | Date): string {
 }
 
 export function toMs (name: string, value: string): number {
+  // the instant just formatted, read back (a run's end is formatted, then stored): no parse
+  if (value === lastIso) return lastMs
   const ms = Date.parse(value)
   if (Number.isNaN(ms)) throw new TypeError(`${name} must be an ISO-8601 date, got ${JSON.stringify(value)}`)
   return ms

@@ -22,6 +22,10 @@ interface StoredRun {
   expiresAt: number
   /** the order of creation in this store: lists are most recent first, in this order */
   order: number
+  /** its neighbours in the store's list of ended runs (longest-ended first), while it is in it */
+  endedBefore: StoredRun | null
+  endedAfter: StoredRun | null
+  inEndedList: boolean
 }
 
 export interface MemoryRunStoreOptions {
@@ -33,13 +37,41 @@ function ended (record: RunRecord): boolean {
   return record.status === 'completed' || record.status === 'failed' || record.status === 'cancelled'
 }
 
+/**
+ * The record of a run that has ended, made afresh field by field: adding properties to the copy create() made with
+ * a spread takes V8's slow path (bench/README.md).
+ */
+function endedRecord (running: RunRecord, end: RunEnd): RunRecord {
+  const record: RunRecord = {
+    runId: running.runId,
+    agent: running.agent,
+    sessionId: running.sessionId,
+    principal: running.principal,
+    status: end.status,
+    background: running.background,
+    attempt: running.attempt,
+    lastSeq: running.lastSeq,
+    createdAt: running.createdAt,
+    requestId: running.requestId,
+    traceId: running.traceId
+  }
+  if (running.startedAt !== undefined) record.startedAt = running.startedAt
+  record.endedAt = end.endedAt
+  if (end.result !== undefined) record.result = end.result
+  if (end.error !== undefined) record.error = end.error
+  return record
+}
+
 export class MemoryRunStore implements RunStore {
   readonly maxRetainedRuns: number
   readonly #runs = new Map<string, StoredRun>()
   /** session id → the run that holds it */
   readonly #holders = new Map<string, string>()
-  // ended runs, longest-ended first (a Set keeps insertion order): the bound takes from the front
-  readonly #ended = new Set<string>()
+  // Ended runs, longest-ended first: the bound and the purge take from the front. A list through the runs rather
+  // than a Set: each delete at a Set's front leaves a hole that every later look at its first entry walks.
+  #oldestEnded: StoredRun | null = null
+  #newestEnded: StoredRun | null = null
+  #endedCount = 0
   readonly #hub = new RunWatchHub()
   #created = 0
   readonly #queueWatchers = new Set<() => void>()
@@ -78,6 +110,12 @@ export class MemoryRunStore implements RunStore {
       if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
       this.#holders.set(sessionId, record.runId)
     }
+    // a run created afresh under the id of one past its retention replaces it, and is queued, or not, as it says
+    const previous = this.#runs.get(record.runId)
+    if (previous !== undefined) {
+      this.#unlistEnded(previous)
+      this.#queue.delete(record.runId)
+    }
     this.#runs.set(record.runId, {
       record: { ...record },
       spec: run.spec,
@@ -87,10 +125,11 @@ export class MemoryRunStore implements RunStore {
       detachable: run.detachable,
       lease: run.lease === null ? null : { ...run.lease },
       expiresAt: Infinity,
-      order: ++this.#created
+      order: ++this.#created,
+      endedBefore: null,
+      endedAfter: null,
+      inEndedList: false
     })
-    // (a run created afresh under the id of one past its retention is queued, or not, as the new one says)
-    this.#queue.delete(record.runId)
     if (record.status === 'queued' && run.detachable) {
       this.#queue.add(record.runId)
       this.#notifyQueue()
@@ -122,7 +161,7 @@ export class MemoryRunStore implements RunStore {
     stored.detachable = run.detachable
     stored.lease = run.lease === null ? null : { ...run.lease }
     stored.expiresAt = Infinity
-    this.#ended.delete(stored.record.runId)
+    this.#unlistEnded(stored)
     return { outcome: 'reopened', record: { ...stored.record } }
   }
 
@@ -263,21 +302,45 @@ export class MemoryRunStore implements RunStore {
   }
 
   #end (stored: StoredRun, end: RunEnd, retentionMs: number): void {
-    const { record } = stored
-    record.status = end.status
-    record.endedAt = end.endedAt
-    if (end.result !== undefined) record.result = end.result
-    if (end.error !== undefined) record.error = end.error
+    const record = endedRecord(stored.record, end)
+    stored.record = record
     stored.expiresAt = toMs('endedAt', end.endedAt) + retentionMs
-    this.#ended.add(record.runId)
+    this.#listEnded(stored)
     const sessionId = record.sessionId
     if (sessionId !== null && this.#holders.get(sessionId) === record.runId) {
       this.#holders.delete(sessionId)
       this.#hub.sessionFree(sessionId)
-      // a queued background run may have waited for this session
-      this.#notifyQueue()
+      // a queued background run may have waited for this session (with none queued, no claim is woken for nothing)
+      if (this.#queue.size > 0) this.#notifyQueue()
     }
-    while (this.#ended.size > this.maxRetainedRuns) this.#delete(this.#ended.values().next().value!)
+    // the longest-ended go past the bound, and once past their retention (an ephemeral run's is a second): what
+    // nobody can read any more is not kept until the purge
+    const now = Date.now()
+    for (let oldest = this.#oldestEnded; oldest !== null && (this.#endedCount > this.maxRetainedRuns || oldest.expiresAt <= now); oldest = this.#oldestEnded) {
+      this.#delete(oldest)
+    }
+  }
+
+  #listEnded (stored: StoredRun): void {
+    stored.inEndedList = true
+    stored.endedBefore = this.#newestEnded
+    stored.endedAfter = null
+    if (this.#newestEnded === null) this.#oldestEnded = stored
+    else this.#newestEnded.endedAfter = stored
+    this.#newestEnded = stored
+    this.#endedCount++
+  }
+
+  #unlistEnded (stored: StoredRun): void {
+    if (!stored.inEndedList) return
+    if (stored.endedBefore === null) this.#oldestEnded = stored.endedAfter
+    else stored.endedBefore.endedAfter = stored.endedAfter
+    if (stored.endedAfter === null) this.#newestEnded = stored.endedBefore
+    else stored.endedAfter.endedBefore = stored.endedBefore
+    stored.endedBefore = null
+    stored.endedAfter = null
+    stored.inEndedList = false
+    this.#endedCount--
   }
 
   async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
@@ -368,20 +431,23 @@ export class MemoryRunStore implements RunStore {
       (query.sessionId === undefined || record.sessionId === query.sessionId), limit, query.cursor)
   }
 
-  #delete (runId: string): void {
+  #delete (stored: StoredRun): void {
+    const runId = stored.record.runId
+    this.#unlistEnded(stored)
     this.#runs.delete(runId)
-    this.#ended.delete(runId)
     this.#queue.delete(runId)
   }
 
   async purge (now: number, batch: number): Promise<number> {
     this.#check()
     let purged = 0
-    for (const runId of this.#ended) {
-      if (purged >= batch) break
-      if (this.#runs.get(runId)!.expiresAt > now) continue
-      this.#delete(runId)
-      purged++
+    for (let stored = this.#oldestEnded; stored !== null && purged < batch;) {
+      const next = stored.endedAfter
+      if (stored.expiresAt <= now) {
+        this.#delete(stored)
+        purged++
+      }
+      stored = next
     }
     return purged
   }

@@ -38,6 +38,75 @@ t.test('runs: the memory store keeps at most maxRetainedRuns ended runs, the lon
   await t.rejects(store.get(runs[1]!.record.runId), { code: 'FA_STORE_CLOSED' })
 })
 
+t.test('runs: the bound counts each ended run once: a reopened run, or one created afresh under an expired id, is not dropped in its place', async (t) => {
+  const store = new MemoryRunStore({ maxRetainedRuns: 2 })
+  const end = (ms = Date.now()): { status: 'cancelled', endedAt: string } => ({ status: 'cancelled', endedAt: new Date(ms).toISOString() })
+  const [expired, reopened, a, b] = [newRun(), newRun(), newRun(), newRun()]
+  for (const run of [expired, reopened, a, b]) await store.create(run, { exclusive: false })
+  await store.finish(reopened.record.runId, [event(1, 'run.failed')], end(), 3_600_000, 'instance-a')
+  t.match(await store.reopen(reopened, { exclusive: false }), { outcome: 'reopened' })
+  await store.finish(expired.record.runId, [event(1, 'run.failed')], end(), 30, 'instance-a')
+  await sleep(40)
+  const again = newRun({ runId: expired.record.runId })
+  t.same(await store.create(again, { exclusive: false }), { outcome: 'created' })
+  // two runs end: the bound of 2 is reached, not passed, since neither run in progress counts
+  await store.finish(a.record.runId, [event(1, 'run.failed')], end(), 3_600_000, 'instance-a')
+  await store.finish(b.record.runId, [event(1, 'run.failed')], end(), 3_600_000, 'instance-a')
+  t.same((await store.get(again.record.runId))?.status, 'running', 'the run created afresh is kept')
+  t.same((await store.get(reopened.record.runId))?.status, 'running', 'the reopened run is kept')
+  t.ok(await store.get(a.record.runId))
+  t.ok(await store.get(b.record.runId))
+  // created again under the id of a run still in progress, it replaces that one; once it ends, the bound is passed
+  await store.create(newRun({ runId: reopened.record.runId }), { exclusive: false })
+  await store.finish(reopened.record.runId, [event(1, 'run.failed')], end(), 3_600_000, 'instance-a')
+  t.equal(await store.get(a.record.runId), null, 'the longest-ended went first')
+  t.ok(await store.get(b.record.runId))
+  t.same((await store.get(reopened.record.runId))?.status, 'cancelled')
+})
+
+t.test('runs: a session given back wakes the queue\'s watchers only while runs are queued', async (t) => {
+  const store = new MemoryRunStore()
+  let woken = 0
+  store.watchQueue(() => { woken++ })
+  const end = { status: 'cancelled' as const, endedAt: new Date().toISOString() }
+  const first = newRun()
+  await store.create(first, { exclusive: true })
+  await store.finish(first.record.runId, [event(1, 'run.failed')], end, 3_600_000, 'instance-a')
+  t.equal(woken, 0, 'nothing queued: nobody woken')
+  const holder = newRun()
+  const waiting = newRun({ sessionId: holder.record.sessionId, status: 'queued', background: true })
+  delete waiting.record.startedAt
+  waiting.detachable = true
+  await store.create(holder, { exclusive: true })
+  await store.create(waiting, { exclusive: false })
+  t.equal(woken, 1, 'a queued run wakes them')
+  await store.finish(holder.record.runId, [event(1, 'run.failed')], end, 3_600_000, 'instance-a')
+  t.equal(woken, 2, 'its session given back wakes them again')
+})
+
+t.test('runs: an ended run past its retention goes at the next run\'s end, without waiting for the purge', async (t) => {
+  const store = new MemoryRunStore()
+  const [first, next] = [newRun(), newRun()]
+  for (const run of [first, next]) await store.create(run, { exclusive: false })
+  await store.finish(first.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 30, 'instance-a')
+  await sleep(40)
+  t.same((await store.list({ limit: 10 })).runs.map((r) => r.runId), [next.record.runId], 'past its retention: unseen')
+  await store.finish(next.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000, 'instance-a')
+  t.equal(await store.purge(Date.now(), 10), 0, 'dropped already')
+})
+
+t.test('runs: the purge drops the expired ended runs behind ones still kept', async (t) => {
+  const store = new MemoryRunStore()
+  const [kept, gone] = [newRun(), newRun()]
+  for (const run of [kept, gone]) await store.create(run, { exclusive: false })
+  await store.finish(kept.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date().toISOString() }, 3_600_000, 'instance-a')
+  await store.finish(gone.record.runId, [event(1, 'run.failed')], { status: 'cancelled', endedAt: new Date(Date.now() - 1_000).toISOString() }, 500, 'instance-a')
+  t.equal(await store.purge(Date.now(), 10), 1)
+  t.ok(await store.get(kept.record.runId))
+  t.equal(await store.purge(Date.now() + 2 * 3_600_000, 10), 1)
+  t.equal(await store.get(kept.record.runId), null)
+})
+
 t.test('runs: a run reopened without a lease holds none: no lapse is ever found for it', async (t) => {
   const store = new MemoryRunStore()
   const run = newRun()
