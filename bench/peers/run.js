@@ -1,7 +1,8 @@
 // npm run bench:peers: fastify-agents against the systems a user would pick instead, Mastra (its Hono
 // server) and LangGraph's JS API server (in-memory mode), each serving the same JSON run, the same
-// 100-delta stream and 2,000 idle streams. Servers on core 0, load on core 1, alternated round by round
-// (A B C A B C ...) by bench/lib/harness.js; ratios against ours. Figures in bench/peers/results.json.
+// 100-delta stream and idle streams. Servers on core 0, load on core 1, alternated round by round
+// (A B C A B C ...) by bench/lib/harness.js; ratios against ours. Figures in bench/peers/results.json,
+// how each peer is set up and what it does per request in bench/README.md ("Peers").
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
@@ -40,6 +41,16 @@ const contenders = [
     delta: 'event: message.delta\n',
     started: 'event: run.started\n',
     rate: { json: 4_000, stream: 350 }
+  },
+  {
+    // ours with the AI SDK adapter over the same mock model as Mastra's (bench/lib/ai-sdk-agent.js): the
+    // model's side of a stream priced alike; streams only
+    name: 'fastify-agents + AI SDK',
+    phases: ['stream'],
+    spec: { kind: 'service', preset: { name: 'adapter' } },
+    stream: { path: '/v1/agents/ai-ticker/runs', headers: sse, body: JSON.stringify({ input: { deltas: DELTAS } }) },
+    delta: 'event: message.delta\n',
+    rate: { stream: 40 }
   },
   {
     name: 'Mastra',
@@ -95,11 +106,12 @@ async function main () {
   const started = Date.now()
   const log = (line) => console.log(line)
   console.log(`fastify-agents against its peers (${config.rounds} rounds, ${config.warmup} s warm-up, ${config.duration} s measured; idle: ${IDLE_ROUNDS} rounds of ${IDLE_STREAMS} streams, LangGraph ${LANGGRAPH_IDLE_STREAMS}; servers on core 0, load on core 1)`)
-  const raw = {}
+  // phases measured alone replace theirs in the last results.json and keep the others
+  const raw = phases.length < PHASES.length && existsSync(HERE + 'results.json') ? JSON.parse(readFileSync(HERE + 'results.json', 'utf8')).raw : {}
 
   if (phases.includes('json')) {
     console.log('\n# JSON run: 1 KB JSON body, 50 connections')
-    raw.json = await alternate(contenders, async (server, contender, round) => {
+    raw.json = await alternate(contenders.filter(inPhase('json')), async (server, contender, round) => {
       if (round === 1) await checkJson(server.url, contender)
       return countedRound(server, { ...contender.json, method: 'POST', connections: 50 }, contender.rate.json)
     }, { log })
@@ -108,7 +120,7 @@ async function main () {
 
   if (phases.includes('stream')) {
     console.log(`\n# SSE run of ${DELTAS} deltas, one per tick, 50 connections`)
-    raw.stream = await alternate(contenders, async (server, contender, round) => {
+    raw.stream = await alternate(contenders.filter(inPhase('stream')), async (server, contender, round) => {
       if (round === 1) await checkStream(server.url, contender)
       return countedRound(server, { ...contender.stream, method: 'POST', connections: 50 }, contender.rate.stream)
     }, { log })
@@ -117,7 +129,7 @@ async function main () {
 
   if (phases.includes('idle')) {
     console.log(`\n# idle streams: JS heap per stream after GC`)
-    const idleContenders = contenders.map((c) => ({ ...c, spec: c.idleSpec ?? c.spec }))
+    const idleContenders = contenders.filter(inPhase('idle')).map((c) => ({ ...c, spec: c.idleSpec ?? c.spec }))
     raw.idle = await alternate(idleContenders, (server, contender) => measureIdle(server, contender), { rounds: IDLE_ROUNDS, log: () => {} })
   }
 
@@ -132,6 +144,10 @@ async function main () {
     }
   }
   console.log(`\n${report.seconds} s; results in bench/peers/results.json`)
+}
+
+function inPhase (phase) {
+  return (contender) => contender.phases === undefined || contender.phases.includes(phase)
 }
 
 /** Writes what has been measured so far to bench/peers/results.json. */
@@ -193,7 +209,7 @@ function summarise ({ measure, unit, phase, results, pick }) {
 }
 
 function printTable (measures) {
-  const names = contenders.map((c) => c.name)
+  const names = contenders.map((c) => c.name).filter((name) => measures.some((m) => m.contenders[name] !== undefined))
   const fmt = (n, unit) => unit === 'KB' || unit === 'ms' ? n.toFixed(1) : Math.round(n).toLocaleString('en-US')
   const ratio = (n) => n >= 10 ? Math.round(n).toString() : n.toFixed(2)
   console.log(`\n| measure | ${names.join(' | ')} |`)
@@ -201,6 +217,7 @@ function printTable (measures) {
   for (const m of measures) {
     const cells = names.map((name) => {
       const r = m.contenders[name]
+      if (r === undefined) return '-'
       const value = `${fmt(r.median, m.unit)} ${m.unit} (${fmt(r.min, m.unit)}–${fmt(r.max, m.unit)})`
       return r.ratio === undefined ? value : `${value}, **${ratio(r.ratio)}×** (${ratio(r.ratioRange[0])}–${ratio(r.ratioRange[1])})`
     })
