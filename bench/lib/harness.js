@@ -38,9 +38,10 @@ export function pinLoadGenerator () {
 /**
  * Starts a bench server (bench/lib/server.js) pinned to core 0; resolves once it listens on 127.0.0.1.
  * `spec`: { kind: 'service' | 'bare-fastify' | 'raw-http' | 'raw-sse' | 'raw-ws', preset? }.
+ * `script`: another server speaking the same IPC protocol (the peers of bench/peers/).
  */
-export function startServer (spec, { nodeArgs = [], timeoutMs = 30_000 } = {}) {
-  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, '--expose-gc', ...nodeArgs, SERVER, JSON.stringify(spec)], {
+export function startServer (spec, { nodeArgs = [], timeoutMs = 30_000, script = SERVER } = {}) {
+  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, '--expose-gc', ...nodeArgs, script, JSON.stringify(spec)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc']
   })
   const pending = new Map()
@@ -105,10 +106,10 @@ export function startServer (spec, { nodeArgs = [], timeoutMs = 30_000 } = {}) {
 }
 
 /**
- * One autocannon run. Latencies are collected exactly (autocannon's own histogram has 1 ms buckets),
- * throughput counts 2xx responses only.
+ * One autocannon run, for `duration` seconds or `amount` requests. Latencies are collected exactly
+ * (autocannon's own histogram has 1 ms buckets), throughput counts 2xx responses only.
  */
-export function load ({ url, path = '/', method = 'POST', headers = {}, body, connections = 50, duration, requests, idReplacement = false }) {
+export function load ({ url, path = '/', method = 'POST', headers = {}, body, connections = 50, duration, amount, requests, idReplacement = false, timeout = 10 }) {
   return new Promise((resolve, reject) => {
     const latencies = []
     const instance = autocannon({
@@ -117,10 +118,11 @@ export function load ({ url, path = '/', method = 'POST', headers = {}, body, co
       headers,
       body,
       connections,
-      duration,
+      // autocannon takes an undefined duration for a wrong one
+      ...(amount === undefined ? { duration } : { amount }),
       requests,
       pipelining: 1,
-      timeout: 10,
+      timeout,
       // [<id>] in the body becomes a unique id per request (a chat id, a thread id)
       idReplacement
     }, (err, result) => {
