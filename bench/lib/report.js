@@ -22,6 +22,16 @@ export function metricRows (results, metric, { unit, baseline, pick = (r) => r[m
   return rows
 }
 
+/**
+ * A contender's ratio to the baseline of its metricRows() row, with its spread over the rounds (the lowest and
+ * highest per-round ratio): `{ ratio, min, max, text }`, text as `rounds 1.21-1.35`.
+ */
+export function ratioSpread (rows, contender, metric) {
+  const row = rows.find((r) => r.contender === contender && r.metric === metric)
+  const [min, max] = row.ratioRange
+  return { ratio: row.ratio, min, max, text: `rounds ${min.toFixed(2)}-${max.toFixed(2)}` }
+}
+
 /** A target: `value op limit`, or pending (with why) when the feature it measures is not there yet. */
 export function target (id, description, value, op, limit, pending) {
   if (pending) return { id, description, value: null, op, limit, met: 'pending', pending }
