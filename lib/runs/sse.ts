@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http'
+import { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../core/service.js'
 import type { AgentRun, RunEvent, RunListener } from './run.js'
@@ -78,8 +79,8 @@ export class SseStream {
     const raw = this.raw
     const socket = raw.socket
     // Node writes each chunk of a chunked response as four buffers under a cork; once the head is out and nothing
-    // waits in the response itself, the socket takes the chunk as one string
-    if (this.#started && socket !== null && raw.chunkedEncoding && raw.writableLength === socket.writableLength) {
+    // waits in the response itself, a real socket takes the chunk as one string (an injected request's is a stand-in)
+    if (this.#started && socket instanceof Socket && raw.chunkedEncoding && raw.writableLength === socket.writableLength) {
       socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`)
     } else {
       this.#started = true

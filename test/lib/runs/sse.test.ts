@@ -3,6 +3,7 @@ import http from 'node:http'
 import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { once } from 'node:events'
+import { Writable } from 'node:stream'
 import { SseStream } from '../../../lib/runs/sse.js'
 
 const event = (seq: number, type = 'message.delta'): { seq: number, type: string, json: string } => ({ seq, type, json: `{"text":"${seq}"}` })
@@ -148,12 +149,23 @@ t.test('a response the socket does not take directly: HTTP/1.0 (no chunks), not 
   t.equal(socketless.needsDrain, false)
   const forget = socketless.onDrained(() => {})
   forget()
-  const holding = new SseStream({ ...base, socket: { writableLength: 0, write: () => t.fail('straight to the socket') }, writableLength: 5 } as never, {})
+  const socket = new net.Socket()
+  Object.defineProperty(socket, 'writableLength', { value: 0 })
+  socket.write = (() => t.fail('straight to the socket')) as never
+  const holding = new SseStream({ ...base, socket, writableLength: 5 } as never, {})
   holding.write('c')
   holding.flush()
   holding.write('d')
   holding.flush()
   t.same(writes, ['a', 'b', 'c', 'd'], 'a response holding data of its own writes through itself, behind it')
+  // an injected request's response (light-my-request) has a stand-in for a socket, which drops what it is given
+  const standIn = new Writable({ write: (_chunk, _encoding, done) => { t.fail('to the stand-in'); done() } })
+  const injected = new SseStream({ ...base, socket: standIn, writableLength: 0 } as never, {})
+  injected.write('e')
+  injected.flush()
+  injected.write('f')
+  injected.flush()
+  t.same(writes, ['a', 'b', 'c', 'd', 'e', 'f'], 'a stand-in socket gets nothing straight')
 })
 
 t.test('what a tick sent is dropped when the client leaves or is cut before the tick ends', async (t) => {
