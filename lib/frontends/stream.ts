@@ -37,14 +37,6 @@ function approvalIdOf (event: RunEvent): string {
   return (event.data as { approval: { id: string } }).approval.id
 }
 
-function drained (raw: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => { raw.off('drain', done); raw.off('close', done); resolve() }
-    raw.on('drain', done)
-    raw.on('close', done)
-  })
-}
-
 /**
  * One response of a front-end protocol (the AI SDK's UI message stream, AG-UI): the run's events projected,
  * written as they come, until the projection ends the response — at the run's end, or at an approval, where the
@@ -129,7 +121,7 @@ export class ProjectedStream implements RunListener {
         await options.approvalDecided(approvalIdOf(event))
       if (!this.#write(projection.push(event, decided))) return
       // pull-based: the next page is read once the socket has taken this one
-      if (this.#stream.raw.writableNeedDrain) await drained(this.#stream.raw)
+      if (this.#stream.needsDrain) await this.#stream.drained()
     }
     // the run is gone (purged, ephemeral), or the client left
     await this.#end()
@@ -200,7 +192,7 @@ export async function writeFrames (
     for await (const frame of frames) {
       // the client left (while the socket drained): nothing more is pulled
       if (!stream.open) break
-      if (!stream.write(frame)) await drained(raw)
+      if (!stream.write(frame)) await stream.drained()
     }
   } finally {
     ended = true

@@ -106,14 +106,11 @@ export class RunFollower {
       }
       // a socket holding half the bound: the next page waits for it to drain, or for the run's next events
       if (this.#stream.buffered > bound / 2) {
-        const raw = this.#stream.raw
         // On news while stuck, what the run sent goes to the socket too, and a socket past the bound is cut
         // above; a client that went away meanwhile is seen by the next read.
         await new Promise<void>((resolve) => {
-          const done = (): void => { raw.off('drain', done); raw.off('close', done); this.#onNews = null; resolve() }
-          raw.on('drain', done)
-          raw.on('close', done)
-          this.#onNews = done
+          const forget = this.#stream.onDrained(() => { this.#onNews = null; resolve() })
+          this.#onNews = () => { forget(); this.#onNews = null; resolve() }
         })
       }
     }

@@ -46,8 +46,26 @@ export class RunLog implements RunSink {
   }
 
   event (event: RunEvent): void {
+    // A store that keeps its log in the process takes each event at once: no promise, no batch. Only with nothing
+    // waiting before it, so that the log keeps the events' order.
+    if (this.#options.store.appendNow !== undefined && this.#writing === null && this.#pending.length === 0) {
+      if (!this.#lost) this.#appendNow([stored(event)])
+      return
+    }
     this.#pending.push(stored(event))
     this.#writing ??= this.#write()
+  }
+
+  #appendNow (batch: StoredEvent[]): void {
+    try {
+      this.#options.store.appendNow!(this.#options.runId, batch, this.#options.owner)
+      this.#options.onStored?.(batch)
+    } catch (err) {
+      if (this.#taken(err)) return
+      this.#failed(err, 'append')
+      // kept: the next event's write (or the end) tries it again, in front
+      this.#pending = batch
+    }
   }
 
   async #write (): Promise<void> {

@@ -251,11 +251,23 @@ export class AgentRun {
     if (this.#settled) return
     // checked on the way in (ctx.emit, a yield): its text is a string
     if (type === 'message.delta') this.#text += (data as { text: string }).text
-    const event = this.#event(type, data)
+    this.#deliver(this.#event(type, data))
+  }
+
+  /** A yielded string: its JSON is built around the string's own (no object to walk). */
+  #delta (text: string): void {
+    this.#text += text
+    this.#deliver({ seq: ++this.#seq, type: 'message.delta', data: { text }, json: `{"text":${JSON.stringify(text)}}` })
+  }
+
+  #deliver (event: RunEvent): void {
+    const type = event.type
+    const data = event.data
     if (this.#firstEventMs < 0 && type !== 'run.started') this.#firstEventMs = performance.now() - this.#started
     this.#trace?.event(type, data)
     this.options.sink?.event(event)
-    this.#listener?.runEvent(event)
+    // the log may have found the run taken over by another instance, and stopped it here
+    if (!this.#settled) this.#listener?.runEvent(event)
   }
 
   /** From the start to the first event after `run.started` (the terminal one if none came before); -1 before it. */
@@ -401,7 +413,7 @@ export class AgentRun {
         return isAgentResult(step.value) ? step.value : { output: this.#text }
       }
       const value = step.value
-      if (typeof value === 'string') this.emit('message.delta', { text: value })
+      if (typeof value === 'string') this.#delta(value)
       else if (typeof value?.type === 'string') {
         const problem = agentEventProblem(value.type, value.data)
         if (problem !== null) throw new TypeError(`Agent "${this.agentName}" yielded an event it may not: ${problem}`)

@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http'
+import { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../core/service.js'
 import type { AgentRun, RunEvent, RunListener } from './run.js'
@@ -16,10 +17,24 @@ export function formatSseEvent (event: { seq: number, type: string, json: string
   return `id: ${event.seq}\nevent: ${event.type}\ndata: ${event.json}\n\n`
 }
 
-/** One Server-Sent Events response: `id: <seq>`, `event: <type>`, `data: <json>` per event. */
+/** A burst of events this large goes to the socket at once, without waiting for the tick's end: the socket says when it is full. */
+const FLUSH_BYTES = 16 * 1024
+
+function flushStream (stream: SseStream): void {
+  stream.flush()
+}
+
+/**
+ * One Server-Sent Events response: `id: <seq>`, `event: <type>`, `data: <json>` per event. What is sent in one
+ * tick goes out in one write, at the tick's end (in order, with the end of the response when that comes too).
+ */
 export class SseStream {
   readonly raw: ServerResponse
   #open = true
+  /** what this tick sent, not yet written */
+  #pending = ''
+  /** the head has gone out with a first write */
+  #started = false
 
   /** The caller tells the stream when its response closes (`closed()`): one 'close' listener serves both. */
   constructor (raw: ServerResponse, headers: Record<string, string | number | string[]>) {
@@ -35,35 +50,87 @@ export class SseStream {
   /** The response closed (finished, or the client went away): nothing more is written. */
   closed (): void {
     this.#open = false
+    this.#pending = ''
   }
 
   get open (): boolean {
     return this.#open && !this.raw.writableEnded
   }
 
-  /** Writes the event; false when the socket holds more than it can take (the caller may wait for 'drain'). */
+  /** Sends the event; false when the socket holds more than it can take (the caller may wait for `drained()`). */
   send (event: { seq: number, type: string, json: string }): boolean {
-    return this.open ? this.raw.write(formatSseEvent(event)) : true
+    return this.write(formatSseEvent(event))
   }
 
-  /** Writes raw text (already formatted events): the same as send, for a batch. */
+  /** Sends raw text (already formatted events): the same as send, for a batch. */
   write (text: string): boolean {
-    return this.open ? this.raw.write(text) : true
+    if (!this.open) return true
+    if (this.#pending === '') process.nextTick(flushStream, this)
+    this.#pending += text
+    if (this.#pending.length >= FLUSH_BYTES) this.flush()
+    return !this.needsDrain
   }
 
-  /** What the socket holds unsent. */
+  /** Writes what this tick sent (the tick's end does it by itself). */
+  flush (): void {
+    const text = this.#pending
+    this.#pending = ''
+    if (text === '' || !this.open) return
+    const raw = this.raw
+    const socket = raw.socket
+    // Node writes each chunk of a chunked response as four buffers under a cork; once the head is out and nothing
+    // waits in the response itself, a real socket takes the chunk as one string (an injected request's is a stand-in)
+    if (this.#started && socket instanceof Socket && raw.chunkedEncoding && raw.writableLength === socket.writableLength) {
+      socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`)
+    } else {
+      this.#started = true
+      raw.write(text)
+    }
+  }
+
+  /** What the socket (and this tick) holds unsent. */
   get buffered (): number {
-    return this.raw.writableLength
+    return this.raw.writableLength + this.#pending.length
+  }
+
+  /** Whether the socket holds more than it takes at once (a writer waits for `drained()`). */
+  get needsDrain (): boolean {
+    return this.raw.writableNeedDrain || this.raw.socket?.writableNeedDrain === true
+  }
+
+  /** Calls `done` once the socket has taken what it held, or the response closed; the function returned forgets it. */
+  onDrained (done: () => void): () => void {
+    const raw = this.raw
+    const socket = raw.socket
+    const off = (): void => {
+      raw.off('drain', once)
+      raw.off('close', once)
+      socket?.off('drain', once)
+    }
+    const once = (): void => {
+      off()
+      done()
+    }
+    raw.on('drain', once)
+    raw.on('close', once)
+    socket?.on('drain', once)
+    return off
+  }
+
+  /** Resolves once the socket has taken what it held, or the response closed. */
+  drained (): Promise<void> {
+    return new Promise((resolve) => { this.onDrained(resolve) })
   }
 
   /** Cuts the connection (a reader too far behind): the client sees it close, and may rejoin from its last id. */
   cut (): void {
     this.#open = false
+    this.#pending = ''
     this.raw.destroy()
   }
 
   comment (text: string): void {
-    if (this.open) this.raw.write(`: ${text}\n\n`)
+    this.write(`: ${text}\n\n`)
   }
 
   #sentAtBeat = -1
@@ -85,8 +152,12 @@ export class SseStream {
 
   /** Ends the response, with a last event when one is given. */
   end (last?: { seq: number, type: string, json: string }): void {
-    if (this.open) this.raw.end(last === undefined ? undefined : formatSseEvent(last))
+    if (this.open) {
+      const text = last === undefined ? this.#pending : this.#pending + formatSseEvent(last)
+      this.raw.end(text === '' ? undefined : text)
+    }
     this.#open = false
+    this.#pending = ''
   }
 }
 
@@ -178,17 +249,8 @@ export class SseRun implements RunListener {
    * `continue` run never waits for anyone.
    */
   backpressure (): Promise<void> | null {
-    if (this.#run.options.onDisconnect === 'continue' || !this.#stream.open || !this.#stream.raw.writableNeedDrain) return null
-    return new Promise((resolve) => {
-      const raw = this.#stream.raw
-      const done = (): void => {
-        raw.off('drain', done)
-        raw.off('close', done)
-        resolve()
-      }
-      raw.on('drain', done)
-      raw.on('close', done)
-    })
+    if (this.#run.options.onDisconnect === 'continue' || !this.#stream.open || !this.#stream.needsDrain) return null
+    return this.#stream.drained()
   }
 
   runSettled (): void {

@@ -294,6 +294,14 @@ export class MemoryRunStore implements RunStore {
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
+    this.#appendNow(runId, events, owner)
+  }
+
+  appendNow (runId: string, events: readonly StoredEvent[], owner: string): void {
+    this.#appendNow(runId, events, owner)
+  }
+
+  #appendNow (runId: string, events: readonly StoredEvent[], owner: string): void {
     this.#check()
     const stored = this.#owned(runId, owner)
     if (stored === undefined || events.length === 0) return

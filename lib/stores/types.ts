@@ -312,6 +312,11 @@ export interface RunStore {
    */
   append(runId: string, events: readonly StoredEvent[], owner: string): Promise<void>
   /**
+   * `append` done before returning, for a store that keeps its log in the process: a run's log then costs no
+   * promise per event. Throws where `append` would reject.
+   */
+  appendNow?(runId: string, events: readonly StoredEvent[], owner: string): void
+  /**
    * Ends a run in one step: appends its last events (the terminal one last), sets the end and gives its session
    * back. null (changing nothing) when the run is not running. The record and log are kept `retentionMs` more.
    */

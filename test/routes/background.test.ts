@@ -17,6 +17,7 @@ function gate (): { promise: Promise<void>, release: () => void } {
 
 /** Waits for `promise` unless the run is aborted first. */
 function orAbort (promise: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
+  if (signal.aborted) return Promise.reject(signal.reason)
   return Promise.race([promise, new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))])
 }
 
@@ -504,11 +505,16 @@ t.test('a claimed run\'s log: a write the store refuses is counted; a takeover f
   await app.ready()
   const { runs, stats, worker } = app.agentService
   const append = store.append.bind(store)
+  const appendNow = store.appendNow.bind(store)
   let refusals = 0
   // the first write of the claimed run fails (the store hiccups), the next ones go through
   store.append = async (...args) => {
     if (refusals++ === 0) throw new Error('store hiccup')
     return await append(...args)
+  }
+  store.appendNow = (...args) => {
+    if (refusals++ === 0) throw new Error('store hiccup')
+    appendNow(...args)
   }
   const first = (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, background: true } })).json()
   await eventually(() => runs.has(first.runId))
@@ -521,6 +527,7 @@ t.test('a claimed run\'s log: a write the store refuses is counted; a takeover f
   const again = gate()
   agents.talker!.run = async (_i, ctx) => { await again.promise; ctx.emit('message.delta', { text: 'b' }); return { output: 'late' } }
   store.append = append
+  store.appendNow = appendNow
   const second = (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, background: true } })).json()
   await eventually(() => runs.has(second.runId))
   worker.stopClaiming()
@@ -566,7 +573,9 @@ t.test('a takeover found while a run finishes: nothing of its end is written her
   app.agentService.worker.stopClaiming()
   const append = store.append.bind(store)
   const hold = gate()
-  // the delta's write is held until the run has ended here; meanwhile another instance took the run over
+  // the log's batched path, as a store across the network takes it: the delta's write is held until the run has
+  // ended here; meanwhile another instance took the run over
+  Object.assign(store, { appendNow: undefined })
   store.append = async (runId, events, owner) => {
     if (events.some((e) => e.type === 'message.delta')) {
       await hold.promise

@@ -437,7 +437,9 @@ t.test('a run store that fails while a run streams: the stream goes on, the fail
   let failing = false
   const append = store.append.bind(store)
   const events = store.events.bind(store)
+  const appendNow = store.appendNow.bind(store)
   store.append = async (runId, batch, owner) => { if (failing) throw new Error('store down'); return append(runId, batch, owner) }
+  store.appendNow = (runId, batch, owner) => { if (failing) throw new Error('store down'); appendNow(runId, batch, owner) }
   store.events = async (runId, after, limit) => { if (failing) throw new Error('store down'); return events(runId, after, limit) }
   const held = gate()
   const { url, service } = await listen(t, { runStore: store, agents: { held: held.agent } })
