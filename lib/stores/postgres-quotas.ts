@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto'
 import type { PoolClient } from 'pg'
 import { PostgresStore } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { transaction } from './postgres-transactions.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
 export class PostgresQuotaStore extends PostgresStore implements QuotaStore {
@@ -33,22 +34,11 @@ export class PostgresQuotaStore extends PostgresStore implements QuotaStore {
   }
 
   /**
-   * One transaction on one connection; a failure discards the connection, and the server rolls back with it. Its
-   * commit does not wait for the disk: the run admitted is stored next, with a commit that does, which flushes the
-   * log past this one (a slot is a lease anyway).
+   * One transaction; its commit does not wait for the disk: the run admitted is stored next, with a commit that does,
+   * which flushes the log past this one (a slot is a lease anyway).
    */
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
-    const client = await (await this.pool()).connect() as PoolClient
-    try {
-      await client.query('BEGIN; SET LOCAL synchronous_commit = off')
-      const result = await fn(client)
-      await client.query('COMMIT')
-      client.release()
-      return result
-    } catch (error) {
-      client.release(error as Error)
-      throw error
-    }
+    return transaction(await this.pool(), 'BEGIN; SET LOCAL synchronous_commit = off', fn)
   }
 
   async acquire ({ principal, slotId }: QuotaSlot, max: number, now: number, until: number): Promise<boolean> {

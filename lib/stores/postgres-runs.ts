@@ -14,6 +14,7 @@ import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { PostgresStore, quote } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { transaction } from './postgres-transactions.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
@@ -154,20 +155,8 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     return await this.pool() as unknown as Pool
   }
 
-  /** One transaction on one connection; a failure discards the connection, and the server rolls back with it. */
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
-    const pool = await this.#pool()
-    const client = await pool.connect()
-    try {
-      await client.query('BEGIN')
-      const result = await fn(client)
-      await client.query('COMMIT')
-      client.release()
-      return result
-    } catch (error) {
-      client.release(error as Error)
-      throw error
-    }
+    return transaction(await this.#pool(), 'BEGIN', fn)
   }
 
   async #holder (q: Queryable, sessionId: string): Promise<Holder | undefined> {
