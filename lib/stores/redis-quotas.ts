@@ -6,7 +6,6 @@
 // in the other backends. The scripts derive keys from the prefix: one Redis server, not a Cluster.
 import type { Redis } from 'ioredis'
 import { RedisScript, RedisStore } from './redis-connection.js'
-import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
 // ARGV: prefix, principal, slot id, max, now, until. Returns 1 when the slot is held.
@@ -67,10 +66,6 @@ return purged
 `)
 
 export class RedisQuotaStore extends RedisStore implements QuotaStore {
-
-  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
-    super(source, options)
-  }
 
   #client (): Redis {
     return this.client() as Redis

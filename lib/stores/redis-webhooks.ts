@@ -8,7 +8,6 @@ import type { Redis } from 'ioredis'
 import { checkLimit, decodeSeqCursor, encodeSeqCursor } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
 import { RedisScript, RedisStore } from './redis-connection.js'
-import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
 import type { NewWebhookDelivery, RunLease, WebhookAttempt, WebhookAttemptPage, WebhookAttemptQuery, WebhookDelivery, WebhookStore } from './types.js'
 
 // ARGV: prefix, then id, type, runId, payload, createdAt, giveUpAt, dueAt per delivery. An id there already is left alone.
@@ -105,10 +104,6 @@ const ENQUEUE_CHUNK = 500
 const SCAN_CHUNK = 200
 
 export class RedisWebhookStore extends RedisStore implements WebhookStore {
-
-  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
-    super(source, options)
-  }
 
   #client (): Redis {
     return this.client() as Redis

@@ -3,7 +3,6 @@
 // than the quota between them.
 import type Database from 'better-sqlite3'
 import { SqliteStore } from './sqlite-connection.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite-connection.js'
 import { immediateWrites } from './sqlite-writes.js'
 import type { SqliteWrites } from './sqlite-writes.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
@@ -40,10 +39,6 @@ type Statements = ReturnType<typeof statements>
 
 export class SqliteQuotaStore extends SqliteStore implements QuotaStore {
   #prepared: SqliteWrites<Statements> | null = null
-
-  constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
-    super(source, options)
-  }
 
   #use (): SqliteWrites<Statements> {
     const db = this.database() as Db

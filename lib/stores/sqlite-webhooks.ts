@@ -5,7 +5,6 @@ import type Database from 'better-sqlite3'
 import { checkLimit, decodeSeqCursor, encodeSeqCursor, iso, toMs } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
 import { SqliteStore } from './sqlite-connection.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite-connection.js'
 import { immediateWrites } from './sqlite-writes.js'
 import type { SqliteWrites } from './sqlite-writes.js'
 import type {
@@ -105,10 +104,6 @@ type Statements = ReturnType<typeof statements>
 
 export class SqliteWebhookStore extends SqliteStore implements WebhookStore {
   #prepared: SqliteWrites<Statements> | null = null
-
-  constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
-    super(source, options)
-  }
 
   #use (): SqliteWrites<Statements> {
     const db = this.database() as Db
