@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto'
 import type { PoolClient } from 'pg'
 import { PostgresStore } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
-import { transaction } from './postgres-transactions.js'
+import { transaction } from './postgres-clients.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
 export class PostgresQuotaStore extends PostgresStore implements QuotaStore {

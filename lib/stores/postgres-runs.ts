@@ -4,7 +4,7 @@
 // delivered when the write commits. Each store LISTENs on one connection of its own; a poll every
 // `pollIntervalMs` makes up for what it missed (the queue's watchers have the worker's own poll instead).
 import { createHash, randomBytes } from 'node:crypto'
-import type { Notification, Pool, PoolClient } from 'pg'
+import type { Pool, PoolClient } from 'pg'
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
   checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, toMs
@@ -12,9 +12,9 @@ import {
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { PostgresStore, quote } from './postgres-connection.js'
+import { PostgresStore } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
-import { transaction } from './postgres-transactions.js'
+import { PgListener, transaction } from './postgres-clients.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
@@ -105,8 +105,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   readonly #events: string
   readonly #sessions: string
   readonly #sql: ReturnType<typeof statements>
-  #listening: Promise<void> | null = null
-  #listener: PoolClient | null = null
+  readonly #listener: PgListener
   readonly #queueWatchers = new Set<() => void>()
   /** Names this store in its queue notifications: it tells its own watchers at once, and ignores its echo. */
   readonly #nonce = randomBytes(6).toString('hex')
@@ -125,6 +124,11 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
       pollIntervalMs,
       // the server is away: the next tick tries again, and listens again
       onPollError: noop
+    })
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.#heard(payload), () => {
+      // what was written before LISTEN took effect was not notified: the watchers catch up now
+      void this.#hub.refresh()
+      this.#notifyQueue()
     })
   }
 
@@ -258,7 +262,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     const startedMs = toMs('startedAt', startedAt)
     this.check()
     // the worker claims on a timer too: a queue watcher whose listening connection dropped listens again here
-    if (this.#queueWatchers.size > 0) this.#listen().catch(noop)
+    if (this.#queueWatchers.size > 0) this.#listener.listen().catch(noop)
     if (limit < 1) return []
     return this.#transaction(async (client): Promise<RunRecord[]> => {
       // locked rows are another claimer's: skipped, never waited for, so that claimers at once share the queue
@@ -325,7 +329,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   }
 
   watchQueue (listener: () => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     this.#queueWatchers.add(listener)
     return () => { this.#queueWatchers.delete(listener) }
   }
@@ -436,12 +440,12 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   }
 
   watch (runId: string, listener: (change: RunChange) => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     return this.#hub.watch(runId, listener)
   }
 
   watchSession (sessionId: string, listener: () => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     return this.#hub.watchSession(sessionId, listener)
   }
 
@@ -491,12 +495,11 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   protected override async stop (): Promise<void> {
     this.#hub.close()
     this.#queueWatchers.clear()
-    await this.#listening?.catch(noop)
-    this.#unlisten()
+    await this.#listener.stop()
   }
 
   async #pollRuns (runIds: string[]): Promise<RunState[]> {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     const rows = await this.sql<{ run_id: string, last_seq: number, cancel_requested: boolean }>(
       this.#sql.poll, [runIds.filter((id) => storable(id, false))])
     return rows.map((row) => ({ runId: row.run_id, lastSeq: row.last_seq, cancelRequested: row.cancel_requested }))
@@ -505,36 +508,6 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   async #pollSessions (sessionIds: string[]): Promise<string[]> {
     const rows = await this.sql<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, false))])
     return rows.map((row) => row.id)
-  }
-
-  #listen (): Promise<void> {
-    this.#listening ??= this.#startListening().catch((error: unknown) => {
-      this.#unlisten(error as Error)
-      throw error
-    })
-    return this.#listening
-  }
-
-  /** One client per store, checked out of the pool for as long as the store lives (or until its connection drops). */
-  async #startListening (): Promise<void> {
-    const pool = await this.#pool()
-    const client = await pool.connect()
-    this.#listener = client
-    client.on('notification', (message: Notification) => this.#heard(String(message.payload)))
-    // The connection was lost: drop it (the pool discards it); the next poll listens again.
-    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
-    await client.query(`LISTEN ${quote(this.channel)}`)
-    // what was written before LISTEN took effect was not notified: the watchers catch up now
-    void this.#hub.refresh()
-    this.#notifyQueue()
-  }
-
-  #unlisten (error?: Error): void {
-    this.#listening = null
-    const client = this.#listener
-    this.#listener = null
-    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
-    client?.release(error ?? true)
   }
 
   /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */

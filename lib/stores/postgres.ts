@@ -1,14 +1,14 @@
 // PostgreSQL stores (pg): shared by many instances. Approval decisions wake waiters on every instance
 // through LISTEN/NOTIFY, with polling as the safety net.
 import { createHash } from 'node:crypto'
-import type { PoolClient } from 'pg'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
-import { PostgresConnection, PostgresStore, isPool, quote } from './postgres-connection.js'
+import { PostgresConnection, PostgresStore, isPool } from './postgres-connection.js'
 import type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { PgListener } from './postgres-clients.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
@@ -239,7 +239,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   readonly #waiters = new ApprovalWaiters({
     onActive: () => {
       this.#poller = unrefInterval(() => {
-        if (this.#listening === null) this.#listen().catch(noop)
+        if (!this.#listener.listening) this.#listener.listen().catch(noop)
         this.#refresh(this.#waiters.ids)
       }, POLL_MS)
     },
@@ -247,12 +247,14 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   })
 
   #poller: NodeJS.Timeout | undefined
-  #listening: Promise<void> | null = null
-  #listener: PoolClient | null = null
+  readonly #listener: PgListener
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
     super(source, options)
     this.channel = `fa_approvals_${createHash('sha256').update(`${this.schema}.${this.tablePrefix}`).digest('hex').slice(0, 16)}`
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (id) => {
+      if (this.#waiters.has(id)) this.#refresh([id])
+    })
   }
 
   protected ddl (): string {
@@ -337,7 +339,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     return this.#waiters.wait(id, signal, async () => {
       // Listening before reading: a decision committed after the read is then sure to be notified.
       // Should LISTEN fail, the read below fails too (same server) or polling covers.
-      await this.#listen().catch(noop)
+      await this.#listener.listen().catch(noop)
       const row = await this.#row(id)
       return row === undefined ? null : toApproval(row)
     })
@@ -345,8 +347,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
 
   protected async stop (): Promise<void> {
     this.#waiters.rejectAll(storeClosedError())
-    await this.#listening?.catch(noop)
-    this.#unlisten()
+    await this.#listener.stop()
   }
 
   async #row (id: string): Promise<ApprovalRow | undefined> {
@@ -369,36 +370,6 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     if (changed !== undefined) return changed
     const row = await this.#row(id)
     return row === undefined ? null : toApproval(row)
-  }
-
-  #listen (): Promise<void> {
-    this.#listening ??= this.#startListening().catch((error: unknown) => {
-      this.#unlisten(error as Error)
-      throw error
-    })
-    return this.#listening
-  }
-
-  /** One client per store, checked out of the pool for as long as the store lives. */
-  async #startListening (): Promise<void> {
-    const pool = await this.pool()
-    const client = await pool.connect() as PoolClient
-    this.#listener = client
-    client.on('notification', (message) => {
-      const id = String(message.payload)
-      if (this.#waiters.has(id)) this.#refresh([id])
-    })
-    // The connection was lost: drop it (the pool discards it); the next poll listens again.
-    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
-    await client.query(`LISTEN ${quote(this.channel)}`)
-  }
-
-  #unlisten (error?: Error): void {
-    this.#listening = null
-    const client = this.#listener
-    this.#listener = null
-    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
-    client?.release(error ?? true)
   }
 
   #refresh (ids: string[]): void {
