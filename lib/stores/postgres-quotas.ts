@@ -3,86 +3,42 @@
 // that instances admitting runs of one principal at once queue on it (and never admit more than the quota between
 // them), while other principals go on. Times are epoch milliseconds (bigint).
 import { createHash } from 'node:crypto'
-import type { Pool, PoolClient, QueryResultRow } from 'pg'
-import { checkIdentifier, storeClosedError } from './common.js'
-import { PostgresConnection } from './postgres.js'
-import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
+import type { PoolClient } from 'pg'
+import { PostgresStore } from './postgres-connection.js'
+import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { transaction } from './postgres-clients.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
-/** pg's escapeIdentifier, without loading pg for it. */
-const quote = (name: string): string => `"${name.replace(/"/g, '""')}"`
-
-export class PostgresQuotaStore implements QuotaStore {
-  readonly schema: string
-  readonly tablePrefix: string
-  readonly #connection: PostgresConnection
+export class PostgresQuotaStore extends PostgresStore implements QuotaStore {
   readonly #slots: string
   readonly #windows: string
   /** the first key of the principals' advisory locks: these tables' own (the second is the principal's hash) */
   readonly #lockSpace: number
-  #ready: Promise<void> | null = null
-  #closed = false
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
-    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
-    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
-    this.#slots = `${quote(this.schema)}.${quote(`${this.tablePrefix}quota_slots`)}`
-    this.#windows = `${quote(this.schema)}.${quote(`${this.tablePrefix}quota_tokens`)}`
+    super(source, options)
+    this.#slots = this.table('quota_slots')
+    this.#windows = this.table('quota_tokens')
     this.#lockSpace = createHash('sha256').update(`fastify-agents:quotas:${this.schema}.${this.tablePrefix}`).digest().readInt32BE(0)
   }
 
-  async #pool (): Promise<Pool> {
-    if (this.#closed) throw storeClosedError()
-    const pool = this.#connection.acquire(this) as unknown as Pool
-    this.#ready ??= this.#init(pool)
-    await this.#ready
-    return pool
-  }
-
-  async #query<R extends QueryResultRow> (text: string, values: unknown[]): Promise<R[]> {
-    return (await (await this.#pool()).query<R>(text, values)).rows
-  }
-
-  async #init (pool: Pool): Promise<void> {
-    // The lock the other PostgreSQL stores take around their DDL (CREATE ... IF NOT EXISTS is not atomic): the
-    // instances starting together queue on it. Several statements in one simple query run as one transaction.
-    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
-    const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
-    try {
-      await pool.query(`
-        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
-        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
-        CREATE TABLE IF NOT EXISTS ${this.#slots} (
-          principal text NOT NULL, slot_id text NOT NULL, until bigint NOT NULL, PRIMARY KEY (principal, slot_id));
-        CREATE INDEX IF NOT EXISTS ${index('quota_slots_until')} ON ${this.#slots} (until);
-        CREATE TABLE IF NOT EXISTS ${this.#windows} (
-          principal text NOT NULL, window_start bigint NOT NULL, window_end bigint NOT NULL, tokens bigint NOT NULL,
-          PRIMARY KEY (principal, window_start));
-        CREATE INDEX IF NOT EXISTS ${index('quota_tokens_end')} ON ${this.#windows} (window_end);`)
-    } catch (error) {
-      this.#ready = null
-      throw error
-    }
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.#slots} (
+        principal text NOT NULL, slot_id text NOT NULL, until bigint NOT NULL, PRIMARY KEY (principal, slot_id));
+      CREATE INDEX IF NOT EXISTS ${this.index('quota_slots_until')} ON ${this.#slots} (until);
+      CREATE TABLE IF NOT EXISTS ${this.#windows} (
+        principal text NOT NULL, window_start bigint NOT NULL, window_end bigint NOT NULL, tokens bigint NOT NULL,
+        PRIMARY KEY (principal, window_start));
+      CREATE INDEX IF NOT EXISTS ${this.index('quota_tokens_end')} ON ${this.#windows} (window_end);`
   }
 
   /**
-   * One transaction on one connection; a failure discards the connection, and the server rolls back with it. Its
-   * commit does not wait for the disk: the run admitted is stored next, with a commit that does, which flushes the
-   * log past this one (a slot is a lease anyway).
+   * One transaction; its commit does not wait for the disk: the run admitted is stored next, with a commit that does,
+   * which flushes the log past this one (a slot is a lease anyway).
    */
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
-    const client = await (await this.#pool()).connect()
-    try {
-      await client.query('BEGIN; SET LOCAL synchronous_commit = off')
-      const result = await fn(client)
-      await client.query('COMMIT')
-      client.release()
-      return result
-    } catch (error) {
-      client.release(error as Error)
-      throw error
-    }
+    return transaction(await this.pool(), 'BEGIN; SET LOCAL synchronous_commit = off', fn)
   }
 
   async acquire ({ principal, slotId }: QuotaSlot, max: number, now: number, until: number): Promise<boolean> {
@@ -107,7 +63,7 @@ export class PostgresQuotaStore implements QuotaStore {
 
   async renew (slots: readonly QuotaSlot[], until: number): Promise<string[]> {
     if (slots.length === 0) return []
-    const rows = await this.#query<{ slot_id: string }>(`
+    const rows = await this.sql<{ slot_id: string }>(`
       UPDATE ${this.#slots} s SET until = $3 FROM unnest($1::text[], $2::text[]) AS held (principal, slot_id)
       WHERE s.principal = held.principal AND s.slot_id = held.slot_id
       RETURNING s.slot_id`, [slots.map((s) => s.principal), slots.map((s) => s.slotId), until])
@@ -115,23 +71,23 @@ export class PostgresQuotaStore implements QuotaStore {
   }
 
   async release ({ principal, slotId }: QuotaSlot): Promise<void> {
-    await this.#query(`DELETE FROM ${this.#slots} WHERE principal = $1 AND slot_id = $2`, [principal, slotId])
+    await this.sql(`DELETE FROM ${this.#slots} WHERE principal = $1 AND slot_id = $2`, [principal, slotId])
   }
 
   async addTokens (principal: string, window: { start: number, end: number }, n: number): Promise<void> {
-    await this.#query(`
+    await this.sql(`
       INSERT INTO ${this.#windows} (principal, window_start, window_end, tokens) VALUES ($1, $2, $3, $4)
       ON CONFLICT (principal, window_start) DO UPDATE SET tokens = ${this.#windows}.tokens + excluded.tokens`,
     [principal, window.start, window.end, n])
   }
 
   async tokens (principal: string, windowStart: number): Promise<number> {
-    const [row] = await this.#query<{ tokens: string }>(`SELECT tokens FROM ${this.#windows} WHERE principal = $1 AND window_start = $2`, [principal, windowStart])
+    const [row] = await this.sql<{ tokens: string }>(`SELECT tokens FROM ${this.#windows} WHERE principal = $1 AND window_start = $2`, [principal, windowStart])
     return row === undefined ? 0 : Number(row.tokens)
   }
 
   async purge (now: number, batch: number): Promise<number> {
-    const [row] = await this.#query<{ purged: number }>(`
+    const [row] = await this.sql<{ purged: number }>(`
       WITH slots AS (
         DELETE FROM ${this.#slots} WHERE ctid IN (SELECT ctid FROM ${this.#slots} WHERE until <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
         RETURNING 1),
@@ -141,21 +97,5 @@ export class PostgresQuotaStore implements QuotaStore {
         RETURNING 1)
       SELECT ((SELECT count(*) FROM slots) + (SELECT count(*) FROM windows))::integer AS purged`, [now, batch])
     return row!.purged
-  }
-
-  /** For health checks: O(1), one `SELECT 1` shared with the other stores of the pool (creating the tables on first use). */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#query('SELECT 1', []) })
-  }
-
-  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
   }
 }

@@ -4,16 +4,17 @@
 // delivered when the write commits. Each store LISTENs on one connection of its own; a poll every
 // `pollIntervalMs` makes up for what it missed (the queue's watchers have the worker's own poll instead).
 import { createHash, randomBytes } from 'node:crypto'
-import type { Notification, Pool, PoolClient, QueryResultRow } from 'pg'
+import type { Pool, PoolClient } from 'pg'
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
-  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, storeClosedError, toMs
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, toMs
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { PostgresConnection } from './postgres.js'
-import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
+import { PostgresStore } from './postgres-connection.js'
+import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { PgListener, transaction } from './postgres-clients.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
@@ -25,8 +26,7 @@ export interface PostgresRunStoreOptions extends PostgresStoreOptions {
 }
 
 const BACKEND = 'PostgreSQL'
-/** pg's escapeIdentifier and escapeLiteral, without loading pg for them (the names and channel are plain ASCII). */
-const quote = (name: string): string => `"${name.replace(/"/g, '""')}"`
+/** pg's escapeLiteral, without loading pg for it (the channel is plain ASCII). */
 const literal = (value: string): string => `'${value.replace(/'/g, "''")}'`
 /** How many times a session lock is tried while its holder changes under the attempt (a race, not a wait). */
 const TAKE_ATTEMPTS = 5
@@ -97,35 +97,26 @@ function lockRaceError (sessionId: string): Error {
   return new Error(`session ${JSON.stringify(sessionId)}: its lock changed hands ${TAKE_ATTEMPTS} times during one call`)
 }
 
-export class PostgresRunStore implements RunStore {
+export class PostgresRunStore extends PostgresStore implements RunStore {
   /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes). */
   readonly channel: string
-  readonly schema: string
-  readonly tablePrefix: string
-  readonly #connection: PostgresConnection
   readonly #hub: RunWatchHub
   readonly #runs: string
   readonly #events: string
   readonly #sessions: string
   readonly #sql: ReturnType<typeof statements>
-  #ready: Promise<void> | null = null
-  #closed = false
-  #listening: Promise<void> | null = null
-  #listener: PoolClient | null = null
+  readonly #listener: PgListener
   readonly #queueWatchers = new Set<() => void>()
   /** Names this store in its queue notifications: it tells its own watchers at once, and ignores its echo. */
   readonly #nonce = randomBytes(6).toString('hex')
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
-    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
-    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    super(source, options)
     const pollIntervalMs = options.pollIntervalMs === undefined ? RUN_POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs)
-    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
     this.channel = `fa_runs_${createHash('sha256').update(`${this.schema}.${this.tablePrefix}`).digest('hex').slice(0, 16)}`
-    const table = (name: string): string => `${quote(this.schema)}.${quote(this.tablePrefix + name)}`
-    this.#runs = table('runs')
-    this.#events = table('run_events')
-    this.#sessions = table('run_sessions')
+    this.#runs = this.table('runs')
+    this.#events = this.table('run_events')
+    this.#sessions = this.table('run_sessions')
     this.#sql = statements(this.#runs, this.#events, this.#sessions, literal(this.channel), literal(`q:${this.#nonce}`))
     this.#hub = new RunWatchHub({
       poll: async (runIds) => this.#pollRuns(runIds),
@@ -134,72 +125,42 @@ export class PostgresRunStore implements RunStore {
       // the server is away: the next tick tries again, and listens again
       onPollError: noop
     })
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.#heard(payload), () => {
+      // what was written before LISTEN took effect was not notified: the watchers catch up now
+      void this.#hub.refresh()
+      this.#notifyQueue()
+    })
   }
 
-  #check (): void {
-    if (this.#closed) throw storeClosedError()
-  }
-
-  async #pool (): Promise<Pool> {
-    this.#check()
-    const pool = this.#connection.acquire(this) as unknown as Pool
-    this.#ready ??= this.#init(pool)
-    await this.#ready
-    return pool
-  }
-
-  async #query<R extends QueryResultRow> (text: string, values: unknown[]): Promise<R[]> {
-    const pool = await this.#pool()
-    return (await pool.query<R>(text, values)).rows
-  }
-
-  async #init (pool: Pool): Promise<void> {
-    // The lock the other PostgreSQL stores take around their DDL (CREATE ... IF NOT EXISTS is not atomic): the
-    // instances starting together queue on it. Several statements in one simple query run as one transaction.
-    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
-    const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
+  protected ddl (): string {
     // `created_seq` is the order of creation lists follow (runs created in one millisecond too). `owner` and
     // `lease_until` are a running run's lease (contract §16): the lapsed ones are found by a partial index.
-    try {
-      await pool.query(`
-        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
-        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
-        CREATE TABLE IF NOT EXISTS ${this.#runs} (
-          run_id text PRIMARY KEY, created_seq bigserial NOT NULL, agent text NOT NULL, session_id text, principal text NOT NULL,
-          status text NOT NULL, background boolean NOT NULL, attempt integer NOT NULL, last_seq integer NOT NULL,
-          created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
-          request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
-          cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
-          detachable boolean NOT NULL DEFAULT false);
-        CREATE INDEX IF NOT EXISTS ${index('runs_created')} ON ${this.#runs} (created_seq);
-        CREATE INDEX IF NOT EXISTS ${index('runs_session')} ON ${this.#runs} (session_id, created_seq);
-        CREATE INDEX IF NOT EXISTS ${index('runs_agent')} ON ${this.#runs} (agent, created_seq);
-        CREATE INDEX IF NOT EXISTS ${index('runs_status')} ON ${this.#runs} (status, created_seq);
-        CREATE INDEX IF NOT EXISTS ${index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
-        CREATE INDEX IF NOT EXISTS ${index('runs_lease')} ON ${this.#runs} (lease_until) WHERE status = 'running';
-        CREATE TABLE IF NOT EXISTS ${this.#events} (
-          run_id text NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
-        CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`)
-    } catch (error) {
-      this.#ready = null
-      throw error
-    }
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.#runs} (
+        run_id text PRIMARY KEY, created_seq bigserial NOT NULL, agent text NOT NULL, session_id text, principal text NOT NULL,
+        status text NOT NULL, background boolean NOT NULL, attempt integer NOT NULL, last_seq integer NOT NULL,
+        created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
+        request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
+        cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
+        detachable boolean NOT NULL DEFAULT false);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_created')} ON ${this.#runs} (created_seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_session')} ON ${this.#runs} (session_id, created_seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_agent')} ON ${this.#runs} (agent, created_seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_status')} ON ${this.#runs} (status, created_seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_lease')} ON ${this.#runs} (lease_until) WHERE status = 'running';
+      CREATE TABLE IF NOT EXISTS ${this.#events} (
+        run_id text NOT NULL, seq integer NOT NULL, type text NOT NULL, data text NOT NULL, PRIMARY KEY (run_id, seq));
+      CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`
   }
 
-  /** One transaction on one connection; a failure discards the connection, and the server rolls back with it. */
+  /** The pool, as the pg Pool it is. */
+  async #pool (): Promise<Pool> {
+    return await this.pool() as unknown as Pool
+  }
+
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
-    const pool = await this.#pool()
-    const client = await pool.connect()
-    try {
-      await client.query('BEGIN')
-      const result = await fn(client)
-      await client.query('COMMIT')
-      client.release()
-      return result
-    } catch (error) {
-      client.release(error as Error)
-      throw error
-    }
+    return transaction(await this.#pool(), 'BEGIN', fn)
   }
 
   async #holder (q: Queryable, sessionId: string): Promise<Holder | undefined> {
@@ -240,7 +201,7 @@ export class PostgresRunStore implements RunStore {
       record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
     ]
     if (!options.exclusive || record.sessionId === null) {
-      await this.#query(this.#sql.create, values)
+      await this.sql(this.#sql.create, values)
       return this.#created(run)
     }
     const pool = await this.#pool()
@@ -260,7 +221,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
-    this.#check()
+    this.check()
     const { record } = run
     if (!storable(record.runId, false)) return { outcome: 'not_found' }
     checkText(BACKEND, false, 'requestId', record.requestId)
@@ -283,7 +244,7 @@ export class PostgresRunStore implements RunStore {
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
     const startedMs = toMs('startedAt', startedAt)
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return { outcome: 'gone' }
     return this.#transaction(async (client): Promise<StartRunResult> => {
       const { rows: [run] } = await client.query<{ session_id: string | null, status: RunStatus }>(this.#sql.lockRun, [runId, new Date()])
@@ -299,9 +260,9 @@ export class PostgresRunStore implements RunStore {
 
   async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
     const startedMs = toMs('startedAt', startedAt)
-    this.#check()
+    this.check()
     // the worker claims on a timer too: a queue watcher whose listening connection dropped listens again here
-    if (this.#queueWatchers.size > 0) this.#listen().catch(noop)
+    if (this.#queueWatchers.size > 0) this.#listener.listen().catch(noop)
     if (limit < 1) return []
     return this.#transaction(async (client): Promise<RunRecord[]> => {
       // locked rows are another claimer's: skipped, never waited for, so that claimers at once share the queue
@@ -318,17 +279,17 @@ export class PostgresRunStore implements RunStore {
   }
 
   async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
-    this.#check()
+    this.check()
     const ids = runIds.filter((id) => storable(id, false))
     if (ids.length === 0) return []
-    const rows = await this.#query<{ run_id: string }>(this.#sql.renew, [owner, ids, new Date(until)])
+    const rows = await this.sql<{ run_id: string }>(this.#sql.renew, [owner, ids, new Date(until)])
     return rows.map((row) => row.run_id)
   }
 
   async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
-    this.#check()
+    this.check()
     if (limit < 1) return []
-    const rows = await this.#query<LeasedRow>(this.#sql.lapsed, [new Date(now), limit])
+    const rows = await this.sql<LeasedRow>(this.#sql.lapsed, [new Date(now), limit])
     return rows.map((row) => ({ record: toRecord(row), detachable: row.detachable, cancelRequested: row.cancel_requested }))
   }
 
@@ -341,7 +302,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return null
     const requeued = await this.#transaction(async (client): Promise<RunRow | null> => {
       const row = await this.#leased(client, runId, condition)
@@ -357,7 +318,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return null
     const ended = await this.#transaction(async (client) => {
       const row = await this.#leased(client, runId, { lapsedBefore })
@@ -368,7 +329,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   watchQueue (listener: () => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     this.#queueWatchers.add(listener)
     return () => { this.#queueWatchers.delete(listener) }
   }
@@ -379,17 +340,17 @@ export class PostgresRunStore implements RunStore {
 
   /** After a write of the log that was not made: whether the run is there, running, whose, and where its log is. */
   async #state (runId: string): Promise<LeaseRow | undefined> {
-    const [row] = await this.#query<LeaseRow>(this.#sql.state, [runId, new Date()])
+    const [row] = await this.sql<LeaseRow>(this.#sql.state, [runId, new Date()])
     return row
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
-    this.#check()
+    this.check()
     if (events.length === 0 || !storable(runId, false)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
     const first = events[0]!.seq
-    const [appended] = await this.#query<{ last_seq: number }>(this.#sql.append, [
+    const [appended] = await this.sql<{ last_seq: number }>(this.#sql.append, [
       runId, events.length, first - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
     ])
     if (appended !== undefined) {
@@ -425,7 +386,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
@@ -440,27 +401,27 @@ export class PostgresRunStore implements RunStore {
   }
 
   async get (runId: string): Promise<RunRecord | null> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return null
-    const [row] = await this.#query<RunRow>(this.#sql.get, [runId, new Date()])
+    const [row] = await this.sql<RunRow>(this.#sql.get, [runId, new Date()])
     return row === undefined ? null : toRecord(row)
   }
 
   async spec (runId: string): Promise<RunSpec | null> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return null
-    const [row] = await this.#query<{ spec: string }>(this.#sql.spec, [runId, new Date()])
+    const [row] = await this.sql<{ spec: string }>(this.#sql.spec, [runId, new Date()])
     return row === undefined ? null : JSON.parse(row.spec) as RunSpec
   }
 
   async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return []
-    return this.#query<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
+    return this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
   }
 
   async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
-    this.#check()
+    this.check()
     if (!storable(runId, false)) return { outcome: 'not_found' }
     const result = await this.#transaction(async (client): Promise<CancelRunResult | Ended> => {
       const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [runId, new Date()])
@@ -479,12 +440,12 @@ export class PostgresRunStore implements RunStore {
   }
 
   watch (runId: string, listener: (change: RunChange) => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     return this.#hub.watch(runId, listener)
   }
 
   watchSession (sessionId: string, listener: () => void): () => void {
-    this.#listen().catch(noop)
+    this.#listener.listen().catch(noop)
     return this.#hub.watchSession(sessionId, listener)
   }
 
@@ -497,7 +458,7 @@ export class PostgresRunStore implements RunStore {
   }
 
   async #page (filters: Record<string, string | undefined>, limitOption: number, cursor: string | undefined): Promise<RunPage> {
-    this.#check()
+    this.check()
     const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
     const before = cursor === undefined ? null : decodeSeqCursor(cursor)
     const values: unknown[] = [new Date(), limit + 1]
@@ -513,7 +474,7 @@ export class PostgresRunStore implements RunStore {
       values.push(before)
       where += ` AND created_seq < $${values.length}`
     }
-    const rows = await this.#query<RunRow & { created_seq: string }>(`
+    const rows = await this.sql<RunRow & { created_seq: string }>(`
       SELECT ${COLUMNS}, created_seq FROM ${this.#runs} WHERE (expires_at IS NULL OR expires_at > $1)${where}
       ORDER BY created_seq DESC LIMIT $2`, values)
     const page = rows.slice(0, limit)
@@ -525,73 +486,28 @@ export class PostgresRunStore implements RunStore {
   }
 
   async purge (now: number, batch: number): Promise<number> {
-    this.#check()
+    this.check()
     if (batch < 1) return 0
-    const [row] = await this.#query<{ purged: number }>(this.#sql.purge, [new Date(now), batch])
+    const [row] = await this.sql<{ purged: number }>(this.#sql.purge, [new Date(now), batch])
     return row!.purged
   }
 
-  /** For health checks: O(1), one `SELECT 1` shared with the other stores of the pool (creating the tables on first use). */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#query('SELECT 1', []) })
-  }
-
-  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    // closed first: calls still on their way in now fail instead of taking a connection
-    this.#closed = true
+  protected override async stop (): Promise<void> {
     this.#hub.close()
     this.#queueWatchers.clear()
-    await this.#listening?.catch(noop)
-    this.#unlisten()
-    await this.#connection.release(this)
+    await this.#listener.stop()
   }
 
   async #pollRuns (runIds: string[]): Promise<RunState[]> {
-    this.#listen().catch(noop)
-    const rows = await this.#query<{ run_id: string, last_seq: number, cancel_requested: boolean }>(
+    this.#listener.listen().catch(noop)
+    const rows = await this.sql<{ run_id: string, last_seq: number, cancel_requested: boolean }>(
       this.#sql.poll, [runIds.filter((id) => storable(id, false))])
     return rows.map((row) => ({ runId: row.run_id, lastSeq: row.last_seq, cancelRequested: row.cancel_requested }))
   }
 
   async #pollSessions (sessionIds: string[]): Promise<string[]> {
-    const rows = await this.#query<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, false))])
+    const rows = await this.sql<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, false))])
     return rows.map((row) => row.id)
-  }
-
-  #listen (): Promise<void> {
-    this.#listening ??= this.#startListening().catch((error: unknown) => {
-      this.#unlisten(error as Error)
-      throw error
-    })
-    return this.#listening
-  }
-
-  /** One client per store, checked out of the pool for as long as the store lives (or until its connection drops). */
-  async #startListening (): Promise<void> {
-    const pool = await this.#pool()
-    const client = await pool.connect()
-    this.#listener = client
-    client.on('notification', (message: Notification) => this.#heard(String(message.payload)))
-    // The connection was lost: drop it (the pool discards it); the next poll listens again.
-    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
-    await client.query(`LISTEN ${quote(this.channel)}`)
-    // what was written before LISTEN took effect was not notified: the watchers catch up now
-    void this.#hub.refresh()
-    this.#notifyQueue()
-  }
-
-  #unlisten (error?: Error): void {
-    this.#listening = null
-    const client = this.#listener
-    this.#listener = null
-    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
-    client?.release(error ?? true)
   }
 
   /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */

@@ -2,18 +2,13 @@
 // and their attempts in two tables. A claim is one statement taking due rows `FOR UPDATE SKIP LOCKED`, so instances
 // claiming at once never take the same delivery (nor wait on each other); a record is one statement too. A delivery's
 // `due_at` is when it is next due, or, while claimed, when its lease runs out. Times are epoch milliseconds (bigint).
-import { createHash } from 'node:crypto'
-import type { Pool, QueryResultRow } from 'pg'
-import { checkIdentifier, checkLimit, decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toMs } from './common.js'
+import { checkLimit, decodeSeqCursor, encodeSeqCursor, iso, toMs } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
-import { PostgresConnection } from './postgres.js'
-import type { PostgresSource, PostgresStoreOptions } from './postgres.js'
+import { PostgresStore } from './postgres-connection.js'
+import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import type {
   NewWebhookDelivery, RunLease, WebhookAttempt, WebhookAttemptPage, WebhookAttemptQuery, WebhookDelivery, WebhookOutcome, WebhookStore
 } from './types.js'
-
-/** pg's escapeIdentifier, without loading pg for it. */
-const quote = (name: string): string => `"${name.replace(/"/g, '""')}"`
 
 // pg gives bigint columns as strings
 interface DeliveryRow { id: string, type: string, run_id: string, payload: string, created_at: string, give_up_at: string, attempt: number, was_due: string }
@@ -44,62 +39,36 @@ function toAttempt (row: AttemptRow): WebhookAttempt {
   }
 }
 
-export class PostgresWebhookStore implements WebhookStore {
-  readonly schema: string
-  readonly tablePrefix: string
-  readonly #connection: PostgresConnection
+export class PostgresWebhookStore extends PostgresStore implements WebhookStore {
   readonly #deliveries: string
   readonly #attempts: string
-  #ready: Promise<void> | null = null
-  #closed = false
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
-    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
-    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
-    this.#deliveries = `${quote(this.schema)}.${quote(`${this.tablePrefix}webhook_deliveries`)}`
-    this.#attempts = `${quote(this.schema)}.${quote(`${this.tablePrefix}webhook_attempts`)}`
+    super(source, options)
+    this.#deliveries = this.table('webhook_deliveries')
+    this.#attempts = this.table('webhook_attempts')
   }
 
-  async #query<R extends QueryResultRow> (text: string, values: unknown[]): Promise<R[]> {
-    if (this.#closed) throw storeClosedError()
-    const pool = this.#connection.acquire(this) as unknown as Pool
-    this.#ready ??= this.#init(pool)
-    await this.#ready
-    return (await pool.query<R>(text, values)).rows
-  }
-
-  async #init (pool: Pool): Promise<void> {
-    // The lock the other PostgreSQL stores take around their DDL (CREATE ... IF NOT EXISTS is not atomic): the
-    // instances starting together queue on it. Several statements in one simple query run as one transaction.
-    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
-    const index = (name: string): string => quote(`${this.tablePrefix}${name}`)
-    try {
-      await pool.query(`
-        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
-        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
-        CREATE TABLE IF NOT EXISTS ${this.#deliveries} (
-          id text PRIMARY KEY, type text NOT NULL, run_id text NOT NULL, payload text NOT NULL, created_at bigint NOT NULL,
-          give_up_at bigint NOT NULL, status text NOT NULL, attempt integer NOT NULL, owner text, due_at bigint NOT NULL, expires_at bigint);
-        CREATE INDEX IF NOT EXISTS ${index('webhook_deliveries_due')} ON ${this.#deliveries} (due_at) WHERE status = 'pending';
-        CREATE INDEX IF NOT EXISTS ${index('webhook_deliveries_expires')} ON ${this.#deliveries} (expires_at) WHERE expires_at IS NOT NULL;
-        CREATE TABLE IF NOT EXISTS ${this.#attempts} (
-          seq bigserial PRIMARY KEY, webhook_id text NOT NULL, event text NOT NULL, run_id text NOT NULL, attempt integer NOT NULL,
-          at bigint NOT NULL, status integer, error text, duration_ms double precision NOT NULL, outcome text NOT NULL);
-        CREATE INDEX IF NOT EXISTS ${index('webhook_attempts_webhook')} ON ${this.#attempts} (webhook_id);
-        CREATE INDEX IF NOT EXISTS ${index('webhook_attempts_run')} ON ${this.#attempts} (run_id, seq);
-        CREATE INDEX IF NOT EXISTS ${index('webhook_attempts_event')} ON ${this.#attempts} (event, seq);
-        CREATE INDEX IF NOT EXISTS ${index('webhook_attempts_outcome')} ON ${this.#attempts} (outcome, seq);`)
-    } catch (error) {
-      this.#ready = null
-      throw error
-    }
+  protected ddl (): string {
+    return `
+      CREATE TABLE IF NOT EXISTS ${this.#deliveries} (
+        id text PRIMARY KEY, type text NOT NULL, run_id text NOT NULL, payload text NOT NULL, created_at bigint NOT NULL,
+        give_up_at bigint NOT NULL, status text NOT NULL, attempt integer NOT NULL, owner text, due_at bigint NOT NULL, expires_at bigint);
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_deliveries_due')} ON ${this.#deliveries} (due_at) WHERE status = 'pending';
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_deliveries_expires')} ON ${this.#deliveries} (expires_at) WHERE expires_at IS NOT NULL;
+      CREATE TABLE IF NOT EXISTS ${this.#attempts} (
+        seq bigserial PRIMARY KEY, webhook_id text NOT NULL, event text NOT NULL, run_id text NOT NULL, attempt integer NOT NULL,
+        at bigint NOT NULL, status integer, error text, duration_ms double precision NOT NULL, outcome text NOT NULL);
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_attempts_webhook')} ON ${this.#attempts} (webhook_id);
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_attempts_run')} ON ${this.#attempts} (run_id, seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_attempts_event')} ON ${this.#attempts} (event, seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('webhook_attempts_outcome')} ON ${this.#attempts} (outcome, seq);`
   }
 
   async enqueue (deliveries: readonly NewWebhookDelivery[]): Promise<void> {
     if (deliveries.length === 0) return
     // one statement whatever the batch: arrays rather than rows of parameters
-    await this.#query(`
+    await this.sql(`
       INSERT INTO ${this.#deliveries} (id, type, run_id, payload, created_at, give_up_at, status, attempt, due_at)
       SELECT id, type, run_id, payload, created_at, give_up_at, 'pending', 0, due_at
       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[]) WITH ORDINALITY
@@ -112,7 +81,7 @@ export class PostgresWebhookStore implements WebhookStore {
   }
 
   async claim (lease: RunLease, now: number, limit: number): Promise<WebhookDelivery[]> {
-    const rows = await this.#query<DeliveryRow>(`
+    const rows = await this.sql<DeliveryRow>(`
       WITH due AS (
         SELECT id, due_at FROM ${this.#deliveries} WHERE status = 'pending' AND due_at <= $3 ORDER BY due_at LIMIT $4
         FOR UPDATE SKIP LOCKED)
@@ -134,7 +103,7 @@ export class PostgresWebhookStore implements WebhookStore {
   async record (attempt: WebhookAttempt, owner: string, next: { dueAt: number, retentionMs: number }): Promise<boolean> {
     const retried = attempt.outcome === 'retried'
     // one statement: the attempt listed (when its delivery is there), and what follows set while `owner` holds it
-    const [row] = await this.#query<{ changed: number }>(`
+    const [row] = await this.sql<{ changed: number }>(`
       WITH current AS (SELECT id, status, owner, attempt FROM ${this.#deliveries} WHERE id = $1 FOR UPDATE),
       listed AS (
         INSERT INTO ${this.#attempts} (webhook_id, event, run_id, attempt, at, status, error, duration_ms, outcome)
@@ -167,34 +136,18 @@ export class PostgresWebhookStore implements WebhookStore {
     if (query.outcome !== undefined) filter('outcome', query.outcome)
     if (query.event !== undefined) filter('event', query.event)
     if (query.runId !== undefined) filter('run_id', query.runId)
-    const rows = await this.#query<AttemptRow>(`SELECT * FROM ${this.#attempts} ${where} ORDER BY seq DESC LIMIT $1`, values)
+    const rows = await this.sql<AttemptRow>(`SELECT * FROM ${this.#attempts} ${where} ORDER BY seq DESC LIMIT $1`, values)
     const page = rows.slice(0, limit)
     return { attempts: page.map(toAttempt), nextCursor: rows.length > limit ? encodeSeqCursor(page[limit - 1]!.seq) : null }
   }
 
   async purge (now: number, batch: number): Promise<number> {
-    const [row] = await this.#query<{ purged: number }>(`
+    const [row] = await this.sql<{ purged: number }>(`
       WITH doomed AS (
         SELECT id FROM ${this.#deliveries} WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),
       attempts AS (DELETE FROM ${this.#attempts} WHERE webhook_id IN (SELECT id FROM doomed)),
       deliveries AS (DELETE FROM ${this.#deliveries} WHERE id IN (SELECT id FROM doomed) RETURNING id)
       SELECT count(*)::integer AS purged FROM deliveries`, [now, batch])
     return row!.purged
-  }
-
-  /** For health checks: O(1), one `SELECT 1` shared with the other stores of the pool (creating the tables on first use). */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#query('SELECT 1', []) })
-  }
-
-  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
   }
 }

@@ -1,13 +1,14 @@
 // PostgreSQL stores (pg): shared by many instances. Approval decisions wake waiters on every instance
 // through LISTEN/NOTIFY, with polling as the safety net.
 import { createHash } from 'node:crypto'
-import type { Pool, PoolClient, PoolConfig } from 'pg'
 import {
-  ApprovalWaiters, MAX_AUDIT_LIMIT, SharedConnection, approvalExistsError, checkIdentifier, checkLimit, checkTtl,
+  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
-import { loadDriver } from './drivers.js'
+import { PostgresConnection, PostgresStore, isPool } from './postgres-connection.js'
+import type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { PgListener } from './postgres-clients.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
@@ -19,172 +20,24 @@ import type {
   SessionWithMessages, StoreSet
 } from './types.js'
 
-// The public types name no type of pg's own: a user who installed pg without @types/pg (or who never uses
-// these stores) type-checks against these. A pg Pool fits them.
-
-/** The part of a pg `Pool` the stores use. */
-export interface PgPool {
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>
-  connect(): Promise<unknown>
-  end(): Promise<void>
-  readonly totalCount: number
-}
-
-/** Options for the pool the stores make (those of pg's `PoolConfig`: `connectionString`, `max`, `ssl`, …). */
-export interface PostgresPoolOptions {
-  connectionString?: string
-  host?: string
-  port?: number
-  user?: string
-  password?: string
-  database?: string
-  max?: number
-  idleTimeoutMillis?: number
-  connectionTimeoutMillis?: number
-  statement_timeout?: number
-  query_timeout?: number
-  [option: string]: unknown
-}
-
-export interface PostgresStoreOptions {
-  /** the schema holding the tables, created when missing (default 'public') */
-  schema?: string
-  /** prepended to every table name (default 'fa_') */
-  tablePrefix?: string
-}
+export { PostgresConnection } from './postgres-connection.js'
+export type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 
 export interface PostgresStoresOptions extends PostgresPoolOptions, PostgresStoreOptions {
   /** your pool (never closed by the stores); without it a pool is made from the other options */
   pool?: PgPool
 }
 
-type Row = object
-
 /** How often waiters poll, in case a notification was lost (a listener reconnecting, say). */
 const POLL_MS = 500
 const PURGE_MS = 60_000
-
-/** pg's escapeIdentifier, without loading pg for it. */
-function quote (name: string): string {
-  return `"${name.replace(/"/g, '""')}"`
-}
-
-function isPool (value: unknown): value is PgPool {
-  return typeof value === 'object' && value !== null && 'totalCount' in value &&
-    typeof (value as PgPool).connect === 'function' && typeof (value as PgPool).query === 'function'
-}
-
-function ownedPool (Pg: { Pool: new (config: PoolConfig) => Pool }, config: PoolConfig): Pool {
-  const pool = new Pg.Pool(config)
-  // An idle client losing its connection (a server restart) is reported here; without a listener the
-  // process would crash. The next query gets the error instead.
-  pool.on('error', () => {})
-  return pool
-}
-
-/**
- * One pg Pool shared by several stores. A connection string or pool options make a pool, created on first
- * use and ended when the last store using it closes; a Pool you pass is never ended.
- */
-export class PostgresConnection extends SharedConnection<PgPool> {
-  constructor (source: string | PgPool | PostgresPoolOptions) {
-    if (isPool(source)) {
-      super(() => source, () => {}, false)
-    } else if (typeof source === 'string') {
-      if (!/^postgres(ql)?:\/\//.test(source)) throw new TypeError('expected a postgres:// connection string')
-      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
-      super(() => ownedPool(Pg, { connectionString: source }), (pool) => pool.end(), true)
-    } else if (typeof source === 'object' && source !== null) {
-      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
-      super(() => ownedPool(Pg, source as PoolConfig), (pool) => pool.end(), true)
-    } else {
-      throw new TypeError('expected a postgres:// connection string, a pg Pool or pool options')
-    }
-  }
-}
-
-export type PostgresSource = string | PgPool | PostgresPoolOptions | PostgresConnection
-
-abstract class PostgresStore {
-  readonly #connection: PostgresConnection
-  protected readonly schema: string
-  protected readonly prefix: string
-  #ready: Promise<void> | null = null
-  #closed = false
-
-  constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
-    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
-    this.prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
-  }
-
-  /** CREATE TABLE IF NOT EXISTS ... for this store, run once before its first query. */
-  protected abstract ddl (): string
-
-  protected table (name: string): string {
-    return `${quote(this.schema)}.${quote(this.prefix + name)}`
-  }
-
-  protected async pool (): Promise<PgPool> {
-    if (this.#closed) throw storeClosedError()
-    const pool = this.#connection.acquire(this)
-    this.#ready ??= this.#init(pool)
-    await this.#ready
-    return pool
-  }
-
-  protected async sql<R extends Row> (text: string, values: unknown[] = []): Promise<R[]> {
-    const pool = await this.pool()
-    return (await pool.query(text, values)).rows as R[]
-  }
-
-  /**
-   * For health checks: O(1), one `SELECT 1` shared by the stores of a pool probing at once (the first probe of a
-   * store also creates its tables, so that a store that cannot be used fails its probe).
-   */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.sql('SELECT 1') })
-  }
-
-  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async #init (pool: PgPool): Promise<void> {
-    // Instances starting together would race on CREATE ... IF NOT EXISTS (it is not atomic in PostgreSQL):
-    // a lock per schema serialises them. Several statements in one simple query run as one transaction,
-    // which holds the lock until the end.
-    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
-    try {
-      await pool.query(`
-        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
-        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
-        ${this.ddl()}`)
-    } catch (error) {
-      this.#ready = null
-      throw error
-    }
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    // closed first: queries still on their way in now fail instead of taking a new connection
-    this.#closed = true
-    await this.stop()
-    await this.#connection.release(this)
-  }
-
-  /** Stops what the store runs on its own, before its connection is released. */
-  protected async stop (): Promise<void> {}
-}
 
 export class PostgresAuditStore extends PostgresStore implements AuditStore {
   protected ddl (): string {
     return `
       CREATE TABLE IF NOT EXISTS ${this.table('audit')} (
         seq bigserial PRIMARY KEY, agent text, status integer NOT NULL, entry jsonb NOT NULL);
-      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}audit_agent`)} ON ${this.table('audit')} (agent, seq);`
+      CREATE INDEX IF NOT EXISTS ${this.index('audit_agent')} ON ${this.table('audit')} (agent, seq);`
   }
 
   async append (entries: readonly AuditEntry[]): Promise<void> {
@@ -271,8 +124,8 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
         id text COLLATE "C" PRIMARY KEY, agent text, principal text NOT NULL, created_at timestamptz NOT NULL,
         last_active_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, turns integer NOT NULL,
         metadata jsonb NOT NULL, messages jsonb NOT NULL);
-      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}sessions_active`)} ON ${this.table('sessions')} (last_active_at, id);
-      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}sessions_expires`)} ON ${this.table('sessions')} (expires_at);`
+      CREATE INDEX IF NOT EXISTS ${this.index('sessions_active')} ON ${this.table('sessions')} (last_active_at, id);
+      CREATE INDEX IF NOT EXISTS ${this.index('sessions_expires')} ON ${this.table('sessions')} (expires_at);`
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
@@ -386,7 +239,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   readonly #waiters = new ApprovalWaiters({
     onActive: () => {
       this.#poller = unrefInterval(() => {
-        if (this.#listening === null) this.#listen().catch(noop)
+        if (!this.#listener.listening) this.#listener.listen().catch(noop)
         this.#refresh(this.#waiters.ids)
       }, POLL_MS)
     },
@@ -394,12 +247,14 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
   })
 
   #poller: NodeJS.Timeout | undefined
-  #listening: Promise<void> | null = null
-  #listener: PoolClient | null = null
+  readonly #listener: PgListener
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
     super(source, options)
-    this.channel = `fa_approvals_${createHash('sha256').update(`${this.schema}.${this.prefix}`).digest('hex').slice(0, 16)}`
+    this.channel = `fa_approvals_${createHash('sha256').update(`${this.schema}.${this.tablePrefix}`).digest('hex').slice(0, 16)}`
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (id) => {
+      if (this.#waiters.has(id)) this.#refresh([id])
+    })
   }
 
   protected ddl (): string {
@@ -408,7 +263,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
         id text PRIMARY KEY, run_id text NOT NULL, agent text NOT NULL, session_id text NOT NULL,
         principal text NOT NULL, action text NOT NULL, payload jsonb NOT NULL, reason text, status text NOT NULL,
         requested_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, decision jsonb);
-      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}approvals_status`)} ON ${this.table('approvals')} (status, requested_at);`
+      CREATE INDEX IF NOT EXISTS ${this.index('approvals_status')} ON ${this.table('approvals')} (status, requested_at);`
   }
 
   async create (approval: ApprovalRecord): Promise<void> {
@@ -484,7 +339,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     return this.#waiters.wait(id, signal, async () => {
       // Listening before reading: a decision committed after the read is then sure to be notified.
       // Should LISTEN fail, the read below fails too (same server) or polling covers.
-      await this.#listen().catch(noop)
+      await this.#listener.listen().catch(noop)
       const row = await this.#row(id)
       return row === undefined ? null : toApproval(row)
     })
@@ -492,8 +347,7 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
 
   protected async stop (): Promise<void> {
     this.#waiters.rejectAll(storeClosedError())
-    await this.#listening?.catch(noop)
-    this.#unlisten()
+    await this.#listener.stop()
   }
 
   async #row (id: string): Promise<ApprovalRow | undefined> {
@@ -516,36 +370,6 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     if (changed !== undefined) return changed
     const row = await this.#row(id)
     return row === undefined ? null : toApproval(row)
-  }
-
-  #listen (): Promise<void> {
-    this.#listening ??= this.#startListening().catch((error: unknown) => {
-      this.#unlisten(error as Error)
-      throw error
-    })
-    return this.#listening
-  }
-
-  /** One client per store, checked out of the pool for as long as the store lives. */
-  async #startListening (): Promise<void> {
-    const pool = await this.pool()
-    const client = await pool.connect() as PoolClient
-    this.#listener = client
-    client.on('notification', (message) => {
-      const id = String(message.payload)
-      if (this.#waiters.has(id)) this.#refresh([id])
-    })
-    // The connection was lost: drop it (the pool discards it); the next poll listens again.
-    client.on('error', (error) => { if (this.#listener === client) this.#unlisten(error) })
-    await client.query(`LISTEN ${quote(this.channel)}`)
-  }
-
-  #unlisten (error?: Error): void {
-    this.#listening = null
-    const client = this.#listener
-    this.#listener = null
-    // release(truthy) destroys the connection rather than returning a LISTENing client to the pool
-    client?.release(error ?? true)
   }
 
   #refresh (ids: string[]): void {
@@ -654,7 +478,7 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
         created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, locked_until timestamptz NOT NULL, token text);
       -- the reservation's token (contract §19), added to a table made before it: a record without one is held by nobody
       ALTER TABLE ${this.table('idempotency')} ADD COLUMN IF NOT EXISTS token text;
-      CREATE INDEX IF NOT EXISTS ${quote(`${this.prefix}idempotency_expires`)} ON ${this.table('idempotency')} (expires_at);`
+      CREATE INDEX IF NOT EXISTS ${this.index('idempotency_expires')} ON ${this.table('idempotency')} (expires_at);`
   }
 
   async reserve (key: string, fingerprint: string, options: { ttlMs: number, leaseMs: number }): Promise<ReserveResult> {

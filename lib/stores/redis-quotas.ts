@@ -4,36 +4,12 @@
 // tokens are a counter (`quota:tokens:<start>:<principal>`) that expires on its own (a TTL of twice the window from its
 // first tokens) and is listed in `quota:windows` by its end, for the purge. Times are the caller's clock (epoch ms), as
 // in the other backends. The scripts derive keys from the prefix: one Redis server, not a Cluster.
-import { createHash } from 'node:crypto'
-import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { storeClosedError } from './common.js'
-import { RedisConnection } from './redis.js'
-import type { RedisSource, RedisStoreOptions } from './redis.js'
+import { RedisScript, RedisStore } from './redis-connection.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
 
-/** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
-class Script {
-  readonly #source: string
-  readonly #sha: string
-
-  constructor (source: string) {
-    this.#source = source
-    this.#sha = createHash('sha1').update(source).digest('hex')
-  }
-
-  async run (client: Redis, args: Array<string | number>): Promise<unknown> {
-    try {
-      return await client.evalsha(this.#sha, 0, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return client.eval(this.#source, 0, ...args)
-    }
-  }
-}
-
 // ARGV: prefix, principal, slot id, max, now, until. Returns 1 when the slot is held.
-const ACQUIRE = new Script(`
+const ACQUIRE = new RedisScript(`
 local key = ARGV[1] .. 'quota:slots:' .. ARGV[2]
 redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[5])
 if not redis.call('ZSCORE', key, ARGV[3]) and redis.call('ZCARD', key) >= tonumber(ARGV[4]) then return 0 end
@@ -44,7 +20,7 @@ return 1
 `)
 
 // ARGV: prefix, until, then principal, slot id per slot. Returns the ids of the slots still held, now renewed.
-const RENEW = new Script(`
+const RENEW = new RedisScript(`
 local renewed = {}
 for i = 3, #ARGV, 2 do
   local key = ARGV[1] .. 'quota:slots:' .. ARGV[i]
@@ -58,7 +34,7 @@ return renewed
 `)
 
 // ARGV: prefix, window start, window end, principal, n.
-const ADD_TOKENS = new Script(`
+const ADD_TOKENS = new RedisScript(`
 local member = ARGV[2] .. ':' .. ARGV[4]
 local key = ARGV[1] .. 'quota:tokens:' .. member
 redis.call('INCRBY', key, ARGV[5])
@@ -68,7 +44,7 @@ return 1
 `)
 
 // ARGV: prefix, now, batch. The principals' sets whose every slot expired, then the ended windows; at most batch.
-const PURGE = new Script(`
+const PURGE = new RedisScript(`
 local P, now, batch = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local purged = 0
 for _, principal in ipairs(redis.call('ZRANGEBYSCORE', P .. 'quota:slot-sets', '-inf', now, 'LIMIT', 0, batch)) do
@@ -89,21 +65,10 @@ end
 return purged
 `)
 
-export class RedisQuotaStore implements QuotaStore {
-  readonly prefix: string
-  readonly #connection: RedisConnection
-  #closed = false
-
-  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
-    const prefix = options.prefix ?? 'fa:'
-    if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
-    this.prefix = prefix
-    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
-  }
+export class RedisQuotaStore extends RedisStore implements QuotaStore {
 
   #client (): Redis {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this) as Redis
+    return this.client() as Redis
   }
 
   async acquire ({ principal, slotId }: QuotaSlot, max: number, now: number, until: number): Promise<boolean> {
@@ -129,26 +94,5 @@ export class RedisQuotaStore implements QuotaStore {
 
   async purge (now: number, batch: number): Promise<number> {
     return await PURGE.run(this.#client(), [this.prefix, now, batch]) as number
-  }
-
-  /** For health checks: O(1), one PING shared by the stores of a client probing at once. */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#client().ping() })
-  }
-
-  /** Whether the store opened its own client (from a URL): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  /** The service's logger, for the connection errors of a client opened from a URL. */
-  useLogger (log: FastifyBaseLogger): void {
-    this.#connection.useLogger(log)
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
   }
 }

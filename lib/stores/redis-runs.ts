@@ -7,18 +7,17 @@
 // publishes what it changed on the store's channel; each store listens on a connection of its own (a duplicate of
 // the client) and polls for what a lost message did not tell.
 // The scripts derive the keys of other runs from the prefix: one Redis server, not a Cluster.
-import { createHash, randomUUID } from 'node:crypto'
-import type { FastifyBaseLogger } from 'fastify'
+import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, storeClosedError, toMs
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, toMs
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { RedisConnection } from './redis.js'
-import type { RedisSource, RedisStoreOptions } from './redis.js'
+import { RedisScript, RedisStore } from './redis-connection.js'
+import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
@@ -32,26 +31,6 @@ export interface RedisRunStoreOptions extends RedisStoreOptions {
 const BACKEND = 'Redis'
 /** How many times a read-then-write (cancel, requeue, abandon) reads again while the run changes under it (it only moves forward). */
 const READ_ATTEMPTS = 5
-
-/** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
-class Script {
-  readonly #source: string
-  readonly #sha: string
-
-  constructor (body: string) {
-    this.#source = LUA_COMMON + body
-    this.#sha = createHash('sha1').update(this.#source).digest('hex')
-  }
-
-  async run (client: Redis, args: Array<string | number>): Promise<unknown> {
-    try {
-      return await client.evalsha(this.#sha, 0, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return client.eval(this.#source, 0, ...args)
-    }
-  }
-}
 
 // ARGV[1] is always the prefix. A member of `runs:expiring` names the run and the sets it is listed in, as
 // length-prefixed fields (id, agent, status, session if any), so that the run can be unlisted after Redis has
@@ -119,7 +98,7 @@ end
 // ARGV: prefix, runId, exclusive, session ('' and hasSession '0' for none), hasSession, agent, status, base, spec,
 // ephemeral, startedAt ('' for none), lastSeq, attempt, requestId, traceId, detachable, lease owner ('' for none),
 // lease until, channel, tag. Returns the holder when the session is busy.
-const CREATE = new Script(`
+const CREATE = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local session = nil
 if ARGV[5] == '1' then session = ARGV[4] end
@@ -151,7 +130,7 @@ return false
 `)
 
 // ARGV: prefix, runId, startedAt, lease owner, lease until. Returns { 'gone' }, { 'busy', holder } or { 'started', hash }.
-const START = new Script(`
+const START = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
 local queued = redis.call('HMGET', key, 'status', 'session', 'seq')
@@ -167,7 +146,7 @@ return { 'started', redis.call('HGETALL', key) }
 
 // The oldest queued detachable runs whose session is free (or theirs already), at most limit, each started under the
 // lease. ARGV: prefix, lease owner, lease until, startedAt, limit. Returns their hashes.
-const CLAIM = new Script(`
+const CLAIM = new RedisScript(LUA_COMMON + `
 local limit = tonumber(ARGV[5])
 local claimed = {}
 local after = '-inf'
@@ -197,7 +176,7 @@ return claimed
 // A run that ended is resumed: its next attempt, its log going on (its keys no longer expire), its end forgotten.
 // ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec, detachable, lease owner ('' for none), lease until.
 // Returns { 'not_found' }, { 'in_progress' }, { 'busy', holder } or { 'reopened', hash }.
-const REOPEN = new Script(`
+const REOPEN = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
 local run = redis.call('HMGET', key, 'status', 'session', 'expiresAt', 'expiring', 'seq', 'attempt')
@@ -223,7 +202,7 @@ return { 'reopened', redis.call('HGETALL', key) }
 // Only the lease's owner appends to a running run. ARGV: prefix, runId, channel, owner, the seq expected first, then the
 // events. Returns the new lastSeq, { lastSeq } when the batch does not follow the log, 'lost' when the run is not
 // running under owner's lease, nil when the run is unknown or ended.
-const APPEND = new Script(`
+const APPEND = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
 local run = redis.call('HMGET', key, 'status', 'lastSeq', 'owner')
@@ -246,7 +225,7 @@ return last
 // ttlMs, then the events. Returns { hash, freed } (freed: 1 the session was given back, 2 and runs are queued),
 // { lastSeq } when the batch does not follow the log, 'lost' when the run is not ARGV[7]'s, nil when the run's status
 // is not ARGV[5] (or its lease did not lapse).
-const END = new Script(`
+const END = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
 local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq', 'owner', 'leaseUntil')
@@ -290,7 +269,7 @@ return { redis.call('HGETALL', key), freed }
 // A running run goes back to the queue (its next attempt, its session kept, no lease) with the event given.
 // ARGV: prefix, runId, channel, tag, condition ('owner' or 'lapsed', as END's), its value, lastSeq and attempt as
 // read, the event. Returns the hash, 'again' when the run changed since it was read, nil when the condition fails.
-const REQUEUE = new Script(`
+const REQUEUE = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
 local run = redis.call('HMGET', key, 'status', 'owner', 'leaseUntil', 'lastSeq', 'attempt', 'seq')
@@ -310,7 +289,7 @@ return redis.call('HGETALL', key)
 `)
 
 // ARGV: prefix, owner, until, then run ids. Returns the ids whose lease owner still holds (now until then).
-const RENEW = new Script(`
+const RENEW = new RedisScript(LUA_COMMON + `
 local renewed = {}
 for i = 4, #ARGV do
   local key = runKey(ARGV[i])
@@ -324,7 +303,7 @@ return renewed
 `)
 
 // ARGV: prefix, now, limit. Returns the hashes of running runs whose lease ended before now, soonest ended first.
-const LAPSED = new Script(`
+const LAPSED = new RedisScript(LUA_COMMON + `
 local found = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'runs:leases', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))) do
   local key = runKey(id)
@@ -339,7 +318,7 @@ return found
 `)
 
 // ARGV: prefix, runId, channel. Returns the hash, or nil when the run is not running.
-const REQUEST_CANCEL = new Script(`
+const REQUEST_CANCEL = new RedisScript(LUA_COMMON + `
 local key = runKey(ARGV[2])
 if redis.call('HGET', key, 'status') ~= 'running' then return nil end
 redis.call('HSET', key, 'cancel', '1')
@@ -348,7 +327,7 @@ return redis.call('HGETALL', key)
 `)
 
 // ARGV: prefix, then session ids. Returns those whose lock is free.
-const FREE_SESSIONS = new Script(`
+const FREE_SESSIONS = new RedisScript(LUA_COMMON + `
 local free = {}
 for i = 2, #ARGV do
   if not holding(ARGV[i]) then free[#free + 1] = ARGV[i] end
@@ -358,7 +337,7 @@ return free
 
 // ARGV: prefix, now, batch. Deletes at most batch runs whose expiry passed (Redis may have dropped their keys
 // already: they are unlisted all the same) and returns how many.
-const PURGE = new Script(`
+const PURGE = new RedisScript(LUA_COMMON + `
 local now = tonumber(ARGV[2])
 local members = redis.call('ZRANGEBYSCORE', P .. 'runs:expiring', '-inf', now, 'LIMIT', 0, ARGV[3])
 local purged = 0
@@ -433,24 +412,18 @@ function leaseArgs (run: NewRun): Array<string | number> {
   return [run.detachable ? '1' : '0', run.lease?.owner ?? '', run.lease?.until ?? '']
 }
 
-export class RedisRunStore implements RunStore {
-  readonly prefix: string
+export class RedisRunStore extends RedisStore implements RunStore {
   /** the pub/sub channel of every instance using this prefix */
   readonly channel: string
-  readonly #connection: RedisConnection
   readonly #hub: RunWatchHub
   #subscriber: Redis | null = null
-  #closed = false
   readonly #queueWatchers = new Set<() => void>()
   /** names this store in what it publishes of the queue: its own messages it has told its watchers already */
   readonly #tag = randomUUID()
 
   constructor (source: RedisSource, options: RedisRunStoreOptions = {}) {
-    const prefix = options.prefix ?? 'fa:'
-    if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
-    this.prefix = prefix
-    this.channel = `${prefix}runs`
-    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
+    super(source, options)
+    this.channel = `${this.prefix}runs`
     this.#hub = new RunWatchHub({
       poll: async (runIds) => this.#pollRuns(runIds),
       pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
@@ -461,8 +434,7 @@ export class RedisRunStore implements RunStore {
   }
 
   #client (): Redis {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this) as unknown as Redis
+    return this.client() as Redis
   }
 
   #key (id: string): string {
@@ -766,29 +738,11 @@ export class RedisRunStore implements RunStore {
     return await PURGE.run(client, [this.prefix, now, batch]) as number
   }
 
-  /** For health checks: O(1), one PING shared with the other stores of the client. */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#client().ping() })
-  }
-
-  /** Whether the store opened its own client (from a URL): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  /** The service's logger, for the connection errors of a client opened from a URL. */
-  useLogger (log: FastifyBaseLogger): void {
-    this.#connection.useLogger(log)
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
+  protected override stop (): void {
     this.#hub.close()
     this.#queueWatchers.clear()
     this.#subscriber?.disconnect()
     this.#subscriber = null
-    await this.#connection.release(this)
   }
 
   async #pollRuns (runIds: string[]): Promise<RunState[]> {
@@ -811,8 +765,8 @@ export class RedisRunStore implements RunStore {
 
   /** The store's own connection for pub/sub (a subscribed connection can do nothing else), made on the first watch. */
   #subscribe (): void {
-    if (this.#subscriber !== null || this.#closed) return
-    const subscriber = (this.#connection.acquire(this) as unknown as Redis).duplicate()
+    if (this.#subscriber !== null || this.closed) return
+    const subscriber = this.#client().duplicate()
     this.#subscriber = subscriber
     // errors are the connection's (it reconnects and subscribes again by itself); the poll covers meanwhile
     subscriber.on('error', noop)

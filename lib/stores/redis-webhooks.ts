@@ -4,37 +4,14 @@
 // Ended deliveries wait in `wh:ended` by expiry. An attempt is a JSON string (`wh-attempt:<seq>`, seq from a counter),
 // listed in sorted sets by seq: all of them, and per outcome, event and run; `wh-attempts-of:<id>` names a delivery's
 // attempts for the purge. The scripts derive keys from the prefix: one Redis server, not a Cluster.
-import { createHash } from 'node:crypto'
-import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { checkLimit, decodeSeqCursor, encodeSeqCursor, storeClosedError } from './common.js'
+import { checkLimit, decodeSeqCursor, encodeSeqCursor } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
-import { RedisConnection } from './redis.js'
-import type { RedisSource, RedisStoreOptions } from './redis.js'
+import { RedisScript, RedisStore } from './redis-connection.js'
 import type { NewWebhookDelivery, RunLease, WebhookAttempt, WebhookAttemptPage, WebhookAttemptQuery, WebhookDelivery, WebhookStore } from './types.js'
 
-/** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
-class Script {
-  readonly #source: string
-  readonly #sha: string
-
-  constructor (source: string) {
-    this.#source = source
-    this.#sha = createHash('sha1').update(source).digest('hex')
-  }
-
-  async run (client: Redis, args: Array<string | number>): Promise<unknown> {
-    try {
-      return await client.evalsha(this.#sha, 0, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return client.eval(this.#source, 0, ...args)
-    }
-  }
-}
-
 // ARGV: prefix, then id, type, runId, payload, createdAt, giveUpAt, dueAt per delivery. An id there already is left alone.
-const ENQUEUE = new Script(`
+const ENQUEUE = new RedisScript(`
 local P = ARGV[1]
 for i = 2, #ARGV, 7 do
   local key = P .. 'wh:' .. ARGV[i]
@@ -48,7 +25,7 @@ return 0
 `)
 
 // ARGV: prefix, owner, lease until, now, limit. Returns { id, type, runId, payload, createdAt, giveUpAt, attempt } each.
-const CLAIM = new Script(`
+const CLAIM = new RedisScript(`
 local P = ARGV[1]
 local ids = redis.call('ZRANGEBYSCORE', P .. 'wh:due', '-inf', ARGV[4], 'LIMIT', 0, tonumber(ARGV[5]))
 local claimed = {}
@@ -65,7 +42,7 @@ return claimed
 
 // ARGV: prefix, id, owner, attempt, outcome, the attempt's JSON, event, runId, dueAt, expiresAt. Returns 1 when the
 // owner held the delivery for that attempt (and what follows was set), else 0; the attempt is listed either way.
-const RECORD = new Script(`
+const RECORD = new RedisScript(`
 local P = ARGV[1]
 local id = ARGV[2]
 local key = P .. 'wh:' .. id
@@ -91,7 +68,7 @@ return 1
 `)
 
 // ARGV: prefix, now, batch. Deletes at most batch ended deliveries past their expiry, and their attempts.
-const PURGE = new Script(`
+const PURGE = new RedisScript(`
 local P = ARGV[1]
 local ids = redis.call('ZRANGEBYSCORE', P .. 'wh:ended', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 for _, id in ipairs(ids) do
@@ -111,7 +88,7 @@ return #ids
 
 // ARGV: prefix, index, before (a score bound), count. Returns seq, JSON, seq, JSON, … most recent first: one read, so
 // that an attempt listed is one there (a purge between two reads would leave its seq without its JSON).
-const LIST = new Script(`
+const LIST = new RedisScript(`
 local P = ARGV[1]
 local out = {}
 for _, seq in ipairs(redis.call('ZREVRANGEBYSCORE', P .. ARGV[2], ARGV[3], '-inf', 'LIMIT', 0, tonumber(ARGV[4]))) do
@@ -126,21 +103,10 @@ const ENQUEUE_CHUNK = 500
 /** Attempts read per round trip while a filtered page is gathered. */
 const SCAN_CHUNK = 200
 
-export class RedisWebhookStore implements WebhookStore {
-  readonly prefix: string
-  readonly #connection: RedisConnection
-  #closed = false
-
-  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
-    const prefix = options.prefix ?? 'fa:'
-    if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
-    this.prefix = prefix
-    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
-  }
+export class RedisWebhookStore extends RedisStore implements WebhookStore {
 
   #client (): Redis {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this) as Redis
+    return this.client() as Redis
   }
 
   async enqueue (deliveries: readonly NewWebhookDelivery[]): Promise<void> {
@@ -193,26 +159,5 @@ export class RedisWebhookStore implements WebhookStore {
 
   async purge (now: number, batch: number): Promise<number> {
     return await PURGE.run(this.#client(), [this.prefix, now, batch]) as number
-  }
-
-  /** For health checks: O(1), one PING shared with the other stores of the client. */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.#client().ping() })
-  }
-
-  /** Whether the store opened its own client (from a URL): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  /** The service's logger, for the connection errors of a client opened from a URL. */
-  useLogger (log: FastifyBaseLogger): void {
-    this.#connection.useLogger(log)
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
   }
 }

@@ -1,11 +1,8 @@
 // Redis stores (ioredis): idempotency and sessions shared by many instances, expiry left to Redis.
-import { createHash } from 'node:crypto'
-import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import {
-  SharedConnection, checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso, storeClosedError
-} from './common.js'
-import { loadDriver } from './drivers.js'
+import { checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso } from './common.js'
+import { RedisConnection, RedisScript, RedisStore } from './redis-connection.js'
+import type { RedisClient, RedisStoreOptions } from './redis-connection.js'
 import { randomId } from '../core/ids.js'
 import { RedisRunStore } from './redis-runs.js'
 import { RedisWebhookStore } from './redis-webhooks.js'
@@ -15,151 +12,12 @@ import type {
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
 } from './types.js'
 
-export interface RedisStoreOptions {
-  /** prepended to every key (default 'fa:') */
-  prefix?: string
-}
-
-/**
- * The part of an ioredis client the public types name (structural: typing against it needs no ioredis).
- * An ioredis `Redis` fits it.
- */
-export interface RedisClient {
-  evalsha(sha: string, numKeys: number, ...args: Array<string | number>): Promise<unknown>
-  hgetall(key: string): Promise<Record<string, string>>
-  quit(): Promise<unknown>
-}
-
-function isRedis (value: unknown): value is RedisClient {
-  return typeof value === 'object' && value !== null && typeof (value as Redis).evalsha === 'function' &&
-    typeof (value as Redis).hgetall === 'function' && typeof (value as Redis).quit === 'function'
-}
-
-/**
- * A client we opened reports its connection errors (each reconnection attempt emits one) to the service's
- * logger once it has one, and its recovery; ioredis would otherwise print them to stderr itself.
- */
-class ClientEvents {
-  log: FastifyBaseLogger | null = null
-  #down: string | null = null
-
-  watch (client: Redis): Redis {
-    client.on('error', (error: Error) => {
-      // one line per outage (and per new reason), not one per reconnection attempt
-      if (this.#down === error.message) return
-      this.#down = error.message
-      this.log?.warn({ err: error }, 'redis store: connection error')
-    })
-    client.on('ready', () => {
-      if (this.#down === null) return
-      this.#down = null
-      this.log?.info('redis store: connection restored')
-    })
-    return client
-  }
-}
-
-/** QUIT, which lets the replies on their way arrive; a server that does not answer it within a second is cut off. */
-async function quit (client: RedisClient): Promise<void> {
-  let timer: NodeJS.Timeout | undefined
-  await Promise.race([client.quit().catch(() => {}), new Promise((resolve) => { timer = setTimeout(resolve, QUIT_GRACE_MS) })])
-  clearTimeout(timer)
-  ;(client as Redis).disconnect()
-}
-
-const QUIT_GRACE_MS = 1_000
-
-/**
- * One ioredis client shared by several stores. A URL makes a client, connected on first use and quit when
- * the last store using it closes; a client you pass is never closed.
- */
-export class RedisConnection extends SharedConnection<RedisClient> {
-  readonly #events: ClientEvents
-
-  constructor (source: string | RedisClient) {
-    const events = new ClientEvents()
-    if (typeof source === 'string') {
-      if (!/^rediss?:\/\//.test(source)) throw new TypeError('expected a redis:// or rediss:// URL')
-      const Driver = loadDriver<typeof import('ioredis')>('ioredis', 'redisStores()')
-      super(() => events.watch(new Driver.Redis(source, { lazyConnect: true })), quit, true)
-    } else if (isRedis(source)) {
-      super(() => source, () => {}, false)
-    } else {
-      throw new TypeError('expected a redis:// URL or an ioredis client')
-    }
-    this.#events = events
-  }
-
-  /** Where the errors of a client opened from a URL go (the service passes its logger); a client you pass keeps your listeners. */
-  useLogger (log: FastifyBaseLogger): void {
-    this.#events.log = log
-  }
-}
-
-export type RedisSource = string | RedisClient | RedisConnection
-
-/** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
-class Script {
-  readonly #source: string
-  readonly #sha: string
-
-  constructor (source: string) {
-    this.#source = source
-    this.#sha = createHash('sha1').update(source).digest('hex')
-  }
-
-  async run (client: RedisClient, keys: string[], args: Array<string | number>): Promise<unknown> {
-    try {
-      return await client.evalsha(this.#sha, keys.length, ...keys, ...args)
-    } catch (error) {
-      if (!String((error as Error).message).startsWith('NOSCRIPT')) throw error
-      return (client as Redis).eval(this.#source, keys.length, ...keys, ...args)
-    }
-  }
-}
-
-abstract class RedisStore {
-  readonly #connection: RedisConnection
-  protected readonly prefix: string
-  #closed = false
-
-  constructor (source: RedisSource, options: RedisStoreOptions = {}) {
-    const prefix = options.prefix ?? 'fa:'
-    if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
-    this.prefix = prefix
-    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
-  }
-
-  protected client (): RedisClient {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this)
-  }
-
-  /** For health checks: O(1), one PING shared by the stores of a client probing at once. */
-  probe (): Promise<void> {
-    return this.#connection.probe(async () => { await (this.client() as Redis).ping() })
-  }
-
-  /** Whether the store opened its own client (from a URL): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  /** The service's logger, for the connection errors of a client opened from a URL. */
-  useLogger (log: FastifyBaseLogger): void {
-    this.#connection.useLogger(log)
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
-  }
-}
+export { RedisConnection } from './redis-connection.js'
+export type { RedisClient, RedisSource, RedisStoreOptions } from './redis-connection.js'
 
 // A record counts as live while unexpired and either completed or within its lease; otherwise it is
 // replaced. Times are the caller's clock (epoch ms) so that they agree with the other backends'.
-const RESERVE = new Script(`
+const RESERVE = new RedisScript(`
 local held = redis.call('HMGET', KEYS[1], 'state', 'expiresAt', 'lockedUntil')
 local now = tonumber(ARGV[1])
 if held[1] and tonumber(held[2]) > now and (held[1] == 'completed' or tonumber(held[3]) > now) then
@@ -180,21 +38,21 @@ if held[1] ~= 'in_progress' or held[2] ~= ARGV[2] or tonumber(held[3]) <= tonumb
 `
 
 // ARGV: now, token, response, expiresAt, ttlMs
-const COMPLETE = new Script(`${HELD}
+const COMPLETE = new RedisScript(`${HELD}
 redis.call('HSET', KEYS[1], 'state', 'completed', 'response', ARGV[3], 'expiresAt', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
 `)
 
 // ARGV: now, token
-const RELEASE = new Script(`${HELD}
+const RELEASE = new RedisScript(`${HELD}
 redis.call('DEL', KEYS[1])
 return 1
 `)
 
 // Extends the lease; if the record would expire before the new lease ends, its expiry moves with it.
 // ARGV: now, token, lockedUntil, leaseMs.
-const RENEW = new Script(`${HELD}
+const RENEW = new RedisScript(`${HELD}
 redis.call('HSET', KEYS[1], 'lockedUntil', ARGV[3])
 if tonumber(held[3]) < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], 'expiresAt', ARGV[3])
@@ -227,8 +85,7 @@ export class RedisIdempotencyStore extends RedisStore implements IdempotencyStor
     const now = Date.now()
     const ttlMs = Math.ceil(options.ttlMs)
     const token = randomId()
-    const result = await RESERVE.run(this.client(), [this.#key(key)],
-      [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs, token])
+    const result = await RESERVE.run(this.client(), [now, fingerprint, now + ttlMs, now + options.leaseMs, ttlMs, token], [this.#key(key)])
     if (result === 1) return { outcome: 'reserved', token }
     return { outcome: 'existing', record: toIdempotency(key, pairs(result as string[])) }
   }
@@ -236,18 +93,18 @@ export class RedisIdempotencyStore extends RedisStore implements IdempotencyStor
   async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
     checkTtl('leaseMs', leaseMs)
     const now = Date.now()
-    return await RENEW.run(this.client(), [this.#key(key)], [now, token, now + leaseMs, Math.ceil(leaseMs)]) === 1
+    return await RENEW.run(this.client(), [now, token, now + leaseMs, Math.ceil(leaseMs)], [this.#key(key)]) === 1
   }
 
   async complete (key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
     const ttl = Math.ceil(ttlMs)
     const now = Date.now()
-    return await COMPLETE.run(this.client(), [this.#key(key)], [now, token, JSON.stringify(response), now + ttl, ttl]) === 1
+    return await COMPLETE.run(this.client(), [now, token, JSON.stringify(response), now + ttl, ttl], [this.#key(key)]) === 1
   }
 
   async release (key: string, token: string): Promise<boolean> {
-    return await RELEASE.run(this.client(), [this.#key(key)], [Date.now(), token]) === 1
+    return await RELEASE.run(this.client(), [Date.now(), token], [this.#key(key)]) === 1
   }
 
   async get (key: string): Promise<IdempotencyRecord | null> {
@@ -266,7 +123,7 @@ function pairs (flat: string[]): Record<string, string> {
 
 // Touches a live session: new expiry on both keys, new score in the activity index, optionally a turn.
 // ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
-const TOUCH = new Script(`
+const TOUCH = new RedisScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'turns', ARGV[4])
@@ -325,13 +182,13 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(), this.#keys(id),
-      [Date.now(), Math.ceil(ttlMs), id, 1, ...messages.map((message) => JSON.stringify(message))]) === 1
+    return await TOUCH.run(this.client(),
+      [Date.now(), Math.ceil(ttlMs), id, 1, ...messages.map((message) => JSON.stringify(message))], this.#keys(id)) === 1
   }
 
   async touch (id: string, ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(), this.#keys(id), [Date.now(), Math.ceil(ttlMs), id, 0]) === 1
+    return await TOUCH.run(this.client(), [Date.now(), Math.ceil(ttlMs), id, 0], this.#keys(id)) === 1
   }
 
   async delete (id: string): Promise<boolean> {

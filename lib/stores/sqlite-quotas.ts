@@ -2,9 +2,7 @@
 // acquire is one IMMEDIATE transaction (the write lock first), so that processes sharing the file never admit more
 // than the quota between them.
 import type Database from 'better-sqlite3'
-import { checkIdentifier, storeClosedError } from './common.js'
-import { SqliteConnection } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { SqliteStore } from './sqlite-connection.js'
 import { immediateWrites } from './sqlite-writes.js'
 import type { SqliteWrites } from './sqlite-writes.js'
 import type { QuotaSlot, QuotaStore } from './types.js'
@@ -39,24 +37,12 @@ function statements (db: Db, prefix: string) {
 
 type Statements = ReturnType<typeof statements>
 
-export class SqliteQuotaStore implements QuotaStore {
-  readonly #connection: SqliteConnection
-  readonly #prefix: string
+export class SqliteQuotaStore extends SqliteStore implements QuotaStore {
   #prepared: SqliteWrites<Statements> | null = null
-  #closed = false
-
-  constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
-    this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
-    this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-  }
 
   #use (): SqliteWrites<Statements> {
-    if (this.#closed) throw storeClosedError()
-    if (this.#prepared === null) {
-      const db = this.#connection.acquire(this) as unknown as Db
-      this.#prepared = immediateWrites(db, statements(db, this.#prefix))
-    }
-    return this.#prepared
+    const db = this.database() as Db
+    return (this.#prepared ??= immediateWrites(db, statements(db, this.prefix)))
   }
 
   async acquire ({ principal, slotId }: QuotaSlot, max: number, now: number, until: number): Promise<boolean> {
@@ -91,20 +77,9 @@ export class SqliteQuotaStore implements QuotaStore {
     })
   }
 
-  /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
-  async probe (): Promise<void> {
+  /** For health checks: creates the tables and statements if they are not yet, then `SELECT 1`. */
+  override async probe (): Promise<void> {
     this.#use()
-    ;(this.#connection.acquire(this) as unknown as Db).prepare('SELECT 1').get()
-  }
-
-  /** Whether the store opened its own database (from a filename): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
+    await super.probe()
   }
 }

@@ -5,14 +5,14 @@
 import type Database from 'better-sqlite3'
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
-  checkIdentifier, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, storeClosedError, toMs,
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, toMs,
   unrefInterval
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { SqliteConnection } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { SqliteStore } from './sqlite-connection.js'
+import type { SqliteSource, SqliteStoreOptions } from './sqlite-connection.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
   RunStatus, RunStore, StartRunResult, StoredEvent
@@ -218,9 +218,7 @@ interface Heard {
   queue?: number
 }
 
-export class SqliteRunStore implements RunStore {
-  readonly #connection: SqliteConnection
-  readonly #prefix: string
+export class SqliteRunStore extends SqliteStore implements RunStore {
   readonly #hub: RunWatchHub
   readonly #pollMs: number
   readonly #queueWatchers = new Set<() => void>()
@@ -228,11 +226,9 @@ export class SqliteRunStore implements RunStore {
   /** the queue counter as last seen (null: not read yet) */
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
-  #closed = false
 
   constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
-    this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
-    this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    super(source, options)
     this.#pollMs = options.pollIntervalMs === undefined ? POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs)
     this.#hub = new RunWatchHub({
       poll: async (runIds) => this.#pollRuns(runIds),
@@ -244,8 +240,8 @@ export class SqliteRunStore implements RunStore {
   }
 
   #use (): Prepared {
-    if (this.#closed) throw storeClosedError()
-    return (this.#prepared ??= prepare(this.#connection.acquire(this) as unknown as Database.Database, this.#prefix))
+    const db = this.database() as Db
+    return (this.#prepared ??= prepare(db, this.prefix))
   }
 
   #statements (): Statements {
@@ -428,7 +424,7 @@ export class SqliteRunStore implements RunStore {
   }
 
   watchQueue (listener: () => void): () => void {
-    if (this.#closed) return () => {}
+    if (this.closed) return () => {}
     this.#queueWatchers.add(listener)
     if (this.#queueTimer === null) {
       // read now, so that what another process queues from here on is heard at the next tick
@@ -637,24 +633,16 @@ export class SqliteRunStore implements RunStore {
     })
   }
 
-  /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
-  async probe (): Promise<void> {
+  /** For health checks: creates the tables and statements if they are not yet, then `SELECT 1`. */
+  override async probe (): Promise<void> {
     this.#use()
-    ;(this.#connection.acquire(this) as unknown as Database.Database).prepare('SELECT 1').get()
+    await super.probe()
   }
 
-  /** Whether the store opened its own database (from a filename): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
+  protected override stop (): void {
     this.#hub.close()
     this.#queueWatchers.clear()
     this.#stopQueuePoll()
-    await this.#connection.release(this)
   }
 }
 

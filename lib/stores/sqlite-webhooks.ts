@@ -2,10 +2,9 @@
 // A claim is one IMMEDIATE transaction (the write lock first), so that processes sharing the file never claim the
 // same delivery; a delivery's `due_at` is when it is next due, or, while claimed, when its lease runs out.
 import type Database from 'better-sqlite3'
-import { checkIdentifier, checkLimit, decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toMs } from './common.js'
+import { checkLimit, decodeSeqCursor, encodeSeqCursor, iso, toMs } from './common.js'
 import { MAX_WEBHOOK_ATTEMPT_LIMIT } from './memory-webhooks.js'
-import { SqliteConnection } from './sqlite.js'
-import type { SqliteSource, SqliteStoreOptions } from './sqlite.js'
+import { SqliteStore } from './sqlite-connection.js'
 import { immediateWrites } from './sqlite-writes.js'
 import type { SqliteWrites } from './sqlite-writes.js'
 import type {
@@ -103,24 +102,12 @@ function statements (db: Db, prefix: string) {
 
 type Statements = ReturnType<typeof statements>
 
-export class SqliteWebhookStore implements WebhookStore {
-  readonly #connection: SqliteConnection
-  readonly #prefix: string
+export class SqliteWebhookStore extends SqliteStore implements WebhookStore {
   #prepared: SqliteWrites<Statements> | null = null
-  #closed = false
-
-  constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
-    this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
-    this.#prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-  }
 
   #use (): SqliteWrites<Statements> {
-    if (this.#closed) throw storeClosedError()
-    if (this.#prepared === null) {
-      const db = this.#connection.acquire(this) as unknown as Db
-      this.#prepared = immediateWrites(db, statements(db, this.#prefix))
-    }
-    return this.#prepared
+    const db = this.database() as Db
+    return (this.#prepared ??= immediateWrites(db, statements(db, this.prefix)))
   }
 
   async enqueue (deliveries: readonly NewWebhookDelivery[]): Promise<void> {
@@ -166,20 +153,9 @@ export class SqliteWebhookStore implements WebhookStore {
     })
   }
 
-  /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
-  async probe (): Promise<void> {
+  /** For health checks: creates the tables and statements if they are not yet, then `SELECT 1`. */
+  override async probe (): Promise<void> {
     this.#use()
-    ;(this.#connection.acquire(this) as unknown as Db).prepare('SELECT 1').get()
-  }
-
-  /** Whether the store opened its own database (from a filename): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    await this.#connection.release(this)
+    await super.probe()
   }
 }

@@ -1,0 +1,170 @@
+// Internal to the PostgreSQL stores: the shared pool and the base class that takes it. The public types name no
+// type of pg's own (see below).
+import { createHash } from 'node:crypto'
+import type { Pool, PoolConfig } from 'pg'
+import { SharedConnection, checkIdentifier, storeClosedError } from './common.js'
+import { loadDriver } from './drivers.js'
+
+// The public types name no type of pg's own: a user who installed pg without @types/pg (or who never uses
+// these stores) type-checks against these. A pg Pool fits them.
+
+/** The part of a pg `Pool` the stores use. */
+export interface PgPool {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>
+  connect(): Promise<unknown>
+  end(): Promise<void>
+  readonly totalCount: number
+}
+
+/** Options for the pool the stores make (those of pg's `PoolConfig`: `connectionString`, `max`, `ssl`, …). */
+export interface PostgresPoolOptions {
+  connectionString?: string
+  host?: string
+  port?: number
+  user?: string
+  password?: string
+  database?: string
+  max?: number
+  idleTimeoutMillis?: number
+  connectionTimeoutMillis?: number
+  statement_timeout?: number
+  query_timeout?: number
+  [option: string]: unknown
+}
+
+export interface PostgresStoreOptions {
+  /** the schema holding the tables, created when missing (default 'public') */
+  schema?: string
+  /** prepended to every table name (default 'fa_') */
+  tablePrefix?: string
+}
+
+type Row = object
+
+/** pg's escapeIdentifier, without loading pg for it. */
+export function quote (name: string): string {
+  return `"${name.replace(/"/g, '""')}"`
+}
+
+export function isPool (value: unknown): value is PgPool {
+  return typeof value === 'object' && value !== null && 'totalCount' in value &&
+    typeof (value as PgPool).connect === 'function' && typeof (value as PgPool).query === 'function'
+}
+
+function ownedPool (Pg: { Pool: new (config: PoolConfig) => Pool }, config: PoolConfig): Pool {
+  const pool = new Pg.Pool(config)
+  // An idle client losing its connection (a server restart) is reported here; without a listener the
+  // process would crash. The next query gets the error instead.
+  pool.on('error', () => {})
+  return pool
+}
+
+/**
+ * One pg Pool shared by several stores. A connection string or pool options make a pool, created on first
+ * use and ended when the last store using it closes; a Pool you pass is never ended.
+ */
+export class PostgresConnection extends SharedConnection<PgPool> {
+  constructor (source: string | PgPool | PostgresPoolOptions) {
+    if (isPool(source)) {
+      super(() => source, () => {}, false)
+    } else if (typeof source === 'string') {
+      if (!/^postgres(ql)?:\/\//.test(source)) throw new TypeError('expected a postgres:// connection string')
+      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
+      super(() => ownedPool(Pg, { connectionString: source }), (pool) => pool.end(), true)
+    } else if (typeof source === 'object' && source !== null) {
+      const Pg = loadDriver<typeof import('pg')>('pg', 'postgresStores()')
+      super(() => ownedPool(Pg, source as PoolConfig), (pool) => pool.end(), true)
+    } else {
+      throw new TypeError('expected a postgres:// connection string, a pg Pool or pool options')
+    }
+  }
+}
+
+export type PostgresSource = string | PgPool | PostgresPoolOptions | PostgresConnection
+
+/**
+ * What every PostgreSQL store shares: its schema and table prefix, the pool taken from its connection (its tables
+ * created before the first query) and given back on close.
+ */
+export abstract class PostgresStore {
+  readonly schema: string
+  readonly tablePrefix: string
+  readonly #connection: PostgresConnection
+  #ready: Promise<void> | null = null
+  #closed = false
+
+  constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
+    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
+    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
+  }
+
+  /** CREATE TABLE IF NOT EXISTS ... for this store, run once before its first query. */
+  protected abstract ddl (): string
+
+  protected table (name: string): string {
+    return `${quote(this.schema)}.${quote(this.tablePrefix + name)}`
+  }
+
+  protected index (name: string): string {
+    return quote(this.tablePrefix + name)
+  }
+
+  /** Throws once the store is closed. */
+  protected check (): void {
+    if (this.#closed) throw storeClosedError()
+  }
+
+  protected async pool (): Promise<PgPool> {
+    this.check()
+    const pool = this.#connection.acquire(this)
+    this.#ready ??= this.#init(pool)
+    await this.#ready
+    return pool
+  }
+
+  protected async sql<R extends Row> (text: string, values: unknown[] = []): Promise<R[]> {
+    const pool = await this.pool()
+    return (await pool.query(text, values)).rows as R[]
+  }
+
+  /**
+   * For health checks: O(1), one `SELECT 1` shared by the stores of a pool probing at once (the first probe of a
+   * store also creates its tables, so that a store that cannot be used fails its probe).
+   */
+  probe (): Promise<void> {
+    return this.#connection.probe(async () => { await this.sql('SELECT 1') })
+  }
+
+  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  async #init (pool: PgPool): Promise<void> {
+    // Instances starting together would race on CREATE ... IF NOT EXISTS (it is not atomic in PostgreSQL):
+    // a lock per schema serialises them. Several statements in one simple query run as one transaction,
+    // which holds the lock until the end.
+    const key = createHash('sha256').update(`fastify-agents:${this.schema}`).digest()
+    try {
+      await pool.query(`
+        SELECT pg_advisory_xact_lock(${key.readInt32BE(0)}, ${key.readInt32BE(4)});
+        CREATE SCHEMA IF NOT EXISTS ${quote(this.schema)};
+        ${this.ddl()}`)
+    } catch (error) {
+      this.#ready = null
+      throw error
+    }
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    // closed first: queries still on their way in now fail instead of taking a new connection
+    this.#closed = true
+    await this.stop()
+    await this.#connection.release(this)
+  }
+
+  /** Stops what the store runs on its own, before its connection is released. */
+  protected async stop (): Promise<void> {}
+}
