@@ -247,6 +247,49 @@ export class SharedConnection<T> {
   }
 }
 
+/**
+ * What a store on a shared connection is: the connection taken on use (and given back on close), refused once
+ * closed. Each backend's base class (PostgreSQL, Redis, SQLite) adds its own options and probe.
+ */
+export abstract class ConnectedStore<T> {
+  readonly #connection: SharedConnection<T>
+  #closed = false
+
+  constructor (connection: SharedConnection<T>) {
+    this.#connection = connection
+  }
+
+  protected get connection (): SharedConnection<T> {
+    return this.#connection
+  }
+
+  protected get closed (): boolean {
+    return this.#closed
+  }
+
+  /** The connection's client or database, opened on first use. */
+  protected connected (): T {
+    if (this.#closed) throw storeClosedError()
+    return this.#connection.acquire(this)
+  }
+
+  /** Whether the store opened its own connection (from a URL or a filename): then the service closes it. */
+  get ownsConnection (): boolean {
+    return this.#connection.owned
+  }
+
+  async close (): Promise<void> {
+    if (this.#closed) return
+    // closed first: calls still on their way in now fail instead of taking the connection again
+    this.#closed = true
+    await this.stop()
+    await this.#connection.release(this)
+  }
+
+  /** Stops what the store runs on its own, before its connection is given back. */
+  protected stop (): Promise<void> | void {}
+}
+
 /** setInterval that never keeps the process alive. */
 export function unrefInterval (fn: () => void, ms: number): NodeJS.Timeout {
   const timer = setInterval(fn, ms)

@@ -2,7 +2,7 @@
 // type of pg's own (see below).
 import { createHash } from 'node:crypto'
 import type { Pool, PoolConfig } from 'pg'
-import { SharedConnection, checkIdentifier, storeClosedError } from './common.js'
+import { ConnectedStore, SharedConnection, checkIdentifier, storeClosedError } from './common.js'
 import { loadDriver } from './drivers.js'
 
 // The public types name no type of pg's own: a user who installed pg without @types/pg (or who never uses
@@ -86,17 +86,17 @@ export type PostgresSource = string | PgPool | PostgresPoolOptions | PostgresCon
  * What every PostgreSQL store shares: its schema and table prefix, the pool taken from its connection (its tables
  * created before the first query) and given back on close.
  */
-export abstract class PostgresStore {
+export abstract class PostgresStore extends ConnectedStore<PgPool> {
   readonly schema: string
   readonly tablePrefix: string
-  readonly #connection: PostgresConnection
   #ready: Promise<void> | null = null
-  #closed = false
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {
-    this.schema = checkIdentifier('schema', options.schema ?? 'public', 63)
-    this.tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-    this.#connection = source instanceof PostgresConnection ? source : new PostgresConnection(source)
+    const schema = checkIdentifier('schema', options.schema ?? 'public', 63)
+    const tablePrefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    super(source instanceof PostgresConnection ? source : new PostgresConnection(source))
+    this.schema = schema
+    this.tablePrefix = tablePrefix
   }
 
   /** CREATE TABLE IF NOT EXISTS ... for this store, run once before its first query. */
@@ -112,12 +112,11 @@ export abstract class PostgresStore {
 
   /** Throws once the store is closed. */
   protected check (): void {
-    if (this.#closed) throw storeClosedError()
+    if (this.closed) throw storeClosedError()
   }
 
   protected async pool (): Promise<PgPool> {
-    this.check()
-    const pool = this.#connection.acquire(this)
+    const pool = this.connected()
     this.#ready ??= this.#init(pool)
     await this.#ready
     return pool
@@ -133,12 +132,7 @@ export abstract class PostgresStore {
    * store also creates its tables, so that a store that cannot be used fails its probe).
    */
   probe (): Promise<void> {
-    return this.#connection.probe(async () => { await this.sql('SELECT 1') })
-  }
-
-  /** Whether the store opened its own pool (from a URL or options): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
+    return this.connection.probe(async () => { await this.sql('SELECT 1') })
   }
 
   async #init (pool: PgPool): Promise<void> {
@@ -156,15 +150,4 @@ export abstract class PostgresStore {
       throw error
     }
   }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    // closed first: queries still on their way in now fail instead of taking a new connection
-    this.#closed = true
-    await this.stop()
-    await this.#connection.release(this)
-  }
-
-  /** Stops what the store runs on its own, before its connection is released. */
-  protected async stop (): Promise<void> {}
 }

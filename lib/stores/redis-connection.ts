@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Redis } from 'ioredis'
-import { SharedConnection, storeClosedError } from './common.js'
+import { ConnectedStore, SharedConnection } from './common.js'
 import { loadDriver } from './drivers.js'
 
 export interface RedisStoreOptions {
@@ -109,49 +109,27 @@ export class RedisScript {
 }
 
 /** What every Redis store shares: its prefix, and the client taken from its connection (and given back on close). */
-export abstract class RedisStore {
+export abstract class RedisStore extends ConnectedStore<RedisClient> {
   readonly prefix: string
-  readonly #connection: RedisConnection
-  #closed = false
 
   constructor (source: RedisSource, options: RedisStoreOptions = {}) {
     const prefix = options.prefix ?? 'fa:'
     if (typeof prefix !== 'string') throw new TypeError('prefix must be a string')
+    super(source instanceof RedisConnection ? source : new RedisConnection(source))
     this.prefix = prefix
-    this.#connection = source instanceof RedisConnection ? source : new RedisConnection(source)
-  }
-
-  protected get closed (): boolean {
-    return this.#closed
   }
 
   protected client (): RedisClient {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this)
+    return this.connected()
   }
 
   /** For health checks: O(1), one PING shared by the stores of a client probing at once. */
   probe (): Promise<void> {
-    return this.#connection.probe(async () => { await (this.client() as Redis).ping() })
-  }
-
-  /** Whether the store opened its own client (from a URL): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
+    return this.connection.probe(async () => { await (this.client() as Redis).ping() })
   }
 
   /** The service's logger, for the connection errors of a client opened from a URL. */
   useLogger (log: FastifyBaseLogger): void {
-    this.#connection.useLogger(log)
+    (this.connection as RedisConnection).useLogger(log)
   }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    this.stop()
-    await this.#connection.release(this)
-  }
-
-  /** Stops what the store runs on its own, before its client is given back. */
-  protected stop (): void {}
 }

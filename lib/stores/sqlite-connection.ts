@@ -1,7 +1,7 @@
 // Internal to the SQLite stores: the shared database and the base class that takes it.
 import { fileURLToPath } from 'node:url'
 import type Database from 'better-sqlite3'
-import { SharedConnection, checkIdentifier, storeClosedError } from './common.js'
+import { ConnectedStore, SharedConnection, checkIdentifier } from './common.js'
 import { loadDriver } from './drivers.js'
 
 type Db = Database.Database
@@ -65,43 +65,22 @@ export class SqliteConnection extends SharedConnection<SqliteDatabase> {
 export type SqliteSource = string | SqliteDatabase | SqliteConnection
 
 /** What every SQLite store shares: its table prefix, and the database taken from its connection (and given back on close). */
-export abstract class SqliteStore {
-  readonly #connection: SqliteConnection
+export abstract class SqliteStore extends ConnectedStore<SqliteDatabase> {
   protected readonly prefix: string
-  #closed = false
 
   constructor (source: SqliteSource, options: SqliteStoreOptions = {}) {
-    this.prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
-    this.#connection = source instanceof SqliteConnection ? source : new SqliteConnection(source)
-  }
-
-  protected get closed (): boolean {
-    return this.#closed
+    const prefix = checkIdentifier('tablePrefix', options.tablePrefix ?? 'fa_', 32)
+    super(source instanceof SqliteConnection ? source : new SqliteConnection(source))
+    this.prefix = prefix
   }
 
   /** The Database, opened on first use; each store creates its tables and statements on it once. */
   protected database (): SqliteDatabase {
-    if (this.#closed) throw storeClosedError()
-    return this.#connection.acquire(this)
+    return this.connected()
   }
 
   /** For health checks: opens the database if it is not yet (a path that cannot be opened fails here), then `SELECT 1`. */
   async probe (): Promise<void> {
     (this.database() as Db).prepare('SELECT 1').get()
   }
-
-  /** Whether the store opened its own database (from a filename): then the service closes it. */
-  get ownsConnection (): boolean {
-    return this.#connection.owned
-  }
-
-  async close (): Promise<void> {
-    if (this.#closed) return
-    this.#closed = true
-    this.stop()
-    await this.#connection.release(this)
-  }
-
-  /** Stops what the store runs on its own, before its database is given back. */
-  protected stop (): void {}
 }
