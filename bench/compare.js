@@ -1,10 +1,11 @@
-// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|idle ...]`
+// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|sse-sqlite|idle ...]`
 // Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
 // `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`.
 // The three servers (bare Fastify, or node:http for SSE; A; B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
 // of BENCH_BURST seconds, default 1): on a machine shared with other work, CPU time per request compared
 // burst by burst is steadier than throughput. Heap per idle stream is measured once per build.
-import { resolve } from 'node:path'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
 import { config, cpuMeter, load, pinLoadGenerator, startServer } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
 import { metricRows, printScenario } from './lib/report.js'
@@ -21,6 +22,8 @@ const workloads = {
   ephemeral: { preset: { name: 'default' }, request: { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...JSON.parse(jsonBody(1024)), store: false }), connections: 50 } },
   sse: { preset: { name: 'default' }, request: { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }), connections: 50 } }
 }
+// the SSE run with its record and log in SQLite: a file of each build's own
+workloads['sse-sqlite'] = { preset: (build) => ({ name: 'runs-sqlite', file: join(tmpdir(), `fa-compare-${build}-${process.pid}.db`) }), request: workloads.sse.request }
 
 const BURSTS = Number(process.env.BENCH_BURSTS ?? 12)
 const BURST = Number(process.env.BENCH_BURST ?? 1)
@@ -54,7 +57,7 @@ if (pinLoadGenerator()) await main()
 
 async function main () {
   const [a, b, ...names] = process.argv.slice(2)
-  if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|idle ...]')
+  if (a === undefined || b === undefined) throw new Error('usage: node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|sse-sqlite|idle ...]')
   const pkg = (dir) => resolve(dir, 'dist/index.js')
   const labels = { A: `A ${a}`, B: `B ${b}` }
   console.log(`${labels.A} vs ${labels.B}: ${BURSTS} bursts of ${BURST} s each, after ${config.warmup} s of warm-up`)
@@ -69,9 +72,9 @@ async function main () {
     }
     const workload = workloads[name]
     const contenders = [
-      name === 'sse' ? { name: 'node:http SSE', spec: { kind: 'raw-sse' } } : { name: 'bare fastify', spec: { kind: 'bare-fastify' } },
-      { name: 'A', spec: { kind: 'service', preset: workload.preset, pkg: pkg(a) } },
-      { name: 'B', spec: { kind: 'service', preset: workload.preset, pkg: pkg(b) } }
+      name.startsWith('sse') ? { name: 'node:http SSE', spec: { kind: 'raw-sse' } } : { name: 'bare fastify', spec: { kind: 'bare-fastify' } },
+      { name: 'A', spec: { kind: 'service', preset: presetOf(workload, 'a'), pkg: pkg(a) } },
+      { name: 'B', spec: { kind: 'service', preset: presetOf(workload, 'b'), pkg: pkg(b) } }
     ]
     const results = await interleave(contenders, workload.request)
     const rows = [
@@ -81,4 +84,8 @@ async function main () {
     ]
     printScenario(name, { title: `${labels.B} against ${labels.A}`, rows, targets: [] })
   }
+}
+
+function presetOf (workload, build) {
+  return typeof workload.preset === 'function' ? workload.preset(build) : workload.preset
 }
