@@ -566,6 +566,52 @@ t.test('a follower: a run gone from under it ends its stream; a client that left
   t.pass('nothing written to a closed follower')
 })
 
+t.test('a follower told of news while a read that found nothing is out reads again once it is back', async (t) => {
+  const store = new MemoryRunStore()
+  const events = store.events.bind(store)
+  // the follower's reads that find nothing are held until released, once `holding` is set
+  let holding: { reached: () => void, released: Promise<void> } | null = null
+  let empty = 0
+  store.events = async (...args) => {
+    const found = await events(...args)
+    if (found.length === 0) empty++
+    const hold = holding
+    if (found.length === 0 && hold !== null) {
+      holding = null
+      hold.reached()
+      await hold.released
+    }
+    return found
+  }
+  const says: Array<() => void> = []
+  const said = (n: number) => new Promise<void>((resolve) => { says[n] = resolve })
+  const first = said(0)
+  const second = said(1)
+  const { app } = build(t, {
+    runStore: store,
+    agents: { talker: { async * run () { await first; yield 'one '; await second; yield 'two' } } }
+  })
+  const answer = runJson(app, 'talker', { input: null })
+  const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
+  const following = app.inject({ url: `/v1/runs/${runId}/events` })
+  // the follower has read what there is, and waits for news
+  await eventually(() => empty >= 1)
+  let release!: () => void
+  const reached = new Promise<void>((resolve) => {
+    holding = { reached: resolve, released: new Promise((resolve) => { release = resolve }) }
+  })
+  says[0]!()
+  // the read after the first delta found nothing, and is held: the second delta comes meanwhile
+  await reached
+  says[1]!()
+  await sleep(20)
+  release()
+  await answer
+  const body = parseSse((await following).body)
+  t.same(body.filter((e) => e.event === 'message.delta').map((e) => e.data.text), ['one ', 'two'])
+  t.equal(body.at(-1)!.event, 'run.completed')
+})
+
 t.test('a follower hears of news after its end and ignores it', async (t) => {
   const store = new MemoryRunStore()
   const listeners: Array<() => void> = []

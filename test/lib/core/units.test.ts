@@ -174,6 +174,17 @@ t.test('SSE heartbeat: a stream whose socket took nothing of what waits for it i
   // two beats at the least (timers run late on a loaded machine)
   t.ok(await eventually(() => destroyed, 2_000), 'a response without a socket any more is cut too')
   beat.delete(socketless)
+  // a response that ended while its stream was still on the heartbeat: nothing is written to it, nothing cut
+  let written = 0
+  const ended = new SseStream({ ...raw, writableEnded: true, write: () => { written++; return true }, destroy: () => { destroyed = true } } as never, {})
+  destroyed = false
+  const beatOnce = ended.beat.bind(ended)
+  let beats = 0
+  ended.beat = () => { beats++; beatOnce() }
+  beat.add(ended)
+  await eventually(() => beats >= 2, 2_000)
+  beat.delete(ended)
+  t.same({ written, destroyed }, { written: 0, destroyed: false }, 'an ended response gets no ping')
 })
 
 t.test('the core purges expired runs in bounded batches, and logs a purge that fails', async (t) => {
