@@ -61,7 +61,8 @@ export function openStream (port) {
   })
 }
 
-export async function openMany (port, count) {
+/** Opens `count` streams, `opening` at a time, with `open(port)` (bench/peers opens its peers' streams with it). */
+export async function openMany (port, count, open = openStream, opening = OPENING) {
   const streams = []
   const errors = []
   let next = 0
@@ -69,13 +70,13 @@ export async function openMany (port, count) {
     while (next < count) {
       next++
       try {
-        streams.push(await openStream(port))
+        streams.push(await open(port))
       } catch (err) {
         errors.push(err.message)
       }
     }
   }
-  await Promise.all(Array.from({ length: Math.min(OPENING, count) }, worker))
+  await Promise.all(Array.from({ length: Math.min(opening, count) }, worker))
   return { streams, errors }
 }
 

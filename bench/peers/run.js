@@ -10,6 +10,7 @@ import os from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { alternate, config, cpuMeter, load, median, pinLoadGenerator, sleep } from '../lib/harness.js'
 import { jsonBody } from '../lib/agents.js'
+import { openMany as openIdle } from '../sse-idle.js'
 
 const HERE = fileURLToPath(new URL('.', import.meta.url))
 const IDLE_STREAMS = Number(process.env.BENCH_PEERS_IDLE_STREAMS ?? 2_000)
@@ -266,21 +267,9 @@ function openStream (port, contender) {
   })
 }
 
+/** The idle scenario's opener, 100 at a time, with this peer's request. */
 async function openMany (port, contender, count) {
-  const sockets = []
-  const errors = []
-  let next = 0
-  async function worker () {
-    while (next < count) {
-      next++
-      try {
-        sockets.push(await openStream(port, contender))
-      } catch (err) {
-        errors.push(err.message)
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: Math.min(100, count) }, worker))
+  const { streams: sockets, errors } = await openIdle(port, count, (p) => openStream(p, contender), 100)
   return { sockets, errors }
 }
 
