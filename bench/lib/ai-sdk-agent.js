@@ -2,28 +2,7 @@
 // Loaded only by the servers that mount it, so that the other scenarios never load `ai`.
 import { streamText } from 'ai'
 import { MockLanguageModelV4 } from 'ai/test'
-
-const tick = () => new Promise((resolve) => setImmediate(resolve))
-const usage = { inputTokens: { total: 1, noCache: 1 }, outputTokens: { total: 100, text: 100 } }
-
-/** Like the bench's ticker agent: `deltas` text deltas of 'token ', one per event-loop tick. */
-function tickingStream (deltas) {
-  let sent = -1
-  return new ReadableStream({
-    async pull (controller) {
-      if (sent === -1) controller.enqueue({ type: 'text-start', id: 't' })
-      else if (sent < deltas) {
-        await tick()
-        controller.enqueue({ type: 'text-delta', id: 't', delta: 'token ' })
-      } else {
-        controller.enqueue({ type: 'text-end', id: 't' })
-        controller.enqueue({ type: 'finish', finishReason: { unified: 'stop', raw: 'stop' }, usage })
-        controller.close()
-      }
-      sent++
-    }
-  })
-}
+import { tickingStream } from './ticking-stream.js'
 
 function tickingModel () {
   const model = new MockLanguageModelV4({

@@ -2,12 +2,9 @@
 // `ticker` streams 100 deltas of 'token ', one per event-loop tick, `idle` starts a stream and sends
 // nothing more until the request is aborted.
 import { MockLanguageModelV4 } from 'ai/test'
+import { finishReason, tickingStream, usage } from '../lib/ticking-stream.js'
 
 export const DELTAS = 100
-
-const tick = () => new Promise((resolve) => setImmediate(resolve))
-const finishReason = { unified: 'stop', raw: 'stop' }
-const usage = (output) => ({ inputTokens: { total: 1, noCache: 1 }, outputTokens: { total: output, text: output } })
 
 /** The text of the last user message of a call's prompt. */
 function lastUserText (prompt) {
@@ -17,24 +14,6 @@ function lastUserText (prompt) {
     return message.content.filter((part) => part.type === 'text').map((part) => part.text).join('')
   }
   return ''
-}
-
-function tickingStream (deltas) {
-  let sent = -1
-  return new ReadableStream({
-    async pull (controller) {
-      if (sent === -1) controller.enqueue({ type: 'text-start', id: 't' })
-      else if (sent < deltas) {
-        await tick()
-        controller.enqueue({ type: 'text-delta', id: 't', delta: 'token ' })
-      } else {
-        controller.enqueue({ type: 'text-end', id: 't' })
-        controller.enqueue({ type: 'finish', finishReason, usage: usage(deltas) })
-        controller.close()
-      }
-      sent++
-    }
-  })
 }
 
 function idleStream (signal) {
