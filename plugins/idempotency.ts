@@ -7,6 +7,7 @@ import { BodyFingerprint, SSE_CONTENT_TYPE, decodedPath, isReplayable, readIdemp
 import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
 import { IdempotencyHeaders } from '../schemas/auth.js'
+import { AUTH, IDEMPOTENCY, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 /** A key this request reserved and must complete or release; `renewal` keeps its lease while the request runs. */
 interface Reservation {
@@ -245,6 +246,6 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
  * after auth: keys are scoped by principal.
  */
 export const idempotencyPlugin = fp(idempotency, {
-  fastify: '5.x', name: 'fastify-agents-idempotency', dependencies: ['fastify-agents-core', 'fastify-agents-request-context', 'fastify-agents-auth']
+  fastify: '5.x', name: IDEMPOTENCY.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name, AUTH.name]
 })
 export default idempotencyPlugin
