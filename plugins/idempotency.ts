@@ -214,8 +214,9 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     if (!hasKey(request)) return done()
     reserveKey(request, reply).then((recorded) => {
       if (recorded === undefined) return done()
-      const { status, body, contentType } = recorded
+      const { status, body, contentType, location } = recorded
       void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
+      if (location !== undefined) void reply.header('location', location)
       if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
       void reply.send(body)
     }, (error: FastifyError) => done(error))
@@ -224,8 +225,10 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   const onSend: onSendHookHandler = (request, reply, payload, done) => {
     if (states.get(request)?.reservation === undefined) return done(null, payload)
     // Both routes answer serialized JSON (a result or an error body): always a string here.
-    void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }, completions)
-      .then(() => done(null, payload))
+    const response: IdempotencyResponse = { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }
+    const location = reply.getHeader('location')
+    if (location !== undefined) response.location = String(location)
+    void settle(request, response, completions).then(() => done(null, payload))
   }
 
   // Route hooks, on the two routes that honour keys: every other route runs none of this.
