@@ -1,5 +1,6 @@
-// Which hook plugins a route needs around it, given the options (README, "Each concern on its own"): a route plugin
-// registered without one of them is refused at registration, never served with less than its options ask for.
+// A route plugin's scope, wherever it is registered (README, "Each concern on its own"): the hook plugins its routes
+// need given the options, without which it is refused at registration rather than served with less than they ask
+// for, and the way the service answers (validation, body parsing, the error shape).
 import type { FastifyContextConfig, FastifyInstance } from 'fastify'
 import { buildErrorHandler } from './error-reply.js'
 import { JsonTooDeepError, MissingPluginError, UnstorableInputError } from './errors.js'
@@ -33,7 +34,7 @@ interface Need {
  * The hook plugins a route with this `config` needs, in the order they run. Health (`public`) needs no credential,
  * no budget and answers while draining; the Admin API (`admin`) has its own token, but counts against the rate limit.
  */
-export function neededPlugins (settings: Settings, config: FastifyContextConfig | undefined): Need[] {
+function neededPlugins (settings: Settings, config: FastifyContextConfig | undefined): Need[] {
   const open = config?.public === true
   const needs: Need[] = []
   if (!open) needs.push({ plugin: DRAIN, why: 'the drain on close' })
@@ -85,7 +86,7 @@ export function answerAsTheService (fastify: FastifyInstance): void {
  * Refuses, as each route of `fastify` is added, a route whose needed hook plugins are not registered before it (in
  * its scope or an enclosing one: only those hooks run for it). `plugin` names the route plugin in the message.
  */
-export function requireHookPlugins (fastify: FastifyInstance, plugin: string): void {
+function requireHookPlugins (fastify: FastifyInstance, plugin: string): void {
   const { settings } = fastify.agentService
   fastify.addHook('onRoute', (route) => {
     const missing = neededPlugins(settings, route.config).filter(({ plugin: hook }) => !fastify.hasPlugin(hook.name))

@@ -112,26 +112,28 @@ t.test('hook plugins registered in another scope, or after the route plugin, do 
   await t.rejects(async () => { await late.ready() }, { code: 'FST_AGENTS_MISSING_PLUGIN', message: /authPlugin \(the auth option\)/ })
 })
 
-t.test('issue 23: the composed path with api-key auth answers 401 without a key', async (t) => {
+t.test('issue 23: the README\'s composition with api-key auth answers 401 without a key, and leaves the host\'s routes open', async (t) => {
   const app = Fastify({ logger: false })
   t.teardown(() => app.close())
+  app.get('/mine', async () => ({ mine: true }))
   await app.register(corePlugin, { agents: { echo }, ...API_KEY })
-  await app.register(requestPipelinePlugin)
-  await app.register(healthPlugin, { prefix: '/health' })
-  await app.register(async (v1) => {
-    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin]) await v1.register(plugin)
-  }, { prefix: '/v1' })
-  const run = { method: 'POST' as const, url: '/v1/agents/echo/runs', payload: { input: 1 } }
+  await app.register(async (api) => {
+    await api.register(requestPipelinePlugin)
+    await api.register(healthPlugin, { prefix: '/health' })
+    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin]) await api.register(plugin)
+  }, { prefix: '/api' })
+  const run = { method: 'POST' as const, url: '/api/agents/echo/runs', payload: { input: 1 } }
   const refused = await app.inject(run)
   t.equal(refused.statusCode, 401)
-  t.equal(refused.json().code, 'UNAUTHORIZED')
+  t.match(refused.json(), { code: 'UNAUTHORIZED', requestId: refused.headers['x-request-id'] })
   t.ok(refused.headers['www-authenticate'])
   t.equal((await app.inject({ ...run, headers: { 'x-api-key': 'k' } })).statusCode, 200)
-  t.equal((await app.inject('/health')).statusCode, 200, 'health stays public')
-  for (const [method, url] of [['GET', '/v1/agents'], ['POST', '/v1/sessions'], ['GET', '/v1/approvals'], ['GET', '/v1/runs/x'],
-    ['POST', '/v1/agents/echo/chat'], ['POST', '/v1/agents/echo/ag-ui'], ['POST', '/v1/a2a/echo']] as const) {
+  t.equal((await app.inject('/api/health')).statusCode, 200, 'health stays public')
+  for (const [method, url] of [['GET', '/api/agents'], ['POST', '/api/sessions'], ['GET', '/api/approvals'], ['GET', '/api/runs/x'],
+    ['POST', '/api/agents/echo/chat'], ['POST', '/api/agents/echo/ag-ui'], ['POST', '/api/a2a/echo']] as const) {
     t.equal((await app.inject({ method, url, payload: method === 'POST' ? {} : undefined })).statusCode, 401, `${method} ${url}`)
   }
+  t.same((await app.inject('/mine')).json(), { mine: true }, 'the host\'s own route, outside the scope')
 })
 
 t.test('the hook plugins one by one, in the pipeline\'s order, protect as the pipeline does', async (t) => {
