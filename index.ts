@@ -10,11 +10,19 @@ export { buildOpenApiDocument } from './app/openapi.js'
 export { demoAgents } from './app/demo-agents.js'
 export { defineAgent } from './lib/runs/define-agent.js'
 
-// Each concern on its own: the core first (with the options), then the plugins you want.
+// Each concern on its own: the core first (with the options), then the request pipeline (or its hook plugins one by
+// one, in its order), then the route plugins you want; a route plugin refuses to register without a hook it needs.
 export { corePlugin } from './plugins/core.js'
 export type { CorePluginOptions } from './plugins/core.js'
+export { requestPipelinePlugin } from './app/pipeline.js'
 export { requestContextPlugin } from './plugins/request-context.js'
 export type { RequestContextOptions } from './plugins/request-context.js'
+export { drainPlugin } from './plugins/drain.js'
+export { auditPlugin } from './plugins/audit.js'
+export { corsPlugin } from './plugins/cors.js'
+export { authPlugin } from './plugins/auth.js'
+export { rateLimitPlugin } from './plugins/rate-limit.js'
+export { idempotencyPlugin } from './plugins/idempotency.js'
 export { agentsPlugin } from './routes/agents.js'
 export type { AgentsPluginOptions } from './routes/agents.js'
 export { sessionsPlugin } from './routes/sessions.js'
@@ -43,7 +51,7 @@ export type { Access } from './lib/core/auth.js'
 export {
   AgentError, AgentNotFoundError, AgentTimeoutError, ApprovalAlreadyDecidedError, ApprovalExpiredError, ApprovalNotFoundError,
   ForbiddenError, IdempotencyInProgressError, IdempotencyKeyInvalidError, IdempotencyKeyReusedError, InvalidOptionsError,
-  MethodNotAllowedError, QuotaExceededError, RateLimitedError, RouteNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError,
+  MethodNotAllowedError, MissingPluginError, QuotaExceededError, RateLimitedError, RouteNotFoundError, RunInProgressError, RunNotFoundError, RunSessionMismatchError,
   SessionNotFoundError, ShutdownError, UnauthorizedError, UpgradeRequiredError
 } from './lib/core/errors.js'
 export type * from './lib/core/types.js'

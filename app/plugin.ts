@@ -6,15 +6,10 @@ import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from '../lib/core
 import { resolveSettings } from '../lib/core/settings.js'
 import type { Settings } from '../lib/core/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
-import { JsonTooDeepError, UnstorableInputError } from '../lib/core/errors.js'
-import { formatSchemaErrors, jsonDeeperThan, strictValidatorCompiler, unstorableText } from '../lib/core/validation.js'
+import { answerAsTheService } from '../lib/core/composition.js'
 import { auditPlugin } from '../plugins/audit.js'
-import { authPlugin } from '../plugins/auth.js'
 import { corePlugin } from '../plugins/core.js'
-import { corsPlugin } from '../plugins/cors.js'
 import { drainPlugin } from '../plugins/drain.js'
-import { idempotencyPlugin } from '../plugins/idempotency.js'
-import { rateLimitPlugin } from '../plugins/rate-limit.js'
 import { requestContextPlugin } from '../plugins/request-context.js'
 import { a2aPlugin } from '../routes/a2a.js'
 import { adminApiPlugin } from '../routes/admin.js'
@@ -26,15 +21,8 @@ import { healthPlugin } from '../routes/health.js'
 import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
+import { requestPipelinePlugin } from './pipeline.js'
 import { openApiOptions } from './swagger.js'
-
-/** The hooks every request of a scope goes through, in order (idempotent: a scope that has them skips them). */
-async function requestPipeline (scope: FastifyInstance): Promise<void> {
-  if (!scope.hasPlugin('fastify-agents-request-context')) await scope.register(requestContextPlugin)
-  // a drain refuses before anything else looks at the request
-  if (!scope.hasPlugin('fastify-agents-drain')) await scope.register(drainPlugin)
-  if (!scope.hasPlugin('fastify-agents-audit')) await scope.register(auditPlugin)
-}
 
 /** Everything the service mounts, in its own encapsulated scope: the host app keeps its own validator and error handler. */
 async function serviceScope (scope: FastifyInstance): Promise<void> {
@@ -44,36 +32,8 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
   routes.collect(scope)
   const notFound = buildNotFoundHandler(routes)
 
-  scope.setValidatorCompiler(strictValidatorCompiler)
-  scope.setSchemaErrorFormatter(formatSchemaErrors)
-  scope.setErrorHandler(buildErrorHandler(settings.exposeErrors))
-  // Our bodies are JSON only: anything else is a 415, not a 400 from a body that parsed as a string.
-  scope.removeContentTypeParser('text/plain')
-  // Nesting deeper than a store or a log line can walk is refused before it is parsed, let alone run (§19).
-  // So is text no store can keep (NUL, lone surrogates): JSON text holds them only as \u escapes.
-  const parseJson = scope.getDefaultJsonParser(scope.initialConfig.onProtoPoisoning!, scope.initialConfig.onConstructorPoisoning!)
-  scope.removeContentTypeParser('application/json')
-  scope.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    const text = body as string
-    if (jsonDeeperThan(text, settings.maxJsonDepth)) return done(new JsonTooDeepError(settings.maxJsonDepth), undefined)
-    parseJson(request, text, (error: Error | null, parsed?: unknown) => {
-      const bad = error === null && text.includes('\\u') ? unstorableText(parsed, 'body') : null
-      if (bad !== null) return done(new UnstorableInputError(bad.path, bad.holds), undefined)
-      done(error, parsed)
-    })
-  })
-  scope.addHook('preValidation', (request, _reply, done) => {
-    const bad = unstorableText(request.params, 'params') ?? unstorableText(request.query, 'querystring')
-    done(bad === null ? undefined : new UnstorableInputError(bad.path, bad.holds))
-  })
-  await requestPipeline(scope)
-  // Traffic and security, in this order: CORS answers preflights before anyone asks for credentials; auth
-  // names the principal; the rate limit counts by it (rejected requests too: auth's verdict comes after);
-  // idempotency wraps the routes marked `config.idempotency`.
-  await scope.register(corsPlugin)
-  await scope.register(authPlugin)
-  await scope.register(rateLimitPlugin)
-  await scope.register(idempotencyPlugin)
+  answerAsTheService(scope)
+  await scope.register(requestPipelinePlugin)
 
   // what needs no credential (health) shows no lock in the document
   const publicRoutes = new Set<string>()
@@ -126,8 +86,10 @@ export async function mountService (fastify: FastifyInstance, settings: Settings
   if (ownsRoot) {
     const routes = new RouteIndex()
     routes.collect(fastify)
+    // the hooks that apply to every request of the app, 404s included (the scope's pipeline then skips them)
     await fastify.register(requestContextPlugin, { trustRequestId: true })
-    await requestPipeline(fastify)
+    await fastify.register(drainPlugin)
+    await fastify.register(auditPlugin)
     fastify.setErrorHandler(buildErrorHandler(settings.exposeErrors))
     fastify.setNotFoundHandler(buildNotFoundHandler(routes))
   }

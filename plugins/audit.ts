@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginCallback } from 'fastify'
 import { isStateChanging } from '../lib/core/audit.js'
+import { AUDIT, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 const audit: FastifyPluginCallback = (fastify, _options, done) => {
   const log = fastify.agentService.audit
@@ -23,6 +24,6 @@ const audit: FastifyPluginCallback = (fastify, _options, done) => {
 
 /** Audits and counts every request of the scope it is registered in (lib/core/audit.ts). */
 export const auditPlugin = fp(audit, {
-  fastify: '5.x', name: 'fastify-agents-audit', dependencies: ['fastify-agents-core', 'fastify-agents-request-context']
+  fastify: '5.x', name: AUDIT.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name]
 })
 export default auditPlugin

@@ -7,6 +7,7 @@ import type { AuthOutcome, Credential } from '../lib/core/auth.js'
 import { ForbiddenError, UnauthorizedError } from '../lib/core/errors.js'
 import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { JwtAuthOptions } from '../lib/core/types.js'
+import { AUTH, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 const REALM = 'fastify-agents'
 
@@ -171,5 +172,5 @@ const auth: FastifyPluginAsync = async (fastify) => {
  * token) and CORS preflights. Sets the request's principal; 401 with `WWW-Authenticate`, 403 `FORBIDDEN`
  * when the route's `config.access` is not granted.
  */
-export const authPlugin = fp(auth, { fastify: '5.x', name: 'fastify-agents-auth', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'] })
+export const authPlugin = fp(auth, { fastify: '5.x', name: AUTH.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name] })
 export default authPlugin

@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin'
 import fastifyCors from '@fastify/cors'
 import type { FastifyPluginAsync } from 'fastify'
+import { CORS } from '../lib/core/composition.js'
 
 /** The request headers this contract uses, allowed in preflights. */
 export const CORS_ALLOWED_HEADERS = Object.freeze([
@@ -36,5 +37,5 @@ const cors: FastifyPluginAsync = async (fastify) => {
  * CORS via @fastify/cors when the `cors` option is set (one origin, or `*`); nothing at all otherwise.
  * Registered before auth: a preflight is answered in its onRequest hook, before credentials are asked for.
  */
-export const corsPlugin = fp(cors, { fastify: '5.x', name: 'fastify-agents-cors', dependencies: ['fastify-agents-core'] })
+export const corsPlugin = fp(cors, { fastify: '5.x', name: CORS.name, dependencies: ['fastify-agents-core'] })
 export default corsPlugin

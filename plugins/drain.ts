@@ -2,6 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginCallback } from 'fastify'
 import { ShutdownError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
+import { DRAIN, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 const drain: FastifyPluginCallback = (fastify, _options, done) => {
   const service = fastify.agentService
@@ -30,6 +31,6 @@ const drain: FastifyPluginCallback = (fastify, _options, done) => {
  * drains the runs in flight (lib/core/drain.ts). Registered after the request context.
  */
 export const drainPlugin = fp(drain, {
-  fastify: '5.x', name: 'fastify-agents-drain', dependencies: ['fastify-agents-core', 'fastify-agents-request-context']
+  fastify: '5.x', name: DRAIN.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name]
 })
 export default drainPlugin

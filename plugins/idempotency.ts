@@ -7,6 +7,7 @@ import { BodyFingerprint, SSE_CONTENT_TYPE, decodedPath, isReplayable, readIdemp
 import { RequestSlot, requestContextOf } from '../lib/core/request-context.js'
 import type { IdempotencyResponse, IdempotencyStore } from '../lib/stores/types.js'
 import { IdempotencyHeaders } from '../schemas/auth.js'
+import { AUTH, IDEMPOTENCY, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 /** A key this request reserved and must complete or release; `renewal` keeps its lease while the request runs. */
 interface Reservation {
@@ -213,8 +214,9 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     if (!hasKey(request)) return done()
     reserveKey(request, reply).then((recorded) => {
       if (recorded === undefined) return done()
-      const { status, body, contentType } = recorded
+      const { status, body, contentType, location } = recorded
       void reply.code(status).header('idempotent-replayed', 'true').type(contentType)
+      if (location !== undefined) void reply.header('location', location)
       if (contentType === SSE_CONTENT_TYPE) void reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
       void reply.send(body)
     }, (error: FastifyError) => done(error))
@@ -223,8 +225,10 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   const onSend: onSendHookHandler = (request, reply, payload, done) => {
     if (states.get(request)?.reservation === undefined) return done(null, payload)
     // Both routes answer serialized JSON (a result or an error body): always a string here.
-    void settle(request, { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }, completions)
-      .then(() => done(null, payload))
+    const response: IdempotencyResponse = { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }
+    const location = reply.getHeader('location')
+    if (location !== undefined) response.location = String(location)
+    void settle(request, response, completions).then(() => done(null, payload))
   }
 
   // Route hooks, on the two routes that honour keys: every other route runs none of this.
@@ -245,6 +249,6 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
  * after auth: keys are scoped by principal.
  */
 export const idempotencyPlugin = fp(idempotency, {
-  fastify: '5.x', name: 'fastify-agents-idempotency', dependencies: ['fastify-agents-core', 'fastify-agents-request-context', 'fastify-agents-auth']
+  fastify: '5.x', name: IDEMPOTENCY.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name, AUTH.name]
 })
 export default idempotencyPlugin

@@ -4,6 +4,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
 import { isPreflight } from '../lib/core/auth.js'
 import { InvalidOptionsError, RateLimitedError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
+import { AUTH, RATE_LIMIT, REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 /** The Redis keys of the shared budget start with this. */
 export const RATE_LIMIT_NAMESPACE = 'fastify-agents:rate-limit:'
@@ -48,6 +49,6 @@ const rateLimit: FastifyPluginAsync = async (fastify) => {
  * carries `x-ratelimit-limit`, `-remaining` and `-reset`. Registered after the auth plugin.
  */
 export const rateLimitPlugin = fp(rateLimit, {
-  fastify: '5.x', name: 'fastify-agents-rate-limit', dependencies: ['fastify-agents-core', 'fastify-agents-request-context', 'fastify-agents-auth']
+  fastify: '5.x', name: RATE_LIMIT.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name, AUTH.name]
 })
 export default rateLimitPlugin

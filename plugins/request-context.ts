@@ -3,6 +3,7 @@ import type { FastifyPluginCallback } from 'fastify'
 import type { ServerResponse } from 'node:http'
 import { redactAccessToken } from '../lib/core/auth.js'
 import { RequestContext, genRequestId } from '../lib/core/request-context.js'
+import { REQUEST_CONTEXT } from '../lib/core/composition.js'
 
 export interface RequestContextOptions {
   /**
@@ -43,5 +44,5 @@ const requestContext: FastifyPluginCallback<RequestContextOptions> = (fastify, o
 }
 
 /** Every request's context (lib/core/request-context.ts): its id echoed as X-Request-ID, its trace, its principal. */
-export const requestContextPlugin = fp(requestContext, { fastify: '5.x', name: 'fastify-agents-request-context' })
+export const requestContextPlugin = fp(requestContext, { fastify: '5.x', name: REQUEST_CONTEXT.name })
 export default requestContextPlugin

@@ -9,6 +9,7 @@ import { writeFrames } from '../lib/frontends/stream.js'
 import type { A2ACardOptions } from '../lib/protocols/a2a.js'
 import { A2AAgentCard, A2AJsonRpcRequest, A2AJsonRpcResponse, A2AParams, A2AStreamDescription } from '../schemas/a2a.js'
 import { errorResponses } from '../schemas/common.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type A2APluginOptions = Record<never, never>
 
@@ -43,6 +44,7 @@ function versionOf (request: FastifyRequest): string | undefined {
  * by the first request here (501 A2A_UNAVAILABLE without it).
  */
 const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'a2aPlugin')
   const service = fastify.agentService
   const { settings } = service
 

@@ -19,6 +19,7 @@ import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import { ServiceMetrics } from '../lib/core/metrics.js'
 import { consoleAssets } from '../lib/console/assets.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export interface AdminApiPluginOptions {
   /**
@@ -48,6 +49,7 @@ export function statusRange (status: string): { statusFrom: number, statusTo: nu
  * `adminApi` enabled in its options.
  */
 const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastify, options) => {
+  routePluginScope(fastify, 'adminApiPlugin')
   const state = fastify.agentService
   const { settings, stats } = state
   const admin = settings.adminApi

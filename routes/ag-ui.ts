@@ -13,6 +13,7 @@ import { AgUiApprovalAnswer, AgUiStreamDescription, RunAgentInput } from '../sch
 import type { AgUiMessage, AgUiResumeEntry } from '../schemas/ag-ui.js'
 import { AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type AgUiPluginOptions = Record<never, never>
 
@@ -59,6 +60,7 @@ function decisionOf (entry: AgUiResumeEntry, index: number): { approved: boolean
  * the service's run, as a connection-bound run. A new message replaces a run in progress (`multitask: 'interrupt'`).
  */
 const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'agUiPlugin')
   const service = fastify.agentService
   const { settings } = service
 

@@ -12,6 +12,7 @@ import { prepareRun, queueRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
 import { QueuedRun, RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type AgentsPluginOptions = Record<never, never>
 
@@ -68,6 +69,7 @@ function wantsStream (request: FastifyRequest, stream: boolean | undefined): boo
 }
 
 const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'agentsPlugin')
   const service = fastify.agentService
   const { settings } = service
   const list = { agents: [...settings.agents].map(([name, agent]) => infoOf(name, agent)) }

@@ -5,6 +5,7 @@ import { requestContextOf } from '../lib/core/request-context.js'
 import type { ApprovalRecord } from '../lib/stores/types.js'
 import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
 import { errorResponses } from '../schemas/common.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type ApprovalsPluginOptions = Record<never, never>
 
@@ -18,6 +19,7 @@ function noted (approval: ApprovalRecord): { agent: string, runId: string, sessi
  * whoever may read them sees all of them, whichever principal started the run.
  */
 const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'approvalsPlugin')
   const service = fastify.agentService
   const { settings } = service
   const store = settings.approvalStore

@@ -12,6 +12,7 @@ import { prepareRun } from '../lib/runs/start.js'
 import { ChatParams, ChatRequest, ChatStreamParams, UiMessageStreamDescription } from '../schemas/chat.js'
 import type { UiMessage } from '../schemas/chat.js'
 import { errorResponses } from '../schemas/common.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type ChatPluginOptions = Record<never, never>
 
@@ -58,6 +59,7 @@ function approvalDecided (service: AgentServiceCore): (approvalId: string) => Pr
  * 'interrupt'` (a new message replaces a run still going, or waiting, in the chat).
  */
 const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'chatPlugin')
   const service = fastify.agentService
   const { settings } = service
   const decided = approvalDecided(service)

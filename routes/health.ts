@@ -3,11 +3,13 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { healthReport } from '../lib/core/health-probe.js'
 import { errorResponses } from '../schemas/common.js'
 import { HealthResponse } from '../schemas/health.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type HealthPluginOptions = Record<never, never>
 
 // Registered twice by the service: at `/health` (prefix) and at `/v1/health`.
 const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'healthPlugin')
   const { settings } = fastify.agentService
   fastify.get('', {
     config: { public: true },
@@ -23,5 +25,5 @@ const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) =
 }
 
 // encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check
-export const healthPlugin = fp(health, { fastify: '5.x', name: 'fastify-agents-health', dependencies: ['fastify-agents-core'], encapsulate: true })
+export const healthPlugin = fp(health, { fastify: '5.x', name: 'fastify-agents-health', dependencies: ['fastify-agents-core', 'fastify-agents-request-context'], encapsulate: true })
 export default healthPlugin

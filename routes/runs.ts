@@ -8,6 +8,7 @@ import { cancelledEnd } from '../lib/runs/start.js'
 import type { RunRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
 import { RunEventsQuery, RunParams, RunRecord as RunRecordSchema } from '../schemas/runs.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type RunsPluginOptions = Record<never, never>
 
@@ -24,6 +25,7 @@ const ended = (record: RunRecord): boolean => record.status !== 'queued' && reco
  * run, an unknown or an expired one is 404 `RUN_NOT_FOUND`; only then the request (400), then the state (409).
  */
 const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'runsPlugin')
   const service = fastify.agentService
   const { settings } = service
   const store = settings.runStore

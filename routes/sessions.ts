@@ -9,12 +9,14 @@ import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.j
 import { errorResponses } from '../schemas/common.js'
 import { RunPage, SessionRunsQuery } from '../schemas/runs.js'
 import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 const DEFAULT_SESSION_RUNS_LIMIT = 20
 
 export type SessionsPluginOptions = Record<never, never>
 
 const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'sessionsPlugin')
   const service = fastify.agentService
   const { settings } = service
   const store = settings.sessionStore

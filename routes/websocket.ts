@@ -7,6 +7,7 @@ import type { WebSocket } from 'ws'
 import { UpgradeRequiredError } from '../lib/core/errors.js'
 import { Connection, WS_MAX_PAYLOAD, WebSocketHeartbeat } from '../lib/runs/websocket.js'
 import { errorResponses } from '../schemas/common.js'
+import { routePluginScope } from '../lib/core/composition.js'
 
 export type WebsocketPluginOptions = Record<never, never>
 
@@ -31,6 +32,7 @@ function upgradeHeaders (reply: FastifyReply): string[] {
  * and every run event comes back as a frame.
  */
 const websocket: FastifyPluginAsyncTypebox<WebsocketPluginOptions> = async (fastify) => {
+  routePluginScope(fastify, 'websocketPlugin')
   const service = fastify.agentService
   const connections = new Set<Connection>()
   const heartbeat = new WebSocketHeartbeat()

@@ -113,6 +113,7 @@ export const AgentServiceOptions = Type.Object({
   auditRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a durable audit store keeps an entry (default 30 days)' })),
   approvalRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a durable approval store keeps an approval that is no longer pending, from its request (default 7 days)' })),
   runRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a run\'s record and events are kept after it ends (default 1 h)' })),
+  maxRetainedRuns: Type.Optional(Type.Integer({ minimum: 1, description: 'the most ended runs the memory run store the service makes keeps, the longest-ended dropped first (default 10,000); not with runStore' })),
   runLeaseMs: Type.Optional(Type.Integer({ minimum: 100, description: 'how long a run\'s lease lasts unless renewed: another instance takes over within this + 5 s of an instance\'s death (default 30 s)' })),
   runConcurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'the most background (and handed-off) runs one instance runs at once (default 64)' })),
   maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),

@@ -54,6 +54,8 @@ export const InternalError = createError('INTERNAL_ERROR', '%s', 500)
 
 /** Thrown at registration: one message naming every offending option path. */
 export const InvalidOptionsError = createError('FST_AGENTS_INVALID_OPTIONS', 'invalid options: %s', 500)
+/** Thrown at registration: a route would be served without the plugin that enforces one of its options (auth, …). */
+export const MissingPluginError = createError('FST_AGENTS_MISSING_PLUGIN', '%s', 500)
 /** A JSON run whose client went away before its answer: nobody reads it (logged and audited as 499). */
 export const ClientClosedError = createError('CANCELLED', '%s', 499)
 

@@ -6,7 +6,9 @@ import { SseHeartbeat } from '../runs/sse.js'
 import { RunWorker } from '../runs/worker.js'
 import { AuditLog } from './audit.js'
 import type { Access } from './auth.js'
+import { AUTH } from './composition.js'
 import { Drain } from './drain.js'
+import { MissingPluginError } from './errors.js'
 import type { Settings } from './settings.js'
 import type { StoredEvent } from '../stores/types.js'
 import { ServiceStats } from './stats.js'
@@ -51,6 +53,10 @@ const PURGE_INTERVAL_MS = 5_000
 const PURGE_BATCH = 1_000
 
 const everyone: AccessCheck = () => true
+/** With the auth option set, nothing is granted until the auth plugin is there to say who the request is. */
+const nobodyWithoutAuthPlugin: AccessCheck = () => {
+  throw new MissingPluginError(`the auth option is set but ${AUTH.exported} is not registered: nobody is granted access until it is`)
+}
 const nothingToSettle: StreamSettler = async () => {}
 
 /**
@@ -72,12 +78,13 @@ export class AgentServiceCore {
   /** the `quotas` option's admissions and slots; null without it */
   readonly quotas: Quotas | null
   readonly startedAt = new Date().toISOString()
-  #accessCheck = everyone
+  #accessCheck: AccessCheck
   #streamSettler = nothingToSettle
   #openApiDocument: (() => Record<string, unknown>) | null = null
 
   constructor (settings: Settings, log: FastifyBaseLogger) {
     this.settings = settings
+    this.#accessCheck = settings.auth === null ? everyone : nobodyWithoutAuthPlugin
     this.stats = new ServiceStats(settings.agents.keys())
     this.runs = new RunRegistry(this.stats, settings.runStore)
     this.audit = new AuditLog(settings.auditStore, this.stats, log)
@@ -115,7 +122,7 @@ export class AgentServiceCore {
     this.#purger = null
   }
 
-  /** Whether the request's principal has `access` (on `agent`): true when auth is off. */
+  /** Whether the request's principal has `access` (on `agent`): true when auth is off; throws when it is on without the auth plugin. */
   hasAccess (request: FastifyRequest, access: Access, agent?: string): boolean {
     return this.#accessCheck(request, access, agent)
   }

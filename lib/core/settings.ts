@@ -228,6 +228,11 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     if (dbProbe === null) problems.push('/db must have health(), or be a pg Pool, a better-sqlite3 Database or an ioredis client')
   }
 
+  // a bound of the memory run store made here: a store that was given is bounded by its own options
+  if (options.maxRetainedRuns !== undefined && options.runStore !== undefined) {
+    problems.push('/maxRetainedRuns bounds the memory run store the service makes: with runStore, give the bound to that store (memoryStores({ maxRetainedRuns }))')
+  }
+
   // Node bounds the headers within the whole request's time: a longer headers timeout would never apply
   if ((options.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS) > (options.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS)) {
     problems.push('/headersTimeoutMs must not be greater than bodyTimeoutMs')
@@ -235,7 +240,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   if (problems.length > 0) throw new InvalidOptionsError(problems.join('; '))
 
-  const defaults = memoryStores()
+  const defaults = memoryStores({ maxRetainedRuns: options.maxRetainedRuns })
   const admin = adminApi as Exclude<AgentServiceOptions['adminApi'], true | undefined> | undefined
   const given = {
     auditStore: options.auditStore ?? admin?.auditStore ?? defaults.auditStore,

@@ -131,11 +131,14 @@ export interface CheckpointStore {
   close?(): Promise<void>
 }
 
+/** A response kept for replay: a store keeps it as given, every field (JSON round-trips it). */
 export interface IdempotencyResponse {
   status: number
   /** the serialized body as sent */
   body: string
   contentType: string
+  /** the `Location` header as sent (a background run's 202) */
+  location?: string
 }
 
 export interface IdempotencyRecord {

@@ -4,6 +4,7 @@ import { createAgentService } from '../../app/service.js'
 import { resolveSettings } from '../../lib/core/settings.js'
 import { fastifyAgents } from '../../app/plugin.js'
 import type { AgentServiceOptions } from '../../lib/core/types.js'
+import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { echo } from '../helper.js'
 
 function invalid (options: unknown): string {
@@ -72,7 +73,10 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['adminApi prefix /health', { agents: { echo }, adminApi: { enabled: true, prefix: '/health' } }, '/adminApi/prefix must not clash with /health'],
     ['adminApi token', { agents: { echo }, adminApi: { enabled: true, bearerToken: '' } }, '/adminApi/bearerToken must NOT have fewer than 1 characters'],
     ['adminApi unknown', { agents: { echo }, adminApi: { enabled: true, token: 'x' } }, '/adminApi/token is not a known option'],
-    ['adminApi store', { agents: { echo }, adminApi: { enabled: true, auditStore: {} } }, '/adminApi/auditStore must have methods append(), query(), count()']
+    ['adminApi store', { agents: { echo }, adminApi: { enabled: true, auditStore: {} } }, '/adminApi/auditStore must have methods append(), query(), count()'],
+    ['maxRetainedRuns', { agents: { echo }, maxRetainedRuns: 0 }, '/maxRetainedRuns must be >= 1'],
+    ['maxRetainedRuns with runStore', { agents: { echo }, maxRetainedRuns: 5, runStore: new MemoryRunStore() },
+      '/maxRetainedRuns bounds the memory run store the service makes: with runStore, give the bound to that store (memoryStores({ maxRetainedRuns }))']
   ]
   for (const [name, options, expected] of cases) {
     const message = invalid(options)
@@ -120,4 +124,16 @@ t.test('createAgentService throws synchronously; the plugin rejects at registrat
   const app = Fastify({ logger: false })
   await t.rejects(async () => { await app.register(fastifyAgents, { agents: { echo }, requestTimeoutMs: -5 }) }, { message: /\/requestTimeoutMs must be >= 1/ })
   t.equal(app.server.listening, false)
+})
+
+t.test('issue 23: maxRetainedRuns is a top-level option, bounding the memory run store the service makes', async (t) => {
+  const service = createAgentService({ agents: { echo }, logger: false, maxRetainedRuns: 2 })
+  t.teardown(() => service.close(0))
+  const runIds: string[] = []
+  for (let i = 0; i < 3; i++) {
+    const res = await service.app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: i } })
+    runIds.push(res.json().runId)
+  }
+  const statuses = await Promise.all(runIds.map(async (runId) => (await service.app.inject(`/v1/runs/${runId}`)).statusCode))
+  t.same(statuses, [404, 200, 200], 'the longest-ended dropped past the bound')
 })

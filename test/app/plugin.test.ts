@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import Database from 'better-sqlite3'
 import Fastify from 'fastify'
-import agentService, { agentsPlugin, corePlugin, healthPlugin, requestContextPlugin, sessionsPlugin, sqliteStores } from '../../index.js'
+import agentService, { agentsPlugin, corePlugin, healthPlugin, requestPipelinePlugin, sessionsPlugin, sqliteStores } from '../../index.js'
 import { echo, eventually, parseSse } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
@@ -61,7 +61,7 @@ t.test('the plugins register on their own, on top of the core', async (t) => {
   const app = Fastify({ logger: false })
   t.teardown(() => app.close())
   await app.register(corePlugin, { agents: { echo } })
-  await app.register(requestContextPlugin)
+  await app.register(requestPipelinePlugin)
   await app.register(healthPlugin, { prefix: '/ready' })
   await app.register(async (api) => {
     await api.register(agentsPlugin)
@@ -130,7 +130,7 @@ t.test('a background run\'s Location sits under the agents plugin\'s own prefix,
     const app = Fastify({ logger: false })
     t.teardown(() => app.close())
     await app.register(corePlugin, { agents: { echo } })
-    await app.register(requestContextPlugin)
+    await app.register(requestPipelinePlugin)
     await app.register(agentsPlugin, { prefix })
     await app.ready()
     const res = await app.inject({ method: 'POST', url: '/api/agents/echo/runs', payload: { input: 1, background: true } })

@@ -57,6 +57,7 @@ t.test('background: 202 with Location at once; the run runs with nobody connecte
   t.equal(replay.statusCode, 202)
   t.equal(replay.headers['idempotent-replayed'], 'true')
   t.same(replay.json(), body, 'the key replays the 202')
+  t.equal(replay.headers.location, `/v1/runs/${body.runId}`, 'issue 23: with its Location')
   held.release()
   await eventually(async () => (await app.inject({ url: `/v1/runs/${body.runId}` })).json().status === 'completed')
   t.equal(ran, 1, 'run once')

@@ -596,7 +596,7 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
 // idempotency
 
 const OPTIONS = { ttlMs: LONG, leaseMs: LONG }
-const RESPONSE = { status: 201, body: '{"ok":true,"text":"é"}', contentType: 'application/json; charset=utf-8' }
+const RESPONSE = { status: 201, body: '{"ok":true,"text":"é"}', contentType: 'application/json; charset=utf-8', location: '/v1/runs/r-1' }
 
 /** Reserves a key that must be free, and resolves with the reservation's token. */
 async function reserved (t: Test, store: IdempotencyStore, key: string, fingerprint: string, options = OPTIONS): Promise<string> {

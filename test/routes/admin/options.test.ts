@@ -7,7 +7,7 @@ import { resolveSettings } from '../../../lib/core/settings.js'
 import { MemoryAuditStore, MemoryCheckpointStore } from '../../../lib/stores/memory.js'
 import { adminApiPlugin } from '../../../routes/admin.js'
 import { corePlugin } from '../../../plugins/core.js'
-import { requestContextPlugin } from '../../../plugins/request-context.js'
+import { requestPipelinePlugin } from '../../../app/pipeline.js'
 import { fastifyAgents } from '../../../app/plugin.js'
 import { build, echo } from '../../helper.js'
 
@@ -209,7 +209,7 @@ t.test('adminApiPlugin on its own needs adminApi enabled in the core options', a
   const app = Fastify({ logger: false })
   t.teardown(() => app.close())
   await app.register(corePlugin, { agents: { echo } })
-  await app.register(requestContextPlugin)
+  await app.register(requestPipelinePlugin)
   await t.rejects(async () => { await app.register(adminApiPlugin, { prefix: '/admin' }) }, {
     code: 'FST_AGENTS_INVALID_OPTIONS',
     message: 'invalid options: /adminApi must be { enabled: true } to register the Admin API'
@@ -220,7 +220,7 @@ t.test('adminApiPlugin on its own: its own 404/405 under its prefix', async (t) 
   const app = Fastify({ logger: false })
   t.teardown(() => app.close())
   await app.register(corePlugin, { agents: { echo }, adminApi: { enabled: true, bearerToken: 'secret' } })
-  await app.register(requestContextPlugin)
+  await app.register(requestPipelinePlugin)
   await app.register(adminApiPlugin, { prefix: '/admin' })
   const auth = { authorization: 'Bearer secret' }
   t.equal((await app.inject({ url: '/admin/stats', headers: auth })).statusCode, 200)
