@@ -4,7 +4,8 @@
  * The user's `run(input, ctx)` returns what `streamText()` returns; the adapter maps its `stream` parts onto the
  * run's events and sums the usage of every call. Approvals: a tool that needs one (`needsApproval`, or
  * `toolApproval: 'user-approval'`) makes streamText emit a `tool-approval-request` and stop. The adapter asks
- * `ctx.requestApproval` (action: the tool's name, payload: its input), then calls the user's `run` again: the
+ * `ctx.requestApproval` (action: the tool's name, payload: its input: what makes the approval that call's own in
+ * the chat's stream), for all of a step's calls at once, then calls the user's `run` again: the
  * previous call's response messages and a tool message holding the SDK's `tool-approval-response`s wait in a
  * symbol-keyed slot on ctx, and `modelMessages(ctx, input)` appends them, so the SDK executes or denies the tool
  * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
@@ -144,19 +145,19 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
       }
       if (requests.length === 0) return { output: text, usage: { inputTokens, outputTokens }, finishReason }
 
-      // One approval after the other: each is durable and decided on its own; the SDK waits for all of them.
-      const responses: ToolApprovalResponse[] = []
-      for (const request of requests) {
-        const decision = await ctx.requestApproval({
-          action: request.toolCall.toolName,
-          payload: request.toolCall.input,
-          reason: request.reason,
-          timeoutMs: approvalTimeoutMs
-        })
-        const response = approvalResponse(request, decision)
+      // All of a step's approvals at once, as the SDK presents them (its client answers them together): each is
+      // durable and decided on its own, and the SDK goes on once all are.
+      const decisions = await Promise.all(requests.map((request) => ctx.requestApproval({
+        action: request.toolCall.toolName,
+        payload: request.toolCall.input,
+        reason: request.reason,
+        timeoutMs: approvalTimeoutMs
+      })))
+      const responses = requests.map((request, i) => {
+        const response = approvalResponse(request, decisions[i]!)
         denials.set(request.toolCall.toolCallId, response.reason)
-        responses.push(response)
-      }
+        return response
+      })
       const earlier = slot[CONTINUATION]?.messages ?? []
       slot[CONTINUATION] = {
         messages: [...earlier, ...await result.responseMessages, { role: 'tool', content: responses }],

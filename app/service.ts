@@ -59,6 +59,8 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
   const serverOptions: FastifyServerOptions & { http: ServerOptions } = {
     genReqId: genRequestId,
     bodyLimit: settings.bodyLimit,
+    // the longest id a route takes (a chat id, 128 characters); Fastify's default, 100, would leave some unreachable
+    routerOptions: { maxParamLength: 128 },
     trustProxy: settings.trustProxy,
     // Our own drain answers requests that arrive while closing (503 SHUTDOWN, X-Request-ID, our shape).
     return503OnClosing: false,

@@ -6,8 +6,8 @@ import { Value } from '@sinclair/typebox/value'
 import { AgentNotFoundError, InputValidationError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import { ProjectedStream } from '../lib/frontends/stream.js'
-import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestOf } from '../lib/frontends/runs.js'
-import { AG_UI_HEADERS, AgUiProjection } from '../lib/protocols/ag-ui.js'
+import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestsOf } from '../lib/frontends/runs.js'
+import { AG_UI_HEADERS, AgUiProjection, parseInterruptId } from '../lib/protocols/ag-ui.js'
 import { prepareRun } from '../lib/runs/start.js'
 import { AgUiApprovalAnswer, AgUiStreamDescription, RunAgentInput } from '../schemas/ag-ui.js'
 import type { AgUiMessage, AgUiResumeEntry } from '../schemas/ag-ui.js'
@@ -65,14 +65,22 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
   const { settings } = service
 
   async function resume (request: FastifyRequest, reply: FastifyReply, input: RunAgentInput, owner: { sessionId: string, principal: string, agent: string }): Promise<FastifyReply> {
-    const answers = input.resume!.map((entry, i) => ({ id: entry.interruptId, decision: decisionOf(entry, i) }))
-    const approval = await decideAnswers(service, answers, owner)
+    const interrupted = new Map<string, string | undefined>()
+    const answers = input.resume!.map((entry, i) => {
+      const { approvalId, agUiRunId } = parseInterruptId(entry.interruptId)
+      interrupted.set(approvalId, agUiRunId)
+      return { id: approvalId, decision: decisionOf(entry, i) }
+    })
+    // the first one asked: where the AG-UI run that the client's answer continues was interrupted
+    const approval = (await decideAnswers(service, answers, owner))[0]!
     service.audit.note(request, { runId: approval.runId })
+    // HttpAgent sends no parentRunId: the interrupt's id names the AG-UI run it interrupted (the service run's id
+    // when the client answered with a bare approval id)
+    const parentRunId = input.parentRunId ?? interrupted.get(approval.id) ?? approval.runId
     new ProjectedStream(service, request, reply, AG_UI_HEADERS, true).follow(approval.runId, {
       after: 0,
-      deliveredThrough: requestOf(approval.id),
-      // the run it continues: HttpAgent sends no parentRunId, and the interrupted AG-UI run's id is not kept
-      projection: (delivered) => new AgUiProjection({ threadId: input.threadId, runId: input.runId, parentRunId: input.parentRunId ?? approval.runId, delivered })
+      deliveredThrough: requestsOf([approval.id]),
+      projection: (delivered) => new AgUiProjection({ threadId: input.threadId, runId: input.runId, parentRunId, delivered })
     })
     return reply
   }

@@ -1,15 +1,15 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
 import { AgentNotFoundError, InputValidationError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import type { AgentServiceCore } from '../lib/core/service.js'
 import { ProjectedStream } from '../lib/frontends/stream.js'
-import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestOf, runInProgress } from '../lib/frontends/runs.js'
+import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestsOf, runInProgress } from '../lib/frontends/runs.js'
 import { UI_MESSAGE_STREAM_HEADERS, UiMessageStreamProjection } from '../lib/protocols/ui-message-stream.js'
 import { prepareRun } from '../lib/runs/start.js'
-import { ChatParams, ChatRequest, ChatStreamParams, UiMessageStreamDescription } from '../schemas/chat.js'
+import { ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../schemas/chat.js'
 import type { UiMessage } from '../schemas/chat.js'
 import { errorResponses } from '../schemas/common.js'
 import { routePluginScope } from '../lib/core/composition.js'
@@ -48,6 +48,30 @@ function textOf (message: UiMessage, index: number): string {
   return texts.map((part) => part.text).join('')
 }
 
+/**
+ * The longest path parameter the router takes (Fastify's `maxParamLength`, in UTF-16 code units after decoding):
+ * the app's, not ours, when the service is mounted in a host app.
+ */
+function routeParamLimit (fastify: FastifyInstance): number {
+  const config = fastify.initialConfig as { maxParamLength: number, routerOptions?: { maxParamLength: number } }
+  const routers = config.routerOptions?.maxParamLength ?? config.maxParamLength
+  // 100 may be only routerOptions' default, beside a (deprecated) top-level maxParamLength the router uses: the smaller
+  return routers === 100 ? Math.min(routers, config.maxParamLength) : routers
+}
+
+/**
+ * A chat id must be reachable in the resume URL (`…/chat/<encodeURIComponent(id)>/stream`, what the SDK builds):
+ * refused here, at once, rather than accepted and then unresumable. (A lone surrogate, which no URL holds, is
+ * refused before, as text no store keeps.)
+ */
+function checkResumable (id: string, maxParamLength: number): void {
+  if (id === '.' || id === '..') throw new InputValidationError('body/id must not be "." or "..": a URL path cannot hold it')
+  if (id.length > maxParamLength) {
+    throw new InputValidationError(`body/id must be at most ${maxParamLength} characters (UTF-16 code units) here, the router's maxParamLength, ` +
+      'or the chat could not be resumed (GET …/chat/:id/stream)')
+  }
+}
+
 function approvalDecided (service: AgentServiceCore): (approvalId: string) => Promise<boolean> {
   return async (approvalId) => (await service.settings.approvalStore.get(approvalId))?.status !== 'pending'
 }
@@ -63,6 +87,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
   const service = fastify.agentService
   const { settings } = service
   const decided = approvalDecided(service)
+  const maxIdLength = routeParamLimit(fastify)
 
   function stream (request: FastifyRequest, reply: FastifyReply): ProjectedStream {
     return new ProjectedStream(service, request, reply, UI_MESSAGE_STREAM_HEADERS, false)
@@ -70,11 +95,13 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
 
   /** The rest of the run after the approvals a chat request answers, decided first (only the chat's own). */
   async function continueAfter (request: FastifyRequest, reply: FastifyReply, answers: ApprovalAnswer[], owner: { sessionId: string, principal: string, agent: string }): Promise<FastifyReply> {
-    const approval = await decideAnswers(service, answers.map(({ id, approved, reason }) => ({ id, decision: { approved, comment: reason } })), owner)
-    service.audit.note(request, { runId: approval.runId })
-    stream(request, reply).follow(approval.runId, {
+    const approvals = await decideAnswers(service, answers.map(({ id, approved, reason }) => ({ id, decision: { approved, comment: reason } })), owner)
+    const { runId } = approvals[0]!
+    service.audit.note(request, { runId })
+    stream(request, reply).follow(runId, {
       after: 0,
-      deliveredThrough: requestOf(approval.id),
+      // the client answered the requests of one response at once (a step's approvals): it has them all
+      deliveredThrough: requestsOf(approvals.map((approval) => approval.id)),
       projection: (delivered) => new UiMessageStreamProjection({ delivered }),
       approvalDecided: decided
     })
@@ -100,6 +127,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     if (!settings.agents.has(name)) throw new AgentNotFoundError(name)
     const caller = requestContextOf(request)
     const body = request.body
+    checkResumable(body.id, maxIdLength)
     const sessionId = conversationSessionId('chat', caller.principal, name, body.id)
     service.audit.note(request, { agent: name, sessionId })
     const index = body.messages.length - 1
@@ -131,9 +159,11 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     schema: {
       summary: 'Resume a chat\'s stream',
       description: 'What `useChat({ resume: true })` asks on load: 204 when the chat has no run in progress, else that ' +
-        'run\'s stream from its start (the same message id), then live.',
+        'run\'s stream from its start (the same message id), then live. At an approval still pending it ends, as the chat ' +
+        'response does, unless `approvals=wait`.',
       tags: ['front ends'],
       params: ChatStreamParams,
+      querystring: ChatStreamQuery,
       response: {
         200: { type: 'string', description: UiMessageStreamDescription },
         204: { type: 'null', description: 'The chat has no run in progress' },
@@ -149,7 +179,8 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     const run = await runInProgress(service, sessionId, principal)
     if (run === null) return reply.code(204).send()
     service.audit.note(request, { runId: run.runId })
-    stream(request, reply).follow(run.runId, { after: 0, projection: () => new UiMessageStreamProjection(), approvalDecided: decided })
+    const throughApprovals = request.query.approvals === 'wait'
+    stream(request, reply).follow(run.runId, { after: 0, projection: () => new UiMessageStreamProjection({ throughApprovals }), approvalDecided: decided })
     return reply
   })
 }

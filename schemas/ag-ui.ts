@@ -12,7 +12,8 @@ export const AgUiMessage = Type.Object({
 export type AgUiMessage = Static<typeof AgUiMessage>
 
 export const AgUiResumeEntry = Type.Object({
-  interruptId: Type.String({ minLength: 1, maxLength: 128, description: 'the interrupt being answered: the approval id' }),
+  // an approval id (36), ':' and an AG-UI run id (128)
+  interruptId: Type.String({ minLength: 1, maxLength: 165, description: 'the interrupt being answered: its id as the service gave it (the approval id, then the id of the AG-UI run it interrupted), or the bare approval id' }),
   status: Type.Union([Type.Literal('resolved'), Type.Literal('cancelled')]),
   payload: Type.Optional(Type.Unknown({ description: 'resolved: { approved: boolean, comment?: string }' }))
 }, { additionalProperties: true })

@@ -32,8 +32,19 @@ export type ChatRequest = Static<typeof ChatRequest>
 export const ChatParams = Type.Object({ name: AgentName }, { additionalProperties: false })
 export const ChatStreamParams = Type.Object({ name: AgentName, id: Id }, { additionalProperties: false })
 
+export const ChatStreamQuery = Type.Object({
+  approvals: Type.Optional(Type.Union([Type.Literal('end'), Type.Literal('wait')], {
+    description: '`end` (default): the stream ends at an approval still pending, so that the page can answer it (the ' +
+      'SDK sends an answer only once its stream has ended). `wait`: the stream shows the request and goes on: the ' +
+      'decision, wherever it is made (POST /v1/approvals/:id, the console, another tab), then the rest of the run — ' +
+      'for a page that watches rather than answers.'
+  }))
+}, { additionalProperties: false })
+export type ChatStreamQuery = Static<typeof ChatStreamQuery>
+
 export const UiMessageStreamDescription = 'The AI SDK UI message stream, version 1 (`x-vercel-ai-ui-message-stream: v1`): ' +
   '`data: <chunk>` frames, then `data: [DONE]`. The message id is the run id; `start` carries `messageMetadata` ' +
   '{ runId, sessionId, traceId }, `finish` { usage }. text-*, reasoning-*, tool-input-*, tool-output-*, data-<type> for ' +
-  'custom events; an approval is a dynamic tool call with `tool-approval-request`, after which the response finishes ' +
-  'while the run waits; a failed run ends with `error` (`abort` when cancelled).'
+  'custom events; an approval is the `tool-approval-request` of the tool call it belongs to (same name, its input as ' +
+  'payload, no result yet), else a dynamic tool call of its own, after which the response finishes while the run ' +
+  'waits; a failed run ends with `error` (`abort` when cancelled).'

@@ -62,32 +62,35 @@ export async function decideOwnApproval (
 
 /**
  * Decides the approvals a front end's request answers (the conversation's own; others are left as they are) and
- * returns the one asked first: the rest of its run is what the response streams. A decision that lost the race
- * (decided elsewhere meanwhile, expired) is in the run's log all the same. APPROVAL_NOT_FOUND when none is the
- * conversation's.
+ * returns those of the run asked first, earliest requested first: the rest of that run is what the response streams.
+ * A decision that lost the race (decided elsewhere meanwhile, expired) is in the run's log all the same.
+ * APPROVAL_NOT_FOUND when none is the conversation's.
  */
 export async function decideAnswers (
   service: AgentServiceCore, answers: ReadonlyArray<{ id: string, decision: { approved: boolean, comment?: string | undefined } }>,
   owner: { sessionId: string, principal: string, agent: string }
-): Promise<ApprovalRecord> {
-  let first: ApprovalRecord | null = null
+): Promise<ApprovalRecord[]> {
+  const decided: ApprovalRecord[] = []
   for (const { id, decision } of answers) {
-    let approval: ApprovalRecord
     try {
-      ;({ approval } = await decideOwnApproval(service, id, owner, decision))
+      decided.push((await decideOwnApproval(service, id, owner, decision)).approval)
     } catch (err) {
       if (err instanceof ApprovalNotFoundError) continue
       throw err
     }
-    if (first === null || (approval.runId === first.runId && approval.requestedAt < first.requestedAt)) first = approval
   }
-  if (first === null) throw new ApprovalNotFoundError(answers[0]!.id)
-  return first
+  if (decided.length === 0) throw new ApprovalNotFoundError(answers[0]!.id)
+  const runId = decided[0]!.runId
+  return decided.filter((approval) => approval.runId === runId).sort((a, b) => Date.parse(a.requestedAt) - Date.parse(b.requestedAt))
 }
 
-/** Whether an event is the `approval.requested` of this approval (where a continuation picks the run up). */
-export function requestOf (approvalId: string): (event: RunEvent) => boolean {
-  return (event) => event.type === 'approval.requested' && (event.data as ApprovalEventData).approval.id === approvalId
+/**
+ * Whether the log has reached the `approval.requested` of every one of these approvals (where a continuation
+ * picks the run up): true at the last of them. Stateful: one per continuation.
+ */
+export function requestsOf (approvalIds: readonly string[]): (event: RunEvent) => boolean {
+  const missing = new Set(approvalIds)
+  return (event) => event.type === 'approval.requested' && missing.delete((event.data as ApprovalEventData).approval.id) && missing.size === 0
 }
 
 /** The error a lost compare-and-set answers with, where the caller wants one. */

@@ -18,7 +18,8 @@ export interface FollowOptions {
   after: number
   /**
    * The event an earlier response already carried the run up to (an approval being answered): the events up to it
-   * are delivered already, and what the projection learns from them (`run.started`) is handed to `projection`.
+   * are delivered already, and what the projection learns from them (`run.started`, tool calls, approvals) is
+   * handed to `projection`.
    */
   deliveredThrough?: (event: RunEvent) => boolean
   projection: (delivered: RunEvent[]) => Projection
@@ -31,6 +32,11 @@ type StreamResponse = ServerResponse & { [STREAM]: ProjectedStream }
 
 function onStreamClose (this: StreamResponse): void {
   this[STREAM].closed()
+}
+
+/** What a projection learns from the events an earlier response carried (the deltas are only text). */
+function learnable (type: string): boolean {
+  return type === 'run.started' || type.startsWith('tool.') || type.startsWith('approval.')
 }
 
 function approvalIdOf (event: RunEvent): string {
@@ -111,7 +117,7 @@ export class ProjectedStream implements RunListener {
     this.#projection = projection
     for await (const event of followRun(this.#service.settings.runStore, runId, options.after, this.#stop.signal)) {
       if (projection === null) {
-        if (event.type === 'run.started') delivered.push(event)
+        if (learnable(event.type)) delivered.push(event)
         const through = options.deliveredThrough!(event)
         if (!through && !isTerminal(event.type)) continue
         projection = this.#projection = options.projection(delivered)

@@ -30,12 +30,27 @@ export const APPROVAL_RESPONSE_SCHEMA = Object.freeze({
 /** The name of the CUSTOM event that announces an interrupt to clients predating interrupt outcomes. */
 export const LEGACY_INTERRUPT_EVENT = 'on_interrupt'
 
+/**
+ * An interrupt's id: the approval's, then the id of the AG-UI run it interrupts. The client names the interrupt in
+ * its `resume` (and sends no `parentRunId`): that is how the continuation knows which AG-UI run it continues
+ * without the service keeping the AG-UI ids anywhere. Approval ids are UUIDs: the first `:` ends them.
+ */
+export function interruptId (approvalId: string, agUiRunId: string): string {
+  return `${approvalId}:${agUiRunId}`
+}
+
+/** The approval an interrupt id names, and the AG-UI run it interrupted (absent for a bare approval id). */
+export function parseInterruptId (id: string): { approvalId: string, agUiRunId?: string } {
+  const at = id.indexOf(':')
+  return at === -1 ? { approvalId: id } : { approvalId: id.slice(0, at), agUiRunId: id.slice(at + 1) }
+}
+
 export interface AgUiRunOptions {
   /** The client's threadId (it names the session), echoed in RUN_STARTED and RUN_FINISHED. */
   threadId: string
   /** The client's runId for this AG-UI run, echoed likewise. */
   runId: string
-  /** Set on a continuation: the AG-UI run this one continues (see NOTES.md for which id). */
+  /** Set on a continuation: the AG-UI run this one continues, as the client knew it (its `runId`). */
   parentRunId?: string
   /** Events an earlier AG-UI run of the same service run already carried: learned, not re-sent. */
   delivered?: readonly RunEvent[]
@@ -157,12 +172,12 @@ export class AgUiProjection {
         const { approval } = event.data as ApprovalEventData
         this.#closeAll(out)
         const interrupt: Interrupt = {
-          id: approval.id,
+          id: interruptId(approval.id, this.#runId),
           reason: 'approval',
           message: approval.reason ?? `Approve ${approval.action}?`,
           responseSchema: { ...APPROVAL_RESPONSE_SCHEMA },
           expiresAt: approval.expiresAt,
-          metadata: { action: approval.action, payload: approval.payload ?? null, runId: approval.runId }
+          metadata: { action: approval.action, payload: approval.payload ?? null, runId: approval.runId, approvalId: approval.id }
         }
         // Clients that predate interrupt outcomes learn of it from this event, as from LangGraph's.
         out.push({

@@ -27,19 +27,54 @@ export interface UiMessageStreamOptions {
    * continuation of the same assistant message (same message id).
    */
   delivered?: readonly RunEvent[]
+  /**
+   * Go on past an approval still pending instead of ending the response there: the request is shown, then its
+   * decision and the rest of the run as they come (a page that watches rather than answers).
+   */
+  throughApprovals?: boolean
+}
+
+/** A tool call the run has not answered yet: what an approval asked for it must match. */
+interface OpenCall {
+  name: string
+  /** its input as JSON text, as an approval's payload is compared with it */
+  input: string
+  /** the approval asked for it, if any */
+  approvalId: string | null
+}
+
+/** JSON text of a value, `undefined` as `null` (an approval's missing payload is stored as null). */
+function jsonOf (value: unknown): string {
+  return JSON.stringify(value ?? null)
 }
 
 export class UiMessageStreamProjection {
+  readonly #throughApprovals: boolean
   #started = false
   #start: Extract<UIMessageChunk, { type: 'start' }> | null = null
   #open: { type: 'text' | 'reasoning', id: string, deltaPrefix: string } | null = null
   #toolInputs = new Set<string>()
+  /** tool calls without a result yet, in the order they came */
+  #openCalls = new Map<string, OpenCall>()
+  /** approvals that belong to a tool call: approval id → tool call id */
+  #callOf = new Map<string, string>()
+  /** of those, the ones still waiting for a decision that the client is to answer */
+  #undecided = new Set<string>()
+  /** tool calls whose approval was refused: their result (the denial) is already shown as denied */
+  #denied = new Set<string>()
   #ended = false
 
   constructor (options: UiMessageStreamOptions = {}) {
-    for (const event of options.delivered ?? []) {
+    this.#throughApprovals = options.throughApprovals === true
+    const delivered = options.delivered ?? []
+    if (delivered.length === 0) return
+    // learned as if projected, nothing written: the client has these parts already
+    for (const event of delivered) {
       if (event.type === 'run.started') this.#start = startChunk(event.data as RunStartedData)
+      else this.#map(event, [], true)
     }
+    this.#open = null
+    this.#ended = false
   }
 
   head (): Record<string, string> {
@@ -128,12 +163,16 @@ export class UiMessageStreamProjection {
       case 'tool.call': {
         const { toolCallId, name, input } = event.data as ToolCallData
         this.#close(chunks)
+        this.#openCalls.set(toolCallId, { name, input: jsonOf(input), approvalId: null })
         chunks.push({ type: 'tool-input-available', toolCallId, toolName: name, input, providerExecuted: true })
         return
       }
       case 'tool.result': {
         const { toolCallId, output, isError } = event.data as ToolResultData
         this.#close(chunks)
+        this.#openCalls.delete(toolCallId)
+        // the refusal is the call's outcome, as the SDK shows it: no error on top of it
+        if (this.#denied.delete(toolCallId) && isError) return
         chunks.push(isError
           ? { type: 'tool-output-error', toolCallId, errorText: outputText(output) }
           : { type: 'tool-output-available', toolCallId, output })
@@ -142,6 +181,19 @@ export class UiMessageStreamProjection {
       case 'approval.requested': {
         const { approval } = event.data as ApprovalEventData
         this.#close(chunks)
+        const toolCallId = this.#claimCall(approval.id, approval.action, approval.payload)
+        if (toolCallId !== null) {
+          // The approval of a tool call the client shows already: that call's own request, as the SDK makes it.
+          chunks.push(approval.reason == null
+            ? { type: 'tool-approval-request', approvalId: approval.id, toolCallId }
+            : { type: 'tool-approval-request', approvalId: approval.id, toolCallId, reason: approval.reason })
+          if (!approvalDecidedLater) this.#undecided.add(approval.id)
+          // The SDK's client answers a step's approvals together: the response ends once each call that waits
+          // has its request (the AI SDK adapter asks for all of them at once).
+          const waiting = [...this.#openCalls.values()].some((call) => call.approvalId === null)
+          if (!waiting && this.#undecided.size > 0) this.#finishForAnswers(chunks)
+          return
+        }
         // A step of its own: the SDK's lastAssistantMessageIsCompleteWithApprovalResponses looks at the
         // last step only, where a tool call still waiting for this approval's outcome would block it.
         chunks.push({ type: 'start-step' })
@@ -156,18 +208,29 @@ export class UiMessageStreamProjection {
         chunks.push(approval.reason == null
           ? { type: 'tool-approval-request', approvalId: approval.id, toolCallId: approval.id }
           : { type: 'tool-approval-request', approvalId: approval.id, toolCallId: approval.id, reason: approval.reason })
-        if (!approvalDecidedLater) {
-          // The client only sends its approval response once this stream has finished.
-          chunks.push({ type: 'finish', finishReason: 'tool-calls' })
-          this.#ended = true
-        }
+        if (!approvalDecidedLater) this.#finishForAnswers(chunks)
         return
       }
       case 'approval.decided': {
         const { approval } = event.data as ApprovalEventData
-        chunks.push(approval.status === 'approved'
-          ? { type: 'tool-output-available', toolCallId: approval.id, output: approval.decision ?? { approved: true } }
-          : { type: 'tool-output-denied', toolCallId: approval.id })
+        const approved = approval.status === 'approved'
+        const toolCallId = this.#callOf.get(approval.id)
+        if (toolCallId === undefined) {
+          chunks.push(approved
+            ? { type: 'tool-output-available', toolCallId: approval.id, output: approval.decision ?? { approved: true } }
+            : { type: 'tool-output-denied', toolCallId: approval.id })
+          return
+        }
+        this.#undecided.delete(approval.id)
+        // the call's own outcome comes with its result (approved), or is the refusal (anything else)
+        const comment = approval.decision?.comment
+        chunks.push(comment == null
+          ? { type: 'tool-approval-response', approvalId: approval.id, approved }
+          : { type: 'tool-approval-response', approvalId: approval.id, approved, reason: comment })
+        if (!approved) {
+          this.#denied.add(toolCallId)
+          chunks.push({ type: 'tool-output-denied', toolCallId })
+        }
         return
       }
       case 'run.completed': {
@@ -195,6 +258,28 @@ export class UiMessageStreamProjection {
           chunks.push({ type: `data-${event.type}`, data: event.data ?? null })
         }
     }
+  }
+
+  /**
+   * The tool call an approval belongs to: the first one still unanswered and not yet asked about whose name is
+   * the approval's action and whose input is its payload (what the AI SDK adapter asks), or null.
+   */
+  #claimCall (approvalId: string, action: string, payload: unknown): string | null {
+    const wanted = jsonOf(payload)
+    for (const [toolCallId, call] of this.#openCalls) {
+      if (call.approvalId !== null || call.name !== action || call.input !== wanted) continue
+      call.approvalId = approvalId
+      this.#callOf.set(approvalId, toolCallId)
+      return toolCallId
+    }
+    return null
+  }
+
+  /** The client only sends its approval responses once this stream has finished: unless it only watches. */
+  #finishForAnswers (chunks: UIMessageChunk[]): void {
+    if (this.#throughApprovals) return
+    chunks.push({ type: 'finish', finishReason: 'tool-calls' })
+    this.#ended = true
   }
 
   #close (chunks: UIMessageChunk[]): void {

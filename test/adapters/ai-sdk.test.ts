@@ -2,8 +2,12 @@ import t from 'tap'
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
-import { simulateReadableStream, stepCountIs, streamText, tool } from 'ai'
-import type { ModelMessage } from 'ai'
+import { Chat } from '@ai-sdk/react'
+import {
+  DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses, readUIMessageStream, simulateReadableStream,
+  stepCountIs, streamText, tool
+} from 'ai'
+import type { ModelMessage, UIMessage } from 'ai'
 import { MockLanguageModelV4 } from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
@@ -462,4 +466,110 @@ t.test('an input schema types run() and is checked before the model is called', 
   t.equal(model.doStreamCalls.length, 0, 'the model was never called')
   const ok = await app.inject({ method: 'POST', url: '/v1/agents/summarise/runs', payload: { input: { text: 'a long text', words: 3 } } })
   t.equal(ok.json().output, 'Summary.')
+})
+
+/** A Chat (the engine of useChat) on an agent's chat route; `finished()` resolves at its next onFinish. */
+function chatOn (url: string, agent: string, id: string) {
+  const finishes: Array<() => void> = []
+  const chat = new Chat({
+    id,
+    transport: new DefaultChatTransport({ api: `${url}/v1/agents/${agent}/chat` }),
+    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    onFinish: () => { finishes.shift()?.() }
+  })
+  return { chat, finished: () => new Promise<void>((resolve) => finishes.push(resolve)) }
+}
+
+function lastMessage (chat: Chat<UIMessage>): UIMessage {
+  const message = chat.messages.at(-1)
+  if (message?.role !== 'assistant') throw new Error(`no assistant message: ${JSON.stringify(chat.messages)}`)
+  return message
+}
+
+for (const approved of [true, false]) {
+  t.test(`useChat: a needsApproval call is one tool part, its approval on it, then ${approved ? 'its output' : 'denied'} (the SDK's Chat reads it)`, async (t) => {
+    const model = deleter()
+    const deleted: string[] = []
+    const { url } = await listen(t, { agents: { files: deleterAgent(model, deleted) } })
+    const { chat, finished } = chatOn(url, 'files', 'c')
+    await chat.sendMessage({ text: 'Delete the report' })
+    t.equal(chat.status, 'ready', 'the response ended at the approval')
+    const asked = lastMessage(chat)
+    t.same(asked.parts.map((part) => part.type), ['text', 'tool-deleteFile'], 'one tool part: the SDK\'s call, no dynamic one')
+    const part = asked.parts[1] as { toolCallId: string, state: string, input: unknown, approval: { id: string } }
+    t.match(part, { toolCallId: 'del_1', state: 'approval-requested', input: { path: '/tmp/report.txt' } })
+
+    const done = finished()
+    await chat.addToolApprovalResponse({ id: part.approval.id, approved, reason: approved ? undefined : 'keep it' })
+    await done
+    const message = lastMessage(chat)
+    t.equal(message.id, asked.id, 'the same message goes on')
+    t.same(message.parts.map((p) => p.type), ['text', 'tool-deleteFile', 'text'])
+    t.match(message.parts[1], approved
+      ? { toolCallId: 'del_1', state: 'output-available', output: 'deleted /tmp/report.txt' }
+      : { toolCallId: 'del_1', state: 'output-denied', approval: { approved: false, reason: 'keep it' } })
+    t.match(message.parts[2], { type: 'text', text: approved ? 'Done: deleted /tmp/report.txt.' : 'Not deleted (keep it).' })
+    t.same(deleted, approved ? ['/tmp/report.txt'] : [])
+  })
+}
+
+t.test('useChat: a step\'s two approvals come in one response, and one request answers both', async (t) => {
+  const model = scripted((prompt) => lastToolOutput(prompt) === undefined
+    ? [toolCall('del_1', 'deleteFile', { path: '/a' }), toolCall('del_2', 'deleteFile', { path: '/b' }), finish('tool-calls')]
+    : [...text('Tidied.'), finish('stop')])
+  const deleted: string[] = []
+  const { url } = await listen(t, { agents: { files: deleterAgent(model, deleted) } })
+  const { chat, finished } = chatOn(url, 'files', 'two')
+  await chat.sendMessage({ text: 'Delete both' })
+  const parts = lastMessage(chat).parts as Array<{ type: string, toolCallId: string, state: string, approval: { id: string } }>
+  t.same(parts.map((part) => [part.type, part.toolCallId, part.state]), [
+    ['tool-deleteFile', 'del_1', 'approval-requested'],
+    ['tool-deleteFile', 'del_2', 'approval-requested']
+  ])
+  await chat.addToolApprovalResponse({ id: parts[0]!.approval.id, approved: true })
+  const done = finished()
+  await chat.addToolApprovalResponse({ id: parts[1]!.approval.id, approved: false })
+  await done
+  t.match(lastMessage(chat).parts, [
+    { toolCallId: 'del_1', state: 'output-available', output: 'deleted /a' },
+    { toolCallId: 'del_2', state: 'output-denied' },
+    { type: 'text', text: 'Tidied.' }
+  ])
+  t.same(deleted, ['/a'])
+})
+
+t.test('a page that watches a tool call\'s approval decided elsewhere: requested, responded, output, read by readUIMessageStream', async (t) => {
+  const model = deleter()
+  const deleted: string[] = []
+  const { service, url } = await listen(t, { agents: { files: deleterAgent(model, deleted) } })
+  const { chat } = chatOn(url, 'files', 'watched')
+  await chat.sendMessage({ text: 'Delete the report' })
+  const approvalId = ((lastMessage(chat).parts[1]) as { approval: { id: string } }).approval.id
+
+  const transport = new DefaultChatTransport({
+    api: `${url}/v1/agents/files/chat`,
+    prepareReconnectToStreamRequest: ({ api, id }) => ({ api: `${api}/${encodeURIComponent(id)}/stream?approvals=wait` })
+  })
+  const stream = await transport.reconnectToStream({ chatId: 'watched' })
+  const states: string[] = []
+  let last: UIMessage | undefined
+  const read = (async () => {
+    for await (const message of readUIMessageStream({ stream: stream! })) {
+      last = message
+      t.notOk(message.parts.some((part) => part.type === 'dynamic-tool'), 'never a second tool part')
+      const part = message.parts.find((p) => p.type === 'tool-deleteFile') as { state: string } | undefined
+      if (part !== undefined && part.state !== states.at(-1)) states.push(part.state)
+    }
+  })()
+  await eventually(() => states.includes('approval-requested'))
+  const decision = await service.app.inject({ method: 'POST', url: `/v1/approvals/${approvalId}`, payload: { approved: true, comment: 'fine' } })
+  t.equal(decision.statusCode, 200)
+  await read
+  t.same(states, ['input-available', 'approval-requested', 'approval-responded', 'output-available'])
+  t.match(last!.parts, [
+    { type: 'text', text: 'I will delete it. ' },
+    { type: 'tool-deleteFile', toolCallId: 'del_1', output: 'deleted /tmp/report.txt', approval: { id: approvalId, approved: true, reason: 'fine' } },
+    { type: 'text', text: 'Done: deleted /tmp/report.txt.' }
+  ])
+  t.same(deleted, ['/tmp/report.txt'])
 })

@@ -1,6 +1,6 @@
 // The page of the browser test: what a user of fastify-agents writes with @ai-sdk/react, and nothing more. Bundled
-// by esbuild when the test runs (not compiled by tsc: it is a browser entry). The chat id and the API key come from
-// the page's URL; the DOM carries data-* attributes for the test to read.
+// by esbuild when the test runs (not compiled by tsc: it is a browser entry). The chat id, the agent and the API key
+// come from the page's URL; the DOM carries data-* attributes for the test to read.
 import { useState } from 'react'
 import { createRoot } from 'react-dom/client'
 import { useChat } from '@ai-sdk/react'
@@ -9,6 +9,7 @@ import type { UIMessage } from 'ai'
 
 const params = new URLSearchParams(location.search)
 const chatId = params.get('chat') ?? 'browser-chat'
+const agent = params.get('agent') ?? 'helper'
 const apiKey = params.get('key') ?? ''
 
 type Part = UIMessage['parts'][number]
@@ -39,7 +40,7 @@ function App () {
   const [input, setInput] = useState('')
   const { messages, sendMessage, status, error, addToolApprovalResponse } = useChat({
     id: chatId,
-    transport: new DefaultChatTransport({ api: '/v1/agents/helper/chat', headers: { 'x-api-key': apiKey } }),
+    transport: new DefaultChatTransport({ api: `/v1/agents/${agent}/chat`, headers: { 'x-api-key': apiKey } }),
     // after a reload: the run in progress (if any) is streamed again from its start
     resume: true,
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses

@@ -1,7 +1,8 @@
 // A real browser chats with an agent through the service: a page using @ai-sdk/react's useChat (test/browser/
 // chat-app.tsx, bundled by esbuild here, offline) in Chromium driven by playwright-core. It shows a tool call,
-// approves an approval from the page, and reloads mid-stream to resume the run. The DOM is checked; screenshots
-// (after the approval, after the resume) are kept in test-artifacts/ (gitignored).
+// approves an approval from the page, reloads mid-stream to resume the run, and approves an AI SDK agent's tool
+// call on the call's own part. The DOM is checked; screenshots (after the approval, after the resume) are kept in
+// test-artifacts/ (gitignored).
 import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
@@ -11,7 +12,12 @@ import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import { build as bundle } from 'esbuild'
 import { chromium } from 'playwright-core'
+import { simulateReadableStream, stepCountIs, streamText, tool } from 'ai'
+import { MockLanguageModelV4 } from 'ai/test'
+import type { LanguageModelV4StreamPart } from '@ai-sdk/provider'
+import { z } from 'zod'
 import fastifyAgents from '../../index.js'
+import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
 import { scripted } from '../helpers/frontends.js'
 import { requireService } from '../helpers/services.js'
 
@@ -24,6 +30,31 @@ function projectRoot (): string {
   return dir
 }
 const root = projectRoot()
+
+/**
+ * An AI SDK agent whose model deletes a file with a tool that needs approval, then says what came of it. Its first
+ * answer takes its time after the tool call, so that the page shows the call before its approval is asked.
+ */
+function files (deleted: string[]) {
+  const finish = (unified: 'stop' | 'tool-calls'): LanguageModelV4StreamPart => ({
+    type: 'finish', finishReason: { unified, raw: unified }, usage: { inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined }, outputTokens: { total: 1, text: 1, reasoning: undefined } }
+  })
+  const model = new MockLanguageModelV4({
+    doStream: async ({ prompt }) => {
+      const answered = prompt.at(-1)?.role === 'tool'
+      const chunks: LanguageModelV4StreamPart[] = answered
+        ? [{ type: 'text-start', id: 't' }, { type: 'text-delta', id: 't', delta: 'Deleted.' }, { type: 'text-end', id: 't' }, finish('stop')]
+        : [{ type: 'tool-call', toolCallId: 'del_1', toolName: 'deleteFile', input: JSON.stringify({ path: '/tmp/report.txt' }) }, finish('tool-calls')]
+      return { stream: simulateReadableStream({ chunks, chunkDelayInMs: answered ? 0 : 300 }) }
+    }
+  })
+  const deleteFile = tool({
+    inputSchema: z.object({ path: z.string() }),
+    needsApproval: true,
+    execute: async ({ path }) => { deleted.push(path); return `deleted ${path}` }
+  })
+  return aiSdkAgent({ run: (input, ctx) => streamText({ model, tools: { deleteFile }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(3) }) })
+}
 
 const PAGE = '<!doctype html><html><head><meta charset="utf-8"><title>chat</title></head>' +
   '<body><div id="root"></div><script type="module" src="/app.js"></script></body></html>'
@@ -45,8 +76,9 @@ t.test('useChat in Chromium: a tool call, an approval from the page, a reload mi
 
   // plugin mode: the page and its script are the host app's routes, the service is mounted beside them
   const helper = scripted()
+  const deleted: string[] = []
   const app = Fastify()
-  await app.register(fastifyAgents, { agents: { helper: helper.agent }, auth: { strategy: 'api-key', keys: [KEY] } })
+  await app.register(fastifyAgents, { agents: { helper: helper.agent, files: files(deleted) }, auth: { strategy: 'api-key', keys: [KEY] } })
   app.get('/', async (_request, reply) => reply.type('text/html; charset=utf-8').send(PAGE))
   app.get('/app.js', async (_request, reply) => reply.type('text/javascript; charset=utf-8').send(script))
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -105,5 +137,29 @@ t.test('useChat in Chromium: a tool call, an approval from the page, a reload mi
   t.same(failures, [])
 
   await page.screenshot({ path: join(artifacts, 'browser-chat-resumed.png'), fullPage: true })
-  t.comment(`browser test: ${Math.round(performance.now() - began)} ms (bundle, service, Chromium, two chats, a reload)`)
+
+  // an AI SDK agent's tool call that needs approval: one tool part, whose state the page shows as it changes
+  await page.goto(`${origin}/?chat=browser-2&agent=files&key=${KEY}`)
+  await page.waitForSelector('main[data-status="ready"]')
+  // (a script of the page's own: this file is compiled without the DOM's types)
+  await page.evaluate(`
+    window.toolStates = []
+    new MutationObserver(() => {
+      const state = document.querySelector('[data-tool="deleteFile"]')?.getAttribute('data-state')
+      if (state != null && window.toolStates.at(-1) !== state) window.toolStates.push(state)
+    }).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-state'] })
+  `)
+  await page.fill('input[name=message]', 'Delete the report')
+  await page.click('button[type=submit]')
+  await page.waitForSelector('[data-tool="deleteFile"][data-state="approval-requested"] [data-approve]')
+  t.equal(await page.locator('section[data-role="assistant"] [data-part="tool"]').count(), 1, 'one tool part: the call\'s own')
+  await page.click('[data-approve]')
+  await page.waitForSelector('[data-tool="deleteFile"][data-state="output-available"]')
+  await page.waitForSelector('section[data-role="assistant"] [data-part="text"]:text-is("Deleted.")')
+  t.equal(await page.locator('section[data-role="assistant"] [data-part="tool"]').count(), 1)
+  t.same(await page.evaluate('window.toolStates'),
+    ['input-available', 'approval-requested', 'approval-responded', 'output-available'], 'the call, its approval, the answer, its output')
+  t.same(deleted, ['/tmp/report.txt'])
+  t.same(failures, [])
+  t.comment(`browser test: ${Math.round(performance.now() - began)} ms (bundle, service, Chromium, three chats, a reload)`)
 })

@@ -27,7 +27,7 @@ function waitFor (released: Promise<void>, ctx: RunContext): Promise<void> {
 /**
  * Inputs: `full` (reasoning, text, a custom event, a streamed tool call with its result, a failed tool call, a
  * checkpoint, more text), `mail` (asks approval to send a mail, then says what became of it; `mail-wait` then waits
- * until released), `wait` (streams, then
+ * until released; `mail-twice` asks twice, one after the other), `wait` (streams, then
  * waits until released), `fail` (streams, then throws), anything else is echoed.
  */
 export function scripted (): Scripted {
@@ -63,6 +63,15 @@ export function scripted (): Scripted {
           yield decision.approved ? ' Sent.' : ' Not sent.'
           if (input === 'mail-wait') await waitFor(released, ctx)
           return { output: decision.approved ? 'sent' : 'not sent', usage: { inputTokens: 1, outputTokens: 1 } }
+        }
+        case 'mail-twice': {
+          let sent = 0
+          for (const to of ['bob@example.com', 'carol@example.com']) {
+            const decision = await ctx.requestApproval({ action: 'sendEmail', payload: { to } })
+            if (decision.approved) sent++
+          }
+          yield `${sent} sent`
+          return { output: sent === 2 ? 'sent twice' : `sent ${sent}` }
         }
         case 'wait':
           yield 'tick'

@@ -107,7 +107,9 @@ for (const status of ['resolved', 'cancelled'] as const) {
     t.match(seen.at(-2), { name: 'on_interrupt' })
     const [interrupt] = agent.pendingInterrupts
     t.match(interrupt, { reason: 'approval', message: 'Sends mail on your behalf', responseSchema: APPROVAL_RESPONSE_SCHEMA, metadata: { action: 'sendEmail', runId: runs[0]!.runId } })
-    const approval = await app.inject({ url: `/v1/approvals/${interrupt!.id}`, headers: { 'x-api-key': KEYS.alice } })
+    const approvalId = (interrupt!.metadata as { approvalId: string }).approvalId
+    t.equal(interrupt!.id, `${approvalId}:client-run-1`, 'the interrupt names its approval and the AG-UI run it interrupted')
+    const approval = await app.inject({ url: `/v1/approvals/${approvalId}`, headers: { 'x-api-key': KEYS.alice } })
     t.equal(approval.json().status, 'pending', 'the service\'s run waits')
 
     seen.length = 0
@@ -118,22 +120,47 @@ for (const status of ['resolved', 'cancelled'] as const) {
         : { interruptId: interrupt!.id, status }]
     }, subscriber)
     t.same(said, [])
-    t.match(seen[0], { type: 'RUN_STARTED', runId: 'client-run-2', parentRunId: runs[0]!.runId, metadata: { runId: runs[0]!.runId } })
+    t.match(seen[0], { type: 'RUN_STARTED', runId: 'client-run-2', parentRunId: 'client-run-1', metadata: { runId: runs[0]!.runId } },
+      'the parent is the interrupted AG-UI run, as the client knew it')
     t.match(seen[1], { type: 'CUSTOM', name: 'approval.decided', value: { approval: { status: status === 'resolved' ? 'approved' : 'rejected' } } })
     t.equal(second.result, status === 'resolved' ? 'sent' : 'not sent')
     t.same(agent.pendingInterrupts, [])
-    const decided = await app.inject({ url: `/v1/approvals/${interrupt!.id}`, headers: { 'x-api-key': KEYS.alice } })
+    const decided = await app.inject({ url: `/v1/approvals/${approvalId}`, headers: { 'x-api-key': KEYS.alice } })
     t.match(decided.json(), { status: status === 'resolved' ? 'approved' : 'rejected', decision: status === 'resolved' ? { comment: 'go' } : { comment: null } })
     t.equal(runs.length, 1, 'one service run')
   })
 }
+
+t.test('a second interrupt of the same run: its continuation\'s parent is the AG-UI run that the first continuation was', async (t) => {
+  const { url, seen: runs } = await serve(t)
+  const { agent, seen, subscriber } = agentOn(url, 'mail-twice')
+  await agent.runAgent({ runId: 'first' }, subscriber)
+  await agent.runAgent({ runId: 'second', resume: [{ interruptId: agent.pendingInterrupts[0]!.id, status: 'resolved', payload: { approved: true } }] }, subscriber)
+  t.match(agent.pendingInterrupts, [{ id: /:second$/, metadata: { action: 'sendEmail' } }], 'the continuation was interrupted in turn')
+  seen.length = 0
+  const third = await agent.runAgent({ runId: 'third', resume: [{ interruptId: agent.pendingInterrupts[0]!.id, status: 'resolved', payload: { approved: true } }] }, subscriber)
+  t.match(seen[0], { type: 'RUN_STARTED', runId: 'third', parentRunId: 'second' })
+  t.equal(third.result, 'sent twice')
+  t.equal(runs.length, 1, 'one service run throughout')
+
+  // a client that answers with the bare approval id (from /v1/approvals) or names the parent itself
+  const bare = agentOn(url, 'mail', { threadId: 'bare' })
+  await bare.agent.runAgent({ runId: 'b1' })
+  const approvalId = (bare.agent.pendingInterrupts[0]!.metadata as { approvalId: string }).approvalId
+  const events = await verified(url, { threadId: 'bare', runId: 'b2', resume: [{ interruptId: approvalId, status: 'resolved', payload: { approved: true } }] } as Partial<RunAgentInput>)
+  t.match(events[0], { type: 'RUN_STARTED', runId: 'b2', parentRunId: runs[1]!.runId }, 'without the AG-UI run\'s id, the service run it continues')
+  const named = agentOn(url, 'mail', { threadId: 'named' })
+  await named.agent.runAgent({ runId: 'n1' })
+  const own = await verified(url, { threadId: 'named', runId: 'n2', parentRunId: 'my-parent', resume: [{ interruptId: named.agent.pendingInterrupts[0]!.id, status: 'resolved', payload: { approved: true } }] } as Partial<RunAgentInput>)
+  t.match(own[0], { type: 'RUN_STARTED', runId: 'n2', parentRunId: 'my-parent' }, 'a parentRunId the client sends is its own word')
+})
 
 t.test('an interrupt decided with POST /v1/approvals/:id: the resume streams the rest all the same', async (t) => {
   const { url, app } = await serve(t)
   const { agent } = agentOn(url, 'mail')
   await agent.runAgent({ runId: 'r1' })
   const [interrupt] = agent.pendingInterrupts
-  const decision = await app.inject({ method: 'POST', url: `/v1/approvals/${interrupt!.id}`, headers: { 'x-api-key': KEYS.alice }, payload: { approved: true } })
+  const decision = await app.inject({ method: 'POST', url: `/v1/approvals/${(interrupt!.metadata as { approvalId: string }).approvalId}`, headers: { 'x-api-key': KEYS.alice }, payload: { approved: true } })
   t.equal(decision.statusCode, 200)
   const rest = await agent.runAgent({ runId: 'r2', resume: [{ interruptId: interrupt!.id, status: 'resolved', payload: { approved: false } }] })
   t.equal(rest.result, 'sent', 'the first decision stands')
@@ -146,7 +173,7 @@ t.test('another principal\'s resume is refused (404) and changes nothing', async
   const [interrupt] = alice.agent.pendingInterrupts
   const events = verified(url, { threadId: 'thread-1', resume: [{ interruptId: interrupt!.id, status: 'resolved', payload: { approved: true } }] } as Partial<RunAgentInput>, 'bob')
   await t.rejects(events, /HTTP 404/)
-  const still = await app.inject({ url: `/v1/approvals/${interrupt!.id}`, headers: { 'x-api-key': KEYS.alice } })
+  const still = await app.inject({ url: `/v1/approvals/${(interrupt!.metadata as { approvalId: string }).approvalId}`, headers: { 'x-api-key': KEYS.alice } })
   t.equal(still.json().status, 'pending')
 })
 

@@ -4,10 +4,13 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { Chat } from '@ai-sdk/react'
+import Fastify from 'fastify'
 import {
-  DefaultChatTransport, JsonToSseTransformStream, createUIMessageStream, lastAssistantMessageIsCompleteWithApprovalResponses
+  DefaultChatTransport, JsonToSseTransformStream, createUIMessageStream, lastAssistantMessageIsCompleteWithApprovalResponses,
+  readUIMessageStream
 } from 'ai'
 import type { UIMessage, UIMessageChunk } from 'ai'
+import agentService from '../../index.js'
 import { conversationSessionId } from '../../lib/frontends/runs.js'
 import { auditEntries, eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
@@ -24,18 +27,22 @@ async function serve (t: Test, options: { auth?: boolean } = {}) {
   return { ...helper, service, url, app: service.app }
 }
 
-/** A Chat (the engine of useChat) talking to the service as `who`; `finished()` resolves at the next onFinish. */
-function chatWith (url: string, options: { id?: string, who?: keyof typeof KEYS, messages?: UIMessage[], headers?: Record<string, string> } = {}) {
+/**
+ * A Chat (the engine of useChat) talking to the service as `who`; `finished()` resolves at the next onFinish.
+ * `watch`: the page watches rather than answers, so its resume asks to go on past approvals (`?approvals=wait`).
+ */
+function chatWith (url: string, options: { id?: string, who?: keyof typeof KEYS, messages?: UIMessage[], headers?: Record<string, string>, watch?: boolean } = {}) {
   const finishes: Array<() => void> = []
-  const requests: Array<{ method: string, body: any }> = []
+  const requests: Array<{ method: string, url: string, body: any }> = []
   const chat = new Chat({
     id: options.id ?? 'chat-1',
     messages: options.messages ?? [],
     transport: new DefaultChatTransport({
       api: `${url}/v1/agents/helper/chat`,
       headers: { 'x-api-key': KEYS[options.who ?? 'alice'], ...options.headers },
+      ...(options.watch === true ? { prepareReconnectToStreamRequest: ({ api, id }) => ({ api: `${api}/${encodeURIComponent(id)}/stream?approvals=wait` }) } : {}),
       fetch: async (input, init) => {
-        requests.push({ method: init?.method ?? 'GET', body: init?.body == null ? undefined : JSON.parse(String(init.body)) })
+        requests.push({ method: init?.method ?? 'GET', url: String(input), body: init?.body == null ? undefined : JSON.parse(String(init.body)) })
         return fetch(input, init)
       }
     }),
@@ -409,4 +416,112 @@ t.test('a run handed to its next attempt mid-stream (a drain, a lapsed lease): t
   t.same(message.parts.map((part) => part.type), ['text', 'data-run.requeued', 'text'])
   t.match(message.parts[1], { data: { attempt: 2, reason: 'SHUTDOWN' } })
   t.match(message.parts[2], { text: 'tick tock' })
+})
+
+t.test('every chat id the route accepts can be resumed: 101 to 128 characters, any Unicode the URL holds', async (t) => {
+  const { url, seen, release } = await serve(t)
+  for (const id of ['x'.repeat(101), 'é'.repeat(128), '😀'.repeat(64), 'a/b?c#d%e f', '...']) {
+    const { chat } = chatWith(url, { id })
+    const sent = chat.sendMessage({ text: 'wait' })
+    await eventually(() => chat.messages.length === 2 && assistant(chat).parts.length > 0)
+    const reloaded = chatWith(url, { id, messages: [chat.messages[0]!] })
+    const resumed = reloaded.chat.resumeStream()
+    await eventually(() => reloaded.chat.messages.length === 2 && assistant(reloaded.chat).parts.length > 0)
+    t.equal(reloaded.requests[0]!.method, 'GET')
+    t.equal(assistant(reloaded.chat).id, seen.at(-1)!.runId, `${id.slice(0, 12)}… (${id.length}): resumed`)
+    release()
+    await Promise.all([sent, resumed])
+    t.equal(reloaded.chat.status, 'ready')
+  }
+})
+
+t.test('a chat id that could not be resumed is refused when the chat is made, saying why', async (t) => {
+  const { app } = await serve(t)
+  const user = { id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }
+  const post = (id: string) => app.inject({ method: 'POST', url: '/v1/agents/helper/chat', headers: { 'x-api-key': KEYS.alice }, payload: { id, messages: [user] } })
+  t.match((await post('😀'.repeat(65))).json(), {
+    statusCode: 400, code: 'FST_ERR_VALIDATION', message: /^body\/id must be at most 128 characters \(UTF-16 code units\) here, the router's maxParamLength/
+  }, '65 characters, 130 code units')
+  t.match((await post('.')).json(), { statusCode: 400, message: 'body/id must not be "." or "..": a URL path cannot hold it' })
+  t.match((await post('..')).json(), { statusCode: 400, message: 'body/id must not be "." or "..": a URL path cannot hold it' })
+  t.match((await post('a\ud800b')).json(), { statusCode: 400, message: 'body/id cannot be stored: it holds a lone surrogate' }, 'nor could a URL')
+  t.equal((await post('x'.repeat(129))).statusCode, 400, 'beyond the schema\'s 128')
+  t.equal((await app.inject({ url: `/v1/agents/helper/chat/${'x'.repeat(128)}/stream`, headers: { 'x-api-key': KEYS.alice } })).statusCode, 204)
+})
+
+t.test('mounted in a host app, the host\'s maxParamLength bounds the chat ids: longer ones are refused when the chat is made', async (t) => {
+  for (const [hostOptions, limit] of [[{}, 100], [{ routerOptions: { maxParamLength: 128 } }, 128], [{ routerOptions: { maxParamLength: 60 } }, 60]] as const) {
+    const helper = scripted()
+    const app = Fastify(hostOptions)
+    t.teardown(() => app.close())
+    await app.register(agentService, { agents: { helper: helper.agent } })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`
+
+    const longest = 'x'.repeat(limit)
+    const { chat } = chatWith(url, { id: longest })
+    const sent = chat.sendMessage({ text: 'wait' })
+    await eventually(() => chat.messages.length === 2 && assistant(chat).parts.length > 0)
+    const reloaded = chatWith(url, { id: longest, messages: [chat.messages[0]!] })
+    const resumed = reloaded.chat.resumeStream()
+    await eventually(() => reloaded.chat.messages.length === 2 && assistant(reloaded.chat).parts.length > 0)
+    t.equal(assistant(reloaded.chat).id, helper.seen[0]!.runId, `maxParamLength ${limit}: an id of ${limit} characters resumes`)
+    helper.release()
+    await Promise.all([sent, resumed])
+
+    if (limit < 128) {
+      const over = chatWith(url, { id: 'x'.repeat(limit + 1) })
+      await over.chat.sendMessage({ text: 'hi' })
+      t.equal(over.chat.status, 'error')
+      t.match(over.chat.error?.message, `body/id must be at most ${limit} characters (UTF-16 code units) here, the router's maxParamLength`)
+      t.equal(helper.seen.length, 1, 'nothing ran')
+    }
+  }
+})
+
+t.test('a page that watches (`?approvals=wait`) sees a decision made elsewhere, then the rest of the run; one that answers still can', async (t) => {
+  const { url, app, seen, release } = await serve(t)
+  const { chat } = chatWith(url, { id: 'w' })
+  await chat.sendMessage({ text: 'mail-wait' })
+  const approvalId = (assistant(chat).parts.at(-1) as { approval: { id: string } }).approval.id
+
+  // a page that answers: its resume ends at the request, as the chat response did
+  const answering = chatWith(url, { id: 'w', messages: [chat.messages[0]!] })
+  await answering.chat.resumeStream()
+  t.equal(answering.chat.status, 'ready')
+  t.match(assistant(answering.chat).parts.at(-1), { state: 'approval-requested', approval: { id: approvalId } })
+
+  // a page that watches: the request, then it stays with the run
+  const watching = chatWith(url, { id: 'w', messages: [chat.messages[0]!], watch: true })
+  const watched = watching.chat.resumeStream()
+  await eventually(() => watching.chat.messages.length === 2 && (assistant(watching.chat).parts.at(-1) as { state?: string }).state === 'approval-requested')
+  t.match(watching.requests[0], { method: 'GET', url: /\/chat\/w\/stream\?approvals=wait$/ })
+  t.equal(watching.chat.status, 'streaming', 'still following the run')
+
+  // the SDK's own reader over the SDK's own transport: the tool part's states, snapshot by snapshot
+  const transport = new DefaultChatTransport({
+    api: `${url}/v1/agents/helper/chat`,
+    headers: { 'x-api-key': KEYS.alice },
+    prepareReconnectToStreamRequest: ({ api, id }) => ({ api: `${api}/${encodeURIComponent(id)}/stream?approvals=wait` })
+  })
+  const stream = await transport.reconnectToStream({ chatId: 'w' })
+  const states: string[] = []
+  const read = (async () => {
+    for await (const message of readUIMessageStream({ stream: stream! })) {
+      const part = message.parts.find((p) => p.type === 'dynamic-tool') as { state: string } | undefined
+      if (part !== undefined && part.state !== states.at(-1)) states.push(part.state)
+    }
+  })()
+  await eventually(() => states.includes('approval-requested'))
+
+  const decision = await app.inject({ method: 'POST', url: `/v1/approvals/${approvalId}`, headers: { 'x-api-key': KEYS.alice }, payload: { approved: true } })
+  t.equal(decision.statusCode, 200)
+  await eventually(() => (assistant(watching.chat).parts.at(-1) as { text?: string }).text === ' Sent.')
+  t.match(assistant(watching.chat).parts.at(-2), { type: 'dynamic-tool', toolCallId: approvalId, state: 'output-available', output: { approved: true } })
+  t.equal(watching.chat.status, 'streaming', 'the run goes on: so does the page')
+  release()
+  await Promise.all([watched, read])
+  t.equal(watching.chat.status, 'ready')
+  t.same(states, ['input-available', 'approval-requested', 'output-available'], 'read by the SDK: requested, then the decision\'s output')
+  t.equal(seen.length, 1, 'one run')
 })

@@ -47,18 +47,24 @@ t.test('followRun and storedEvents: logs longer than a page, a signal, a run tha
   t.same(await all(followRun(store, 'nope', 0)), [], 'a run the store does not have ends at once')
 })
 
-t.test('decideAnswers: the earliest of a run\'s answered approvals; a failing store is not "not found"', async (t) => {
+t.test('decideAnswers: a run\'s answered approvals, earliest first; a failing store is not "not found"', async (t) => {
   const approvalStore = new MemoryApprovalStore()
   const service = { settings: { approvalStore } } as unknown as AgentServiceCore
   const owner = { sessionId: 's', principal: 'p', agent: 'a' }
-  const approval = (id: string, at: string): ApprovalRecord => ({
-    id, runId: 'run', agent: 'a', sessionId: 's', principal: 'p', action: 'x', payload: null, reason: null, status: 'pending',
+  const approval = (id: string, at: string, runId = 'run'): ApprovalRecord => ({
+    id, runId, agent: 'a', sessionId: 's', principal: 'p', action: 'x', payload: null, reason: null, status: 'pending',
     requestedAt: at, expiresAt: new Date(Date.now() + 60_000).toISOString()
   })
   await approvalStore.create(approval('late', '2030-01-01T00:00:02.000Z'))
   await approvalStore.create(approval('early', '2030-01-01T00:00:01.000Z'))
-  const first = await decideAnswers(service, [{ id: 'late', decision: { approved: true } }, { id: 'other', decision: { approved: true } }, { id: 'early', decision: { approved: false } }], owner)
-  t.equal(first.id, 'early')
+  await approvalStore.create(approval('same-time', '2030-01-01T00:00:02.000Z'))
+  await approvalStore.create(approval('stale', '2030-01-01T00:00:00.000Z', 'older-run'))
+  const answered = await decideAnswers(service, [
+    { id: 'late', decision: { approved: true } }, { id: 'other', decision: { approved: true } }, { id: 'stale', decision: { approved: true } },
+    { id: 'same-time', decision: { approved: true } }, { id: 'early', decision: { approved: false } }
+  ], owner)
+  t.same(answered.map((a) => a.id), ['early', 'late', 'same-time'], 'the run of the first answer, earliest requested first')
+  t.equal((await approvalStore.get('stale'))!.status, 'approved', 'an answer for another run is decided all the same')
   await t.rejects(decideAnswers(service, [{ id: 'other', decision: { approved: true } }], owner), ApprovalNotFoundError)
 
   const failing = { settings: { approvalStore: { get: async () => { throw new Error('store down') } } } } as unknown as AgentServiceCore

@@ -7,7 +7,7 @@ import type { Test } from 'tap'
 import { HttpAgent, runHttpRequest, transformHttpEventStream, verifyEvents } from '@ag-ui/client'
 import type { AgentSubscriber, BaseEvent, RunAgentInput } from '@ag-ui/client'
 import { lastValueFrom, toArray } from 'rxjs'
-import { AG_UI_HEADERS, AgUiProjection, APPROVAL_RESPONSE_SCHEMA } from '../../../lib/protocols/ag-ui.js'
+import { AG_UI_HEADERS, AgUiProjection, APPROVAL_RESPONSE_SCHEMA, parseInterruptId } from '../../../lib/protocols/ag-ui.js'
 import type { AgUiRunOptions } from '../../../lib/protocols/ag-ui.js'
 import { SSE_PING } from '../../../lib/protocols/run-events.js'
 import type { RunEvent } from '../../../lib/protocols/run-events.js'
@@ -149,23 +149,25 @@ t.test('an approval ends the AG-UI run as an interrupt; the resume answers it in
     approvalId: 'appr-1', action: 'sendEmail', payload: { to: 'bob@example.com' }, reason: 'Sends mail on your behalf', expiresAt: '2030-01-01T00:10:00.000Z'
   })
   t.same(agent.pendingInterrupts, [{
-    id: 'appr-1',
+    id: 'appr-1:client-run-1',
     reason: 'approval',
     message: 'Sends mail on your behalf',
     responseSchema: APPROVAL_RESPONSE_SCHEMA,
     expiresAt: '2030-01-01T00:10:00.000Z',
-    metadata: { action: 'sendEmail', payload: { to: 'bob@example.com' }, runId: RUN_ID }
-  }], 'the client holds the interrupt until a resume answers it')
+    metadata: { action: 'sendEmail', payload: { to: 'bob@example.com' }, runId: RUN_ID, approvalId: 'appr-1' }
+  }], 'the client holds the interrupt until a resume answers it; its id names the approval and the AG-UI run it interrupted')
+  t.same(parseInterruptId(agent.pendingInterrupts[0]!.id), { approvalId: 'appr-1', agUiRunId: 'client-run-1' })
+  t.same(parseInterruptId('appr-1'), { approvalId: 'appr-1' }, 'a bare approval id names the approval alone')
 
   await t.rejects(agent.runAgent({ runId: 'client-run-x' }), /pending interrupt/, 'the client itself refuses a run that ignores it')
 
   seen.length = 0
   const second = await agent.runAgent({
     runId: 'client-run-2',
-    resume: [{ interruptId: 'appr-1', status: 'resolved', payload: { approved: true, comment: 'go' } }]
+    resume: [{ interruptId: 'appr-1:client-run-1', status: 'resolved', payload: { approved: true, comment: 'go' } }]
   }, subscriber)
   t.same(said, [])
-  t.match(sent.at(-1), { threadId: THREAD, runId: 'client-run-2', resume: [{ interruptId: 'appr-1', status: 'resolved', payload: { approved: true, comment: 'go' } }] })
+  t.match(sent.at(-1), { threadId: THREAD, runId: 'client-run-2', resume: [{ interruptId: 'appr-1:client-run-1', status: 'resolved', payload: { approved: true, comment: 'go' } }] })
   t.notOk('parentRunId' in sent.at(-1)!, 'the client does not send parentRunId: the server knows the parent')
   t.match(seen[0], { type: 'RUN_STARTED', runId: 'client-run-2', parentRunId: 'client-run-1', metadata: { runId: RUN_ID } })
   t.match(seen[1], { type: 'CUSTOM', name: 'approval.decided', value: { approval: { status: 'approved' } } })

@@ -14,7 +14,8 @@ import type { UIMessage, UIMessageChunk } from 'ai'
 import { UI_MESSAGE_STREAM_HEADERS, UiMessageStreamProjection } from '../../../lib/protocols/ui-message-stream.js'
 import type { UiMessageStreamOptions } from '../../../lib/protocols/ui-message-stream.js'
 import { SSE_PING } from '../../../lib/protocols/run-events.js'
-import type { RunEvent } from '../../../lib/protocols/run-events.js'
+import type { Approval, RunEvent } from '../../../lib/protocols/run-events.js'
+import { eventually } from '../../helper.js'
 import { RUN_ID, SESSION_ID, TRACE_ID, approval, completed, failed, log, started, streamOf, textOf } from './helpers.js'
 
 const API = 'http://svc.test/v1/agents/helper/chat'
@@ -251,15 +252,16 @@ t.test('a tool error without output has an empty error text', async (t) => {
   t.same(pieces, [`data: ${JSON.stringify({ type: 'tool-output-error', toolCallId: 'c', errorText: '' })}\n\n`])
 })
 
+// An approval that no tool call of the run owns (another tool's, or none): a dynamic tool call of its own.
 const APPROVAL_LOG = log([
   started(),
-  ['tool.call', { toolCallId: 'call-9', name: 'sendEmail', input: { to: 'bob@example.com' } }],
+  ['tool.call', { toolCallId: 'call-9', name: 'draft', input: { to: 'bob' } }],
   ['message.delta', { text: 'Sending.' }],
   ['approval.requested', { approval: approval('pending') }]
 ])
 const APPROVAL_CHUNKS: UIMessageChunk[] = [
   START,
-  { type: 'tool-input-available', toolCallId: 'call-9', toolName: 'sendEmail', input: { to: 'bob@example.com' }, providerExecuted: true },
+  { type: 'tool-input-available', toolCallId: 'call-9', toolName: 'draft', input: { to: 'bob' }, providerExecuted: true },
   { type: 'text-start', id: 'text-3' },
   { type: 'text-delta', id: 'text-3', delta: 'Sending.' },
   { type: 'text-end', id: 'text-3' },
@@ -271,7 +273,7 @@ const APPROVAL_CHUNKS: UIMessageChunk[] = [
 function rest (status: 'approved' | 'rejected'): RunEvent[] {
   return log([
     ['approval.decided', { approval: approval(status) }],
-    ['tool.result', { toolCallId: 'call-9', name: 'sendEmail', output: status === 'approved' ? 'sent' : 'denied', isError: status !== 'approved' }],
+    ['tool.result', { toolCallId: 'call-9', name: 'draft', output: status === 'approved' ? 'sent' : 'denied', isError: status !== 'approved' }],
     ['message.delta', { text: status === 'approved' ? 'Sent.' : 'Not sent.' }],
     completed('done')
   ], 5)
@@ -307,7 +309,7 @@ for (const status of ['approved', 'rejected'] as const) {
         await chat.sendMessage({ text: 'mail bob' })
         t.equal(chat.status, 'ready', 'the first response has finished')
         const asked = assistant(chat)
-        t.same(asked.parts.map((part) => part.type), ['tool-sendEmail', 'text', 'step-start', 'dynamic-tool'])
+        t.same(asked.parts.map((part) => part.type), ['tool-draft', 'text', 'step-start', 'dynamic-tool'])
         t.match(asked.parts[3], {
           type: 'dynamic-tool',
           toolName: 'sendEmail',
@@ -333,7 +335,7 @@ for (const status of ['approved', 'rejected'] as const) {
         t.equal(chat.messages.length, 2, 'no new message: the run goes on in the same one')
         const message = assistant(chat)
         t.equal(message.id, RUN_ID)
-        t.same(message.parts.map((part) => part.type), ['tool-sendEmail', 'text', 'step-start', 'dynamic-tool', 'text'])
+        t.same(message.parts.map((part) => part.type), ['tool-draft', 'text', 'step-start', 'dynamic-tool', 'text'])
         t.match(message.parts[0], status === 'approved' ? { state: 'output-available', output: 'sent' } : { state: 'output-error', errorText: 'denied' })
         t.match(message.parts[3], status === 'approved'
           ? { state: 'output-available', output: { approved: true, decidedBy: 'alice' } }
@@ -360,7 +362,7 @@ t.test('resume: GET {api}/{chatId}/stream replays the run from its start under t
       t.equal(chat.messages.length, 2)
       const message = assistant(chat)
       t.equal(message.id, RUN_ID)
-      t.same(message.parts.map((part) => part.type), ['tool-sendEmail', 'text', 'step-start', 'dynamic-tool', 'text'])
+      t.same(message.parts.map((part) => part.type), ['tool-draft', 'text', 'step-start', 'dynamic-tool', 'text'])
       t.match(message.parts[3], { state: 'output-available' })
     })
   }
@@ -416,4 +418,188 @@ t.test('a continuation learns nothing it cannot use from a log without run.start
   t.same(pieces, [
     `data: ${JSON.stringify({ type: 'text-start', id: 'text-2' })}\n\ndata: ${JSON.stringify({ type: 'text-delta', id: 'text-2', delta: 'x' })}\n\n`
   ], 'no start chunk: there is no message id to give')
+})
+
+// The AI SDK adapter's approvals: asked for a tool call, with the tool's name as action and the call's input as
+// payload. Such an approval is that call's own tool-approval-request (same toolCallId), as the SDK makes it: one tool
+// part, never a second, dynamic one.
+const DELETE = { path: '/tmp/report.txt' }
+function deletion (id: string, status: Approval['status'] = 'pending', input: unknown = DELETE): Approval {
+  return approval(status, { id, action: 'deleteFile', payload: input, reason: null })
+}
+const CALL_LOG = log([
+  started(),
+  ['message.delta', { text: 'I will delete it.' }],
+  ['tool.call', { toolCallId: 'del_1', name: 'deleteFile', input: DELETE }],
+  ['approval.requested', { approval: deletion('appr-1') }]
+])
+const CALL_CHUNKS: UIMessageChunk[] = [
+  START,
+  { type: 'text-start', id: 'text-2' },
+  { type: 'text-delta', id: 'text-2', delta: 'I will delete it.' },
+  { type: 'text-end', id: 'text-2' },
+  { type: 'tool-input-available', toolCallId: 'del_1', toolName: 'deleteFile', input: DELETE, providerExecuted: true },
+  { type: 'tool-approval-request', approvalId: 'appr-1', toolCallId: 'del_1' },
+  { type: 'finish', finishReason: 'tool-calls' }
+]
+function callRest (status: 'approved' | 'rejected'): RunEvent[] {
+  const approved = status === 'approved'
+  return log([
+    ['approval.decided', { approval: deletion('appr-1', status) }],
+    // the adapter's result for a denied call: the denial, as an error (the chat shows the denial alone)
+    ['tool.result', { toolCallId: 'del_1', name: 'deleteFile', output: approved ? 'deleted /tmp/report.txt' : 'ok', isError: !approved }],
+    ['message.delta', { text: approved ? 'Done.' : 'Not deleted.' }],
+    completed('done')
+  ], 5)
+}
+function callRestChunks (status: 'approved' | 'rejected'): UIMessageChunk[] {
+  const approved = status === 'approved'
+  return [
+    START,
+    { type: 'tool-approval-response', approvalId: 'appr-1', approved, reason: 'ok' },
+    approved
+      ? { type: 'tool-output-available', toolCallId: 'del_1', output: 'deleted /tmp/report.txt' }
+      : { type: 'tool-output-denied', toolCallId: 'del_1' },
+    { type: 'text-start', id: 'text-7' },
+    { type: 'text-delta', id: 'text-7', delta: approved ? 'Done.' : 'Not deleted.' },
+    { type: 'text-end', id: 'text-7' },
+    { type: 'finish', finishReason: 'stop', messageMetadata: { usage: USAGE } }
+  ]
+}
+
+for (const status of ['approved', 'rejected'] as const) {
+  t.test(`an approval asked for a tool call is that call's request: one tool part, approval-requested, then ${status === 'approved' ? 'output-available' : 'output-denied'}`, async (t) => {
+    const first = projected(CALL_LOG)
+    t.equal(first.join(''), await textOf(referenceStream(CALL_CHUNKS)), 'first response: the SDK\'s bytes')
+    const second = projected(callRest(status), { delivered: CALL_LOG })
+    t.equal(second.join(''), await textOf(referenceStream(callRestChunks(status))), 'continuation: the SDK\'s bytes')
+
+    for (const source of ['reference', 'projection'] as const) {
+      await t.test(source, async (t) => {
+        const { chat, served, nextFinish } = chatOver(source === 'reference'
+          ? [referenceStream(CALL_CHUNKS), referenceStream(callRestChunks(status))]
+          : [streamOf(first), streamOf(second)])
+        await chat.sendMessage({ text: 'delete the report' })
+        const asked = assistant(chat)
+        t.same(asked.parts.map((part) => part.type), ['text', 'tool-deleteFile'], 'one tool part, no dynamic one')
+        t.match(asked.parts[1], { toolCallId: 'del_1', state: 'approval-requested', input: DELETE, approval: { id: 'appr-1' } })
+
+        const done = nextFinish()
+        await chat.addToolApprovalResponse({ id: 'appr-1', approved: status === 'approved' })
+        await done
+        t.equal(served.length, 2, 'sendAutomaticallyWhen sent the answer at once')
+        t.match(served[1]!.body.messages.at(-1).parts.at(-1), { type: 'tool-deleteFile', toolCallId: 'del_1', state: 'approval-responded' })
+        const message = assistant(chat)
+        t.same(message.parts.map((part) => part.type), ['text', 'tool-deleteFile', 'text'])
+        t.match(message.parts[1], status === 'approved'
+          ? { toolCallId: 'del_1', state: 'output-available', output: 'deleted /tmp/report.txt', approval: { id: 'appr-1', approved: true } }
+          : { toolCallId: 'del_1', state: 'output-denied', approval: { id: 'appr-1', approved: false, reason: 'ok' } })
+        t.equal(chat.status, 'ready')
+      })
+    }
+  })
+}
+
+t.test('a step\'s approvals asked together: the response ends once each waiting call has its request; one answer sends them all', async (t) => {
+  const burst = log([
+    started(),
+    ['tool.call', { toolCallId: 'del_1', name: 'deleteFile', input: { path: '/a' } }],
+    ['tool.call', { toolCallId: 'del_2', name: 'deleteFile', input: { path: '/b' } }],
+    // in the order the store took them, not the calls'
+    ['approval.requested', { approval: deletion('appr-2', 'pending', { path: '/b' }) }],
+    ['approval.requested', { approval: deletion('appr-1', 'pending', { path: '/a' }) }]
+  ])
+  const first = projected(burst)
+  t.notMatch(first[3], /"finish"/, 'del_1 still waits for its request: the response goes on')
+  t.match(first[4], /"type":"finish","finishReason":"tool-calls"/)
+  const rest = log([
+    ['approval.decided', { approval: deletion('appr-2', 'rejected', { path: '/b' }) }],
+    ['approval.decided', { approval: deletion('appr-1', 'approved', { path: '/a' }) }],
+    ['tool.result', { toolCallId: 'del_2', name: 'deleteFile', output: 'ok', isError: true }],
+    ['tool.result', { toolCallId: 'del_1', name: 'deleteFile', output: 'deleted /a', isError: false }],
+    completed('done')
+  ], 6)
+  const { chat, served, nextFinish } = chatOver([streamOf(first), streamOf(projected(rest, { delivered: burst }))])
+  await chat.sendMessage({ text: 'delete both' })
+  t.match(assistant(chat).parts, [
+    { toolCallId: 'del_1', state: 'approval-requested', approval: { id: 'appr-1' } },
+    { toolCallId: 'del_2', state: 'approval-requested', approval: { id: 'appr-2' } }
+  ])
+  await chat.addToolApprovalResponse({ id: 'appr-1', approved: true })
+  t.equal(served.length, 1, 'one answer of two: nothing sent yet')
+  const done = nextFinish()
+  await chat.addToolApprovalResponse({ id: 'appr-2', approved: false })
+  await done
+  t.equal(served.length, 2)
+  t.match(served[1]!.body.messages.at(-1).parts, [{ state: 'approval-responded' }, { state: 'approval-responded' }], 'both answers in one request')
+  t.match(assistant(chat).parts, [
+    { toolCallId: 'del_1', state: 'output-available', output: 'deleted /a' },
+    { toolCallId: 'del_2', state: 'output-denied' }
+  ])
+})
+
+t.test('which tool call an approval belongs to: the first unanswered, unclaimed call of its name with its input', async (t) => {
+  const projection = new UiMessageStreamProjection()
+  const pieces = log([
+    started(),
+    ['tool.call', { toolCallId: 'done', name: 'deleteFile', input: DELETE }],
+    ['tool.result', { toolCallId: 'done', name: 'deleteFile', output: 'deleted', isError: false }],
+    ['tool.call', { toolCallId: 'other', name: 'deleteFile', input: { path: '/elsewhere' } }],
+    ['tool.call', { toolCallId: 'twin-1', name: 'deleteFile', input: DELETE }],
+    ['tool.call', { toolCallId: 'twin-2', name: 'deleteFile', input: DELETE }],
+    ['approval.requested', { approval: deletion('appr-1') }],
+    ['approval.requested', { approval: { ...deletion('appr-2'), reason: 'It cannot be undone' } }],
+    ['approval.requested', { approval: deletion('appr-3') }]
+  ]).map((event) => projection.push(event))
+  t.match(pieces[6], /"tool-approval-request","approvalId":"appr-1","toolCallId":"twin-1"}/, 'not the answered call, nor another input')
+  t.match(pieces[7], /"tool-approval-request","approvalId":"appr-2","toolCallId":"twin-2","reason":"It cannot be undone"}/)
+  t.match(pieces[8], /"dynamic":true/, 'no call left for it: a dynamic tool call of its own')
+  t.ok(projection.ended)
+})
+
+/** A response body the test writes into as the run goes on. */
+function liveStream () {
+  const encoder = new TextEncoder()
+  let controller!: ReadableStreamDefaultController<Uint8Array>
+  const stream = new ReadableStream<Uint8Array>({ start (c) { controller = c } })
+  return {
+    stream,
+    write: (pieces: readonly string[]) => { for (const piece of pieces) if (piece !== '') controller.enqueue(encoder.encode(piece)) },
+    close: () => controller.close()
+  }
+}
+
+for (const kind of ['dynamic', 'a tool call\'s'] as const) {
+  t.test(`throughApprovals (a page that watches): ${kind} approval shown, then the decision made elsewhere and the rest, in one response`, async (t) => {
+    const [asking, remainder, chunks] = kind === 'dynamic'
+      ? [APPROVAL_LOG, rest('approved'), [...APPROVAL_CHUNKS.slice(0, -1), ...restChunks('approved').slice(1)]]
+      : [CALL_LOG, callRest('approved'), [...CALL_CHUNKS.slice(0, -1), ...callRestChunks('approved').slice(1)]]
+    const projection = new UiMessageStreamProjection({ throughApprovals: true })
+    const before = asking.map((event) => projection.push(event))
+    t.notOk(projection.ended, 'the request does not end the response')
+    const after = remainder.map((event) => projection.push(event))
+    t.equal([...before, ...after].join(''), await textOf(referenceStream(chunks)), 'the SDK\'s bytes')
+
+    const live = liveStream()
+    const { chat } = chatOver([live.stream], { messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'x' }] }] })
+    const resumed = chat.resumeStream()
+    live.write(before)
+    const tool = () => assistant(chat).parts.find((part) => part.type === 'dynamic-tool' || part.type === 'tool-deleteFile') as { state: string } | undefined
+    await eventually(() => chat.messages.length === 2 && tool()?.state === 'approval-requested')
+    t.equal(chat.status, 'streaming', 'the page follows on')
+    live.write(after)
+    live.close()
+    await resumed
+    t.equal(tool()?.state, 'output-available')
+    t.match(assistant(chat).parts.at(-1), { type: 'text', text: kind === 'dynamic' ? 'Sent.' : 'Done.' })
+    t.equal(chat.status, 'ready')
+  })
+}
+
+t.test('a replay past a tool call\'s decided approval: the request, the decision, the rest; one still pending ends it', async (t) => {
+  const decided = new UiMessageStreamProjection().replay([...CALL_LOG, ...callRest('approved')])
+  t.equal(decided, await textOf(referenceStream([...CALL_CHUNKS.slice(0, -1), ...callRestChunks('approved').slice(1)])))
+  const pending = new UiMessageStreamProjection()
+  t.equal(pending.replay(CALL_LOG), await textOf(referenceStream(CALL_CHUNKS)))
+  t.ok(pending.ended)
 })
