@@ -8,6 +8,7 @@ import { memoryStores } from '../../lib/stores/memory.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 import { build, eventually, parseSse, sleep } from '../helper.js'
+import { cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
 
@@ -546,6 +547,11 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
   t.match(await store.get('lost'), { error: { code: 'CANCELLED' } })
   t.ok(scans >= 1)
   t.equal(most, 1, 'one scan at a time')
+})
+
+t.test('a cancel asked for before its instance died wins over recovery, for a resumable agent\'s run too: cancelled, not requeued', async (t) => {
+  keepAlive(t)
+  await cancelAskedBeforeDeath(t, new MemoryRunStore())
 })
 
 t.test('a claimed run\'s log: a write the store refuses is counted; a takeover found while it finishes stops writing', async (t) => {
