@@ -658,8 +658,12 @@ class FlakyStore extends MemoryIdempotencyStore {
 
   override async renew (...args: Parameters<MemoryIdempotencyStore['renew']>): Promise<boolean> {
     this.renewals++
+    if (this.renewalsDown) throw new Error('store down')
     return super.renew(...args)
   }
+
+  /** whether renewals fail too (an outage of the whole store), not only completions */
+  renewalsDown = false
 }
 
 function flaky (t: Parameters<typeof build>[0], idempotency: Record<string, number> = {}) {
@@ -691,6 +695,34 @@ t.test('a completion the store refuses is retried, the lease renewed, until writ
   t.ok(store.renewals <= renewals + 3, 'the renewals stop once it is written')
   t.match(lines.filter((line) => /failed to record/.test(line.msg)), [{ level: 50, err: { message: 'store down' } }])
   t.match(lines.at(-1), { level: 30, msg: /recorded after the store came back/, idempotencyKey: 'k' })
+})
+
+t.test('an outage longer than the lease: a retry at the instance holding the key never takes it over, running or recording', async (t) => {
+  // Issue 23: renewals failing, the lease ran out in the store, and a retry here took the key over and ran the agent
+  // a second time, while the first run went on, or while its response waited to be recorded
+  const { service, worker, store } = flaky(t)
+  store.renewalsDown = true
+  worker.hold()
+  const first = run(service, 'k')
+  await eventually(() => worker.runs === 1, 5_000, 'the run')
+  await sleep(150)
+  const running = await run(service, 'k')
+  t.equal(running.statusCode, 409, 'while the first runs, past its lease')
+  t.equal(running.headers['retry-after'], '1')
+  t.equal((await run(service, 'k', { input: 'other' })).statusCode, 422, 'another body: reused, as the store would say')
+  worker.release()
+  t.equal((await first).statusCode, 200)
+  await sleep(150)
+  const recording = await run(service, 'k')
+  t.equal(recording.statusCode, 409, 'while its response cannot be recorded, past its lease')
+  t.equal(worker.runs, 1)
+  const attempts = store.completions
+  store.down = false
+  store.renewalsDown = false
+  const replay = await run(service, 'k')
+  t.equal(replay.headers['idempotent-replayed'], 'true', 'the retry records the response first, then replays it')
+  t.equal(store.completions, attempts + 1, 'at once, not at the next retry')
+  t.equal(worker.runs, 1)
 })
 
 t.test('a streamed run whose completion fails: the final event goes out, the completion is retried', async (t) => {
@@ -746,6 +778,19 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
     await sleep(100)
     t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
     t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+  }
+  // closed while a retry that fails is in flight: the last attempt fails too; no retry after
+  {
+    const store = new FlakyStore()
+    store.delayMs = 60
+    const log = logLines()
+    const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    t.equal((await run(service, 'k')).statusCode, 200)
+    await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
+    await service.app.close()
+    await sleep(200)
+    t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
+    t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
   }
   // a request answered while the service drains: its attempt, then the last one
   const store = new FlakyStore()
