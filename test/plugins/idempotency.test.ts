@@ -418,9 +418,13 @@ t.test('N concurrent identical requests on two instances sharing Redis run the a
 // the lock lease is renewed while the request runs
 
 /**
- * The scenario of the renewal: a 150 ms lease, a run of 600 ms (held until then, and until the retry has its
- * answer, so that a slow machine cannot end the run first), a retry with the same key at ~400 ms on `second`.
+ * The scenario of the renewal: a lease of OUTLIVED_LEASE_MS, a run of four leases (held until then, and until the
+ * retry has its answer, so that a slow machine cannot end the run first), a retry with the same key after about
+ * 2.7 leases on `second`. (With a 150 ms lease, renewed every 50 ms, a loaded machine's event loop held up a
+ * renewal past the lease now and then: the retry took the key over.)
  */
+const OUTLIVED_LEASE_MS = 400
+
 async function outlivedLease (t: Parameters<typeof build>[0], first: AgentService, second: AgentService, w: ReturnType<typeof worker>): Promise<void> {
   await Promise.all([first.app.ready(), second.app.ready()])
   const store = first.app.agentService.settings.idempotency!.store
@@ -430,7 +434,7 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
   const running = run(first, 'long')
   await eventually(() => w.runs === 1, 10_000, 'the run to start')
   const reserved = await store.get(key)
-  await sleep(Math.max(0, started + 400 - Date.now()))
+  await sleep(Math.max(0, started + Math.round(OUTLIVED_LEASE_MS * 8 / 3) - Date.now()))
   let answered = false
   const retrying = run(second, 'long').finally(() => { answered = true })
   // (were the key taken over, the retry's own run would wait for the release below)
@@ -439,10 +443,10 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
   const held = await store.get(key)
   t.ok(Date.parse(held!.lockedUntil) > Date.parse(reserved!.lockedUntil), 'the lease was renewed')
   t.ok(Date.parse(held!.lockedUntil) > Date.now(), 'and holds now')
-  await sleep(Math.max(0, started + 600 - Date.now()))
+  await sleep(Math.max(0, started + 4 * OUTLIVED_LEASE_MS - Date.now()))
   w.release()
   const retry = await retrying
-  t.equal(retry.statusCode, 409, 'the retry, past the 150 ms lease, finds the key still held')
+  t.equal(retry.statusCode, 409, 'the retry, past the lease, finds the key still held')
   t.equal(retry.json().code, 'IDEMPOTENCY_IN_PROGRESS')
   const done = await running
   t.equal(done.statusCode, 200)
@@ -457,7 +461,7 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
 }
 
 t.test('a run longer than the lock lease keeps its key: a retry during it is 409, the agent runs once (one instance)', async (t) => {
-  const { service, worker } = idempotent(t, { idempotency: { lockLeaseMs: 150 } })
+  const { service, worker } = idempotent(t, { idempotency: { lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, service, service, worker)
 })
 
@@ -467,8 +471,8 @@ t.test('a run longer than the lock lease keeps its key across two instances shar
   const stores = [new PostgresIdempotencyStore(pgUrl(), { schema }), new PostgresIdempotencyStore(pgUrl(), { schema })]
   t.teardown(async () => { for (const store of stores) await store.close() })
   const w = worker()
-  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
-  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: OUTLIVED_LEASE_MS } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, one, two, w)
 })
 
@@ -478,8 +482,8 @@ t.test('a run longer than the lock lease keeps its key across two instances shar
   const stores = [new RedisIdempotencyStore(redisUrl(), { prefix }), new RedisIdempotencyStore(redisUrl(), { prefix })]
   t.teardown(async () => { for (const store of stores) await store.close() })
   const w = worker()
-  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
-  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: OUTLIVED_LEASE_MS } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, one, two, w)
 })
 

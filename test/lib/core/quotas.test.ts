@@ -143,7 +143,8 @@ t.test('a resume racing the same run in progress on another instance keeps that 
   const first = await run(a.app, 'alice', { input: 'checkpoint', background: true })
   const runId = first.json().runId as string
   await eventually(() => held.started() === 1)
-  await sleep(20)
+  // its checkpoint saved (a fixed 20 ms before): the resume has something to go on from
+  await eventually(async () => await a.app.agentService.settings.checkpointStore.load(runId) !== null)
   const resumed = await run(b.app, 'alice', { input: 'again', resumeRunId: runId })
   t.equal(resumed.statusCode, 409)
   t.equal(resumed.json().code, 'RUN_IN_PROGRESS')
