@@ -539,7 +539,8 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
     concurrent++
     // asserted at the end: a scan may still begin while the test's service closes
     most = Math.max(most, concurrent)
-    await sleep(250)
+    // longer than the scan interval (half a lease)
+    await sleep(LEASE_MS)
     concurrent--
     return await lapsed(...args)
   }
