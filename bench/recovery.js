@@ -1,6 +1,7 @@
 // node bench/recovery.js [trials=20]: recovery after kill -9, and queue claim latency, on PostgreSQL (contract §16).
 // Two instances in processes of their own (test/fixtures/recovery-instance.ts, compiled: run
-// `npx tsc -p tsconfig.test.json` first) share a fresh schema on PG_URL, with runLeaseMs 500.
+// `npx tsc -p tsconfig.test.json` first) share a fresh schema on PG_URL, with runLeaseMs 1000 (the
+// shortest the options take).
 //  - recovery: a resumable background run checkpoints, the instance running it is killed (SIGKILL); measured from
 //    the moment its lease lapsed (its lease_until) to the moment the other instance's agent starts again from the
 //    checkpoint, and from the kill to then. The killed instance is started again for the next trial.
@@ -15,7 +16,7 @@ import { executions, percentile, postBackground, startInstance } from '../.build
 
 const url = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const trials = Number(process.argv[2] ?? 20)
-const runLeaseMs = 500
+const runLeaseMs = 1000
 const schema = `fa_bench_recovery_${process.pid}`
 const dir = mkdtempSync(join(tmpdir(), 'fa-bench-recovery-'))
 const file = join(dir, 'executions.jsonl')

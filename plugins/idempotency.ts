@@ -17,6 +17,8 @@ interface Reservation {
   token: string
   ttlMs: number
   renewal: NodeJS.Timeout
+  /** this instance's note of it, until it is recorded or released */
+  held: Held
 }
 
 /** This plugin's state of a request that carries a key: the body's hash as it streams in, then the key it holds. */
@@ -26,6 +28,16 @@ interface KeyState {
   reservation: Reservation | undefined
 }
 
+/**
+ * A key this instance reserved and has not yet recorded or released. `record`, once its response is known but the
+ * store refused it: tries to record it now (joining an attempt in flight); true once it is written, or no longer
+ * ours.
+ */
+interface Held {
+  fingerprint: string
+  record?: () => Promise<boolean>
+}
+
 const states = new RequestSlot<KeyState>('idempotency')
 
 /** The first wait before a failed completion is tried again; it doubles up to COMPLETION_RETRY_MAX_MS. */
@@ -33,19 +45,55 @@ export const COMPLETION_RETRY_MS = 50
 const COMPLETION_RETRY_MAX_MS = 1_000
 
 /**
- * Completions the store refused (an outage), retried until written (contract §19): the lease renewed meanwhile,
- * so that no retry of the client's takes the key over and runs the agent a second time. The answer does not
- * wait for them. They stop once written, when the record is no longer ours, after `ttlMs` (the replay window:
- * past it a second run is what the client may expect), and at close, after one last attempt.
+ * The keys this instance holds, and their completions the store refused (an outage), retried until written
+ * (contract §19): the lease renewed meanwhile, so that no retry of the client's takes the key over and runs the
+ * agent a second time. The answer does not wait for them. They stop once written, when the record is no longer
+ * ours, after `ttlMs` (the replay window: past it a second run is what the client may expect), and at close, after
+ * one last attempt.
+ *
+ * A retry that reaches the instance holding its key is answered here before the store is asked: should the outage
+ * have outlasted the lease, the store would let it take the key over while the first run's response waits to be
+ * recorded (issue 23). A retry at another instance has only the store's word: its holder's renewals and completion
+ * must reach the store before the lease runs out.
  */
-class PendingCompletions {
+class HeldKeys {
+  readonly #held = new Map<string, Held>()
   readonly #pending = new Set<() => Promise<void>>()
+
+  hold (key: string, fingerprint: string): Held {
+    const held: Held = { fingerprint }
+    this.#held.set(key, held)
+    return held
+  }
+
+  /** Forgets `held` (a later reservation of its key is not this one's to forget). */
+  drop (key: string, held: Held): void {
+    if (this.#held.get(key) === held) this.#held.delete(key)
+  }
+
+  /**
+   * Before a request reserves `key`: throws, as the store would, while this instance holds it — 422 for another
+   * body, else 409 while its request runs or its response cannot yet be recorded. Once recorded, the request goes
+   * on to the store, which replays it.
+   */
+  async check (key: string, fingerprint: string, reply: FastifyReply): Promise<void> {
+    const held = this.#held.get(key)
+    if (held === undefined) return
+    if (held.fingerprint !== fingerprint) throw new IdempotencyKeyReusedError()
+    if (held.record !== undefined && await held.record()) return
+    void reply.header('retry-after', '1')
+    throw new IdempotencyInProgressError()
+  }
 
   /** Tries once; on a failure, goes on in the background and resolves. */
   async complete (request: FastifyRequest, reservation: Reservation, response: IdempotencyResponse): Promise<void> {
-    const { store, key, token, ttlMs, renewal } = reservation
+    const { store, key, token, ttlMs, renewal, held } = reservation
     const log = request.log
-    const attempt = async (): Promise<boolean> => {
+    let timer: NodeJS.Timeout | undefined
+    let inFlight: Promise<boolean> | null = null
+    /** written, declined, given up or closed: nothing more is tried */
+    let over = false
+    const write = async (): Promise<boolean> => {
       try {
         if (!await store.complete(key, token, response, ttlMs)) {
           log.warn({ idempotencyKey: states.get(request)?.key }, 'idempotency reservation lost before its response was recorded')
@@ -56,27 +104,45 @@ class PendingCompletions {
         return false
       }
     }
-    if (await attempt()) return clearInterval(renewal)
-    const giveUpAt = Date.now() + ttlMs
-    let delay = COMPLETION_RETRY_MS
-    let timer: NodeJS.Timeout | undefined
+    const finish = (): void => {
+      over = true
+      clearTimeout(timer)
+      clearInterval(renewal)
+      this.#pending.delete(last)
+      this.drop(key, held)
+    }
+    // one attempt at a time: the retries' and those a client's retry here asks for join the one in flight
+    const attempt = (): Promise<boolean> => {
+      if (inFlight !== null) return inFlight
+      const made = write().then((written) => {
+        if (written) finish()
+        return written
+      })
+      inFlight = made
+      void made.finally(() => { if (inFlight === made) inFlight = null })
+      return made
+    }
     const last = async (): Promise<void> => {
+      over = true
       clearTimeout(timer)
       this.#pending.delete(last)
-      if (!await attempt()) this.#gaveUp(request, renewal, 'the service closed')
-      else clearInterval(renewal)
+      if (await write()) finish()
+      else this.#gaveUp(request, reservation, 'the service closed')
     }
+    if (await attempt()) return
+    held.record = attempt
+    const giveUpAt = Date.now() + ttlMs
+    let delay = COMPLETION_RETRY_MS
     const retry = (): void => {
       timer = setTimeout(() => {
         void attempt().then((written) => {
-          if (!this.#pending.has(last)) return
-          if (written) {
+          if (written) return log.info({ idempotencyKey: states.get(request)?.key }, 'idempotency response recorded after the store came back')
+          // closed meanwhile: its last attempt decides
+          if (over) return
+          if (Date.now() >= giveUpAt) {
+            over = true
             this.#pending.delete(last)
-            clearInterval(renewal)
-            log.info({ idempotencyKey: states.get(request)?.key }, 'idempotency response recorded after the store came back')
-          } else if (Date.now() >= giveUpAt) {
-            this.#pending.delete(last)
-            this.#gaveUp(request, renewal, 'its ttlMs passed')
+            this.#gaveUp(request, reservation, 'its ttlMs passed')
           } else {
             delay = Math.min(delay * 2, COMPLETION_RETRY_MAX_MS)
             retry()
@@ -90,8 +156,9 @@ class PendingCompletions {
     retry()
   }
 
-  #gaveUp (request: FastifyRequest, renewal: NodeJS.Timeout, why: string): void {
+  #gaveUp (request: FastifyRequest, { key, renewal, held }: Reservation, why: string): void {
     clearInterval(renewal)
+    this.drop(key, held)
     request.log.error({ idempotencyKey: states.get(request)?.key }, `idempotency response never recorded (${why}): the key stays locked until its lease runs out`)
   }
 
@@ -101,13 +168,14 @@ class PendingCompletions {
   }
 }
 
-async function settle (request: FastifyRequest, response: IdempotencyResponse | null, completions: PendingCompletions): Promise<void> {
+async function settle (request: FastifyRequest, response: IdempotencyResponse | null, keys: HeldKeys): Promise<void> {
   const state = states.get(request)
   const reservation = state?.reservation
   if (reservation === undefined) return
   state!.reservation = undefined
-  if (response !== null && isReplayable(response.status)) return completions.complete(request, reservation, response)
+  if (response !== null && isReplayable(response.status)) return keys.complete(request, reservation, response)
   clearInterval(reservation.renewal)
+  keys.drop(reservation.key, reservation.held)
   try {
     await reservation.store.release(reservation.key, reservation.token)
   } catch (error) {
@@ -161,17 +229,17 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
   if (settings === null) return
   const { store, ttlMs, lockLeaseMs } = settings
   states.declare(fastify)
-  const completions = new PendingCompletions()
+  const keys = new HeldKeys()
   // after the drain (begun in preClose, awaited by the drain plugin's onClose, which may run after this one): the
   // runs it let finish have made their completions by then, and get their last attempt
   fastify.addHook('onClose', async () => {
     await service.drain.finished
-    await completions.close()
+    await keys.close()
   })
 
   // For a run streamed as SSE (a hijacked reply: no onSend): its final event is recorded for replay (a failed
   // run releases the key, like the 5xx it stands for), before the stream ends: a retry after the end replays.
-  service.useStreamSettler((request, final) => settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null, completions))
+  service.useStreamSettler((request, final) => settle(request, final?.type === 'run.completed' ? streamedResponse(final) : null, keys))
 
   const preParsing: preParsingHookHandler = (request, _reply, payload, done) => {
     if (!hasKey(request)) return done(null, payload)
@@ -189,13 +257,15 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     service.audit.note(request, { idempotencyKey: key })
     const scoped = scopedIdempotencyKey(requestContextOf(request).principal, request.method, decodedPath(request.url), key)
     const bodyHash = state.fingerprint.digest()
+    await keys.check(scoped, bodyHash, reply)
     const reserved = await store.reserve(scoped, bodyHash, { ttlMs, leaseMs: lockLeaseMs })
     if (reserved.outcome === 'reserved') {
       const { token } = reserved
-      state.reservation = { store, key: scoped, token, ttlMs, renewal: renewWhileRunning(request, state, store, scoped, token, lockLeaseMs) }
+      const renewal = renewWhileRunning(request, state, store, scoped, token, lockLeaseMs)
+      state.reservation = { store, key: scoped, token, ttlMs, renewal, held: keys.hold(scoped, bodyHash) }
       service.audit.note(request, { replayed: false })
       // a request that ends without a response (the client left mid-way) gives its key back
-      reply.raw.once('close', () => { void settle(request, null, completions) })
+      reply.raw.once('close', () => { void settle(request, null, keys) })
       return undefined
     }
     const { record } = reserved
@@ -228,7 +298,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
     const response: IdempotencyResponse = { status: reply.statusCode, body: payload as string, contentType: String(reply.getHeader('content-type')) }
     const location = reply.getHeader('location')
     if (location !== undefined) response.location = String(location)
-    void settle(request, response, completions).then(() => done(null, payload))
+    void settle(request, response, keys).then(() => done(null, payload))
   }
 
   // Route hooks, on the two routes that honour keys: every other route runs none of this.

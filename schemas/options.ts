@@ -93,6 +93,13 @@ export const RateLimitOptions = Type.Object({
   redis: Type.Optional(withMethods<object>(['eval'], 'an ioredis client: the budget is shared by every instance using it'))
 }, { additionalProperties: false })
 
+/**
+ * The shortest run lease: renewals (every sixth of it) must get through a stall of the store or of the event loop
+ * of up to half a lease. On a loaded 2-core machine stalls of 400 ms were measured; at 500-700 ms leases runs of
+ * live instances were still lost (README, "Background runs, leases and recovery").
+ */
+export const MIN_RUN_LEASE_MS = 1_000
+
 export const IdempotencyOptions = Type.Object({
   store: Type.Optional(IdempotencyStoreOption),
   ttlMs: Type.Optional(Type.Integer({ minimum: 1 })),
@@ -114,7 +121,7 @@ export const AgentServiceOptions = Type.Object({
   approvalRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a durable approval store keeps an approval that is no longer pending, from its request (default 7 days)' })),
   runRetentionMs: Type.Optional(Type.Integer({ minimum: 1, description: 'how long a run\'s record and events are kept after it ends (default 1 h)' })),
   maxRetainedRuns: Type.Optional(Type.Integer({ minimum: 1, description: 'the most ended runs the memory run store the service makes keeps, the longest-ended dropped first (default 10,000); not with runStore' })),
-  runLeaseMs: Type.Optional(Type.Integer({ minimum: 100, description: 'how long a run\'s lease lasts unless renewed: another instance takes over within this + 5 s of an instance\'s death (default 30 s)' })),
+  runLeaseMs: Type.Optional(Type.Integer({ minimum: MIN_RUN_LEASE_MS, description: `how long a run's lease lasts unless renewed: another instance takes over within this + 5 s of an instance's death (default 30 s, at least ${MIN_RUN_LEASE_MS} ms)` })),
   runConcurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'the most background (and handed-off) runs one instance runs at once (default 64)' })),
   maxRunAttempts: Type.Optional(Type.Integer({ minimum: 1, description: 'attempts of a resumable run whose instances keep getting lost (default 3)' })),
   webhooks: Type.Optional(WebhooksOptions),

@@ -39,6 +39,8 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['healthTimeoutMs', { agents: { echo }, healthTimeoutMs: -1 }, '/healthTimeoutMs must be >= 1'],
     ['sessionTtlMs', { agents: { echo }, sessionTtlMs: '1h' }, '/sessionTtlMs must be integer'],
     ['bodyLimit', { agents: { echo }, bodyLimit: 0 }, '/bodyLimit must be >= 1'],
+    // shorter leases lose runs of live instances on a loaded machine (README, "Background runs, leases and recovery")
+    ['runLeaseMs below its minimum', { agents: { echo }, runLeaseMs: 999 }, '/runLeaseMs must be >= 1000'],
     ['trustProxy', { agents: { echo }, trustProxy: 'yes' }, '/trustProxy must be boolean'],
     ['docs', { agents: { echo }, docs: 'on' }, '/docs must be boolean'],
     ['logger', { agents: { echo }, logger: 'info' }, /\/logger must be boolean/],

@@ -25,7 +25,13 @@ t.test('the store frozen longer than a lease: when it thaws, no run is executed 
     // the first calls make the tables, and may take longer than the deadline on a busy machine
     await eventually(() => postBackground(i % 2 === 0 ? a : b, 'resumable', { steps: 6, stepMs: 300 }).catch(() => false), 10_000)
   }
-  await sleep(400)
+  // runs under way when the store goes away (a fixed wait of 400 ms could be too short on a busy machine: nothing
+  // running yet, nothing to stop)
+  await eventually(() => {
+    const rows = executions()
+    const over = new Set(rows.filter((row) => row.kind === 'end' || row.kind === 'stop').map((row) => row.run_id))
+    return rows.some((row) => row.kind === 'start' && !over.has(row.run_id))
+  }, 20_000, 'a run executing')
   await server.freeze()
   await sleep(lease * 3)
   await server.thaw()

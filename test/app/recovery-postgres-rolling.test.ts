@@ -3,7 +3,7 @@
 // none is executed by two instances at once (the agents record what they execute: test/fixtures/recovery-instance.ts).
 import pg from 'pg'
 import t from 'tap'
-import { eventually, sleep } from '../helper.js'
+import { eventually } from '../helper.js'
 import { cluster, overlapping, postBackground } from '../helpers/instances.js'
 import { pgUrl, requirePg } from '../helpers/services.js'
 
@@ -25,7 +25,9 @@ if (await requirePg(t)) {
     const [a, b] = await Promise.all([start('a1', lease, drain), start('b1', lease, drain)])
     // long enough to be in flight through both drains (an instance takes a few seconds to start on a busy machine)
     const ids = await Promise.all(Array.from({ length: 50 }, (_, i) => postBackground(i % 2 === 0 ? a : b, 'resumable', { steps: 40, stepMs: 200 })))
-    await sleep(300)
+    // every run in flight before the first drain (a fixed wait of 300 ms could be too short on a busy machine: runs
+    // still being claimed as A began to drain)
+    await eventually(() => new Set(executions().filter((row) => row.kind === 'start').map((row) => row.run_id)).size === ids.length, 30_000, 'every run started')
     // A drains while B runs (its runs handed off to B) and is started again; then B drains while A runs
     const [again] = await Promise.all([start('a2', lease, drain), a.drain()])
     await b.drain()

@@ -7,6 +7,7 @@ import t from 'tap'
 import { eventually, parseSse, sleep } from '../helper.js'
 import { LEASE_MS, cluster, overlapping, postBackground } from '../helpers/instances.js'
 import { pgUrl, requirePg } from '../helpers/services.js'
+import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 
 // instances take seconds to start on a busy machine
 t.setTimeout(180_000)
@@ -47,6 +48,19 @@ if (await requirePg(t)) {
     t.same(events.filter((e) => e.event === 'run.requeued').map((e) => e.data), [{ attempt: 2, reason: 'INSTANCE_LOST' }])
     t.equal(events.at(-1)!.event, 'run.completed')
     t.comment(`recovery: lease lapse → continued ${resumed.at - leaseUntil} ms, kill → continued ${resumed.at - killedAt} ms (lease ${LEASE_MS} ms)`)
+  })
+
+  t.test('two live instances at the shortest lease the options take: 24 background runs of two leases each, none lost', async (t) => {
+    // Issue 23: at 150 ms, 11 of 12 such runs ended INSTANCE_LOST; renewals must get through a loaded machine's stalls
+    const { executions, start, count } = cluster(t, admin, pgUrl())
+    const instances = await Promise.all([start('a', MIN_RUN_LEASE_MS), start('b', MIN_RUN_LEASE_MS)])
+    const runs = 24
+    const ids = await Promise.all(Array.from({ length: runs }, (_v, i) => postBackground(instances[i % 2]!, 'plain', { steps: 20, stepMs: 100 })))
+    await eventually(async () => await count(['completed', 'failed', 'cancelled']) === runs, 60_000, 'every run ended')
+    t.equal(await count(['completed']), runs, 'every run completed: none INSTANCE_LOST')
+    const rows = executions()
+    t.same(ids.filter((id) => rows.filter((row) => row.run_id === id && row.kind === 'start').length !== 1), [], 'each executed once')
+    t.same(overlapping(rows), [])
   })
 
   t.test('kill -9 during a run that is not resumable: it ends INSTANCE_LOST within runLeaseMs + 5 s', async (t) => {

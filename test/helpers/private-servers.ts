@@ -45,18 +45,28 @@ export interface PrivateServer {
 export interface PrivateRedis extends PrivateServer {
   /** SIGKILL: connections are refused from now on */
   kill(): Promise<void>
-  /** after kill(): a new (empty) server on the same port */
+  /** after kill(): a new server on the same port (empty, unless `durable`) */
   revive(): Promise<void>
 }
 
-/** A redis-server of the test's own (no persistence), stopped in teardown. */
-export async function privateRedis (t: Test & ServiceTest): Promise<PrivateRedis | null> {
+/**
+ * A redis-server of the test's own, stopped in teardown. No persistence (a revived server is empty), unless
+ * `durable`: an append-only file fsynced on every write (`appendfsync always`), the setting with which a write Redis
+ * acknowledged survives a crash (README, "Exactly once through a store's crash"); a revived server reloads it.
+ */
+export async function privateRedis (t: Test & ServiceTest, options: { durable?: boolean } = {}): Promise<PrivateRedis | null> {
   if (!requireService(t, await onPath('redis-server'), 'the outage tests need redis-server on the PATH (apt-get install redis-server)')) return null
   const port = await freePort()
+  let persistence = ['--save', '', '--appendonly', 'no']
+  if (options.durable === true) {
+    const dir = await mkdtemp(join(tmpdir(), 'fa-redis-'))
+    t.teardown(() => rm(dir, { recursive: true, force: true }))
+    persistence = ['--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', dir]
+  }
   let child: ChildProcess
   let exited: Promise<unknown>
   const start = async (): Promise<void> => {
-    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', ...persistence], { stdio: 'ignore' })
     exited = new Promise((resolve) => child.once('exit', resolve))
     await eventually(() => exec('redis-cli', ['-p', String(port), 'ping']).then(({ stdout }) => stdout.trim() === 'PONG', () => false), 10_000, 'redis-server answering')
   }
@@ -96,7 +106,13 @@ export interface PrivatePostgres extends PrivateServer {
   revive(): Promise<void>
 }
 
-/** A PostgreSQL cluster of the test's own (initdb into a temporary folder, trust auth, fsync off), stopped and removed in teardown. */
+/**
+ * A PostgreSQL cluster of the test's own (initdb into a temporary folder, trust auth), stopped and removed in
+ * teardown. `fsync` and `full_page_writes` are off, for speed: they guard against the machine's crash, which no test
+ * makes; a crash of PostgreSQL itself (`kill()`) loses nothing the OS was given. `synchronous_commit` stays on (the
+ * default): off, a commit is acknowledged before its WAL is written, and a crash loses it by design — the
+ * reservation of an idempotency key, or the table it is in (README, "Exactly once through a store's crash").
+ */
 export async function privatePostgres (t: Test & ServiceTest): Promise<PrivatePostgres | null> {
   const tools = await onPath('initdb') && await onPath('pg_ctl')
   if (!requireService(t, tools, 'the outage tests need initdb and pg_ctl on the PATH (apt-get install postgresql)')) return null
@@ -112,7 +128,7 @@ export async function privatePostgres (t: Test & ServiceTest): Promise<PrivatePo
   await exec(...asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8']))
   const start = async (): Promise<void> => {
     await exec(...asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-w', '-o',
-      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off`, 'start']))
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off`, 'start']))
     postmaster = Number((await readFile(join(data, 'postmaster.pid'), 'utf8')).split('\n')[0])
   }
   let postmaster = 0

@@ -418,9 +418,13 @@ t.test('N concurrent identical requests on two instances sharing Redis run the a
 // the lock lease is renewed while the request runs
 
 /**
- * The scenario of the renewal: a 150 ms lease, a run of 600 ms (held until then, and until the retry has its
- * answer, so that a slow machine cannot end the run first), a retry with the same key at ~400 ms on `second`.
+ * The scenario of the renewal: a lease of OUTLIVED_LEASE_MS, a run of four leases (held until then, and until the
+ * retry has its answer, so that a slow machine cannot end the run first), a retry with the same key after about
+ * 2.7 leases on `second`. (With a 150 ms lease, renewed every 50 ms, a loaded machine's event loop held up a
+ * renewal past the lease now and then: the retry took the key over.)
  */
+const OUTLIVED_LEASE_MS = 400
+
 async function outlivedLease (t: Parameters<typeof build>[0], first: AgentService, second: AgentService, w: ReturnType<typeof worker>): Promise<void> {
   await Promise.all([first.app.ready(), second.app.ready()])
   const store = first.app.agentService.settings.idempotency!.store
@@ -430,7 +434,7 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
   const running = run(first, 'long')
   await eventually(() => w.runs === 1, 10_000, 'the run to start')
   const reserved = await store.get(key)
-  await sleep(Math.max(0, started + 400 - Date.now()))
+  await sleep(Math.max(0, started + Math.round(OUTLIVED_LEASE_MS * 8 / 3) - Date.now()))
   let answered = false
   const retrying = run(second, 'long').finally(() => { answered = true })
   // (were the key taken over, the retry's own run would wait for the release below)
@@ -439,10 +443,10 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
   const held = await store.get(key)
   t.ok(Date.parse(held!.lockedUntil) > Date.parse(reserved!.lockedUntil), 'the lease was renewed')
   t.ok(Date.parse(held!.lockedUntil) > Date.now(), 'and holds now')
-  await sleep(Math.max(0, started + 600 - Date.now()))
+  await sleep(Math.max(0, started + 4 * OUTLIVED_LEASE_MS - Date.now()))
   w.release()
   const retry = await retrying
-  t.equal(retry.statusCode, 409, 'the retry, past the 150 ms lease, finds the key still held')
+  t.equal(retry.statusCode, 409, 'the retry, past the lease, finds the key still held')
   t.equal(retry.json().code, 'IDEMPOTENCY_IN_PROGRESS')
   const done = await running
   t.equal(done.statusCode, 200)
@@ -457,7 +461,7 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
 }
 
 t.test('a run longer than the lock lease keeps its key: a retry during it is 409, the agent runs once (one instance)', async (t) => {
-  const { service, worker } = idempotent(t, { idempotency: { lockLeaseMs: 150 } })
+  const { service, worker } = idempotent(t, { idempotency: { lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, service, service, worker)
 })
 
@@ -467,8 +471,8 @@ t.test('a run longer than the lock lease keeps its key across two instances shar
   const stores = [new PostgresIdempotencyStore(pgUrl(), { schema }), new PostgresIdempotencyStore(pgUrl(), { schema })]
   t.teardown(async () => { for (const store of stores) await store.close() })
   const w = worker()
-  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
-  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: OUTLIVED_LEASE_MS } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, one, two, w)
 })
 
@@ -478,8 +482,8 @@ t.test('a run longer than the lock lease keeps its key across two instances shar
   const stores = [new RedisIdempotencyStore(redisUrl(), { prefix }), new RedisIdempotencyStore(redisUrl(), { prefix })]
   t.teardown(async () => { for (const store of stores) await store.close() })
   const w = worker()
-  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: 150 } })
-  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: 150 } })
+  const one = build(t, { agents: { work: w.agent }, idempotency: { store: stores[0], lockLeaseMs: OUTLIVED_LEASE_MS } })
+  const two = build(t, { agents: { work: w.agent }, idempotency: { store: stores[1], lockLeaseMs: OUTLIVED_LEASE_MS } })
   await outlivedLease(t, one, two, w)
 })
 
@@ -658,8 +662,12 @@ class FlakyStore extends MemoryIdempotencyStore {
 
   override async renew (...args: Parameters<MemoryIdempotencyStore['renew']>): Promise<boolean> {
     this.renewals++
+    if (this.renewalsDown) throw new Error('store down')
     return super.renew(...args)
   }
+
+  /** whether renewals fail too (an outage of the whole store), not only completions */
+  renewalsDown = false
 }
 
 function flaky (t: Parameters<typeof build>[0], idempotency: Record<string, number> = {}) {
@@ -691,6 +699,34 @@ t.test('a completion the store refuses is retried, the lease renewed, until writ
   t.ok(store.renewals <= renewals + 3, 'the renewals stop once it is written')
   t.match(lines.filter((line) => /failed to record/.test(line.msg)), [{ level: 50, err: { message: 'store down' } }])
   t.match(lines.at(-1), { level: 30, msg: /recorded after the store came back/, idempotencyKey: 'k' })
+})
+
+t.test('an outage longer than the lease: a retry at the instance holding the key never takes it over, running or recording', async (t) => {
+  // Issue 23: renewals failing, the lease ran out in the store, and a retry here took the key over and ran the agent
+  // a second time, while the first run went on, or while its response waited to be recorded
+  const { service, worker, store } = flaky(t)
+  store.renewalsDown = true
+  worker.hold()
+  const first = run(service, 'k')
+  await eventually(() => worker.runs === 1, 5_000, 'the run')
+  await sleep(150)
+  const running = await run(service, 'k')
+  t.equal(running.statusCode, 409, 'while the first runs, past its lease')
+  t.equal(running.headers['retry-after'], '1')
+  t.equal((await run(service, 'k', { input: 'other' })).statusCode, 422, 'another body: reused, as the store would say')
+  worker.release()
+  t.equal((await first).statusCode, 200)
+  await sleep(150)
+  const recording = await run(service, 'k')
+  t.equal(recording.statusCode, 409, 'while its response cannot be recorded, past its lease')
+  t.equal(worker.runs, 1)
+  const attempts = store.completions
+  store.down = false
+  store.renewalsDown = false
+  const replay = await run(service, 'k')
+  t.equal(replay.headers['idempotent-replayed'], 'true', 'the retry records the response first, then replays it')
+  t.equal(store.completions, attempts + 1, 'at once, not at the next retry')
+  t.equal(worker.runs, 1)
 })
 
 t.test('a streamed run whose completion fails: the final event goes out, the completion is retried', async (t) => {
@@ -746,6 +782,19 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
     await sleep(100)
     t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
     t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+  }
+  // closed while a retry that fails is in flight: the last attempt fails too; no retry after
+  {
+    const store = new FlakyStore()
+    store.delayMs = 60
+    const log = logLines()
+    const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    t.equal((await run(service, 'k')).statusCode, 200)
+    await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
+    await service.app.close()
+    await sleep(200)
+    t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
+    t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
   }
   // a request answered while the service drains: its attempt, then the last one
   const store = new FlakyStore()

@@ -1,13 +1,19 @@
 // Background runs, leases and recovery (contract §16), with instances in one process sharing memory stores: a run
 // queued on one is claimed by another, a lapsed lease is found and its run requeued or ended, a drain hands runs
 // off. The same across processes, killed with SIGKILL, on PostgreSQL and Redis: test/stores/.
+import { mock } from 'node:test'
 import t from 'tap'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
+import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 import { build, eventually, parseSse, sleep } from '../helper.js'
+import { cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
+
+// the shortest lease the options take: the lapses these tests wait for come soonest
+const LEASE_MS = MIN_RUN_LEASE_MS
 
 function gate (): { promise: Promise<void>, release: () => void } {
   let release!: () => void
@@ -134,7 +140,7 @@ t.test('an instance that stops renewing: its resumable background run is requeue
       return { output: { steps: step } }
     }
   }
-  const [a, b] = pair(t, { runLeaseMs: 300, agents: { stepper } })
+  const [a, b] = pair(t, { runLeaseMs: LEASE_MS, agents: { stepper } })
   await a.app.ready()
   await b.app.ready()
   b.app.agentService.worker.stopClaiming()
@@ -145,7 +151,7 @@ t.test('an instance that stops renewing: its resumable background run is requeue
   b.app.agentService.worker.start(b.app.log)
   const started = Date.now()
   await eventually(async () => (await b.app.inject({ url: `/v1/runs/${queued.runId}` })).json().status === 'completed', 10_000)
-  t.ok(Date.now() - started < 300 + 5_000, 'found within runLeaseMs + 5 s')
+  t.ok(Date.now() - started < LEASE_MS + 5_000, 'found within runLeaseMs + 5 s')
   const log = await events(b.app, queued.runId)
   t.same(log.map((e) => e.id), log.map((_e, i) => i + 1), 'one unbroken sequence of seqs')
   const types = log.map((e) => e.event)
@@ -163,7 +169,7 @@ t.test('a lost instance\'s run that cannot go on elsewhere ends INSTANCE_LOST; s
     plain: { async run (_i: unknown, ctx: { signal: AbortSignal }) { await orAbort(forever.promise, ctx.signal); return { output: null } } },
     tired: { resumable: true, async run (_i: unknown, ctx: { signal: AbortSignal }) { await orAbort(forever.promise, ctx.signal); return { output: null } } }
   } as Record<string, Agent>
-  const [a, b] = [build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents }), build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents })]
+  const [a, b] = [build(t, { runStore: store, runLeaseMs: LEASE_MS, maxRunAttempts: 2, agents }), build(t, { runStore: store, runLeaseMs: LEASE_MS, maxRunAttempts: 2, agents })]
   await a.app.ready()
   await b.app.ready()
   b.app.agentService.worker.stopClaiming()
@@ -178,7 +184,7 @@ t.test('a lost instance\'s run that cannot go on elsewhere ends INSTANCE_LOST; s
   b.app.agentService.worker.start(b.app.log)
   await eventually(async () => (await store.get(tired.runId))!.attempt === 2 && (await store.get(tired.runId))!.status === 'running', 5_000)
   b.app.agentService.worker.stop()
-  const c = build(t, { runStore: store, runLeaseMs: 200, maxRunAttempts: 2, agents })
+  const c = build(t, { runStore: store, runLeaseMs: LEASE_MS, maxRunAttempts: 2, agents })
   await c.app.ready()
   c.app.agentService.worker.stopClaiming()
   c.app.agentService.worker.start(c.app.log)
@@ -222,7 +228,7 @@ t.test('resuming a run in progress on another instance is RUN_IN_PROGRESS; a JSO
     stepper: { async run (_i, ctx) { await ctx.checkpoint({ n: 1 }); await orAbort(held.promise, ctx.signal); return { output: 'ok' } } }
   }
   keepAlive(t)
-  const [a, b] = pair(t, { runLeaseMs: 300, agents })
+  const [a, b] = pair(t, { runLeaseMs: LEASE_MS, agents })
   await a.app.ready()
   await b.app.ready()
   const answer = a.app.inject({ method: 'POST', url: '/v1/agents/stepper/runs', payload: { input: null } })
@@ -240,12 +246,60 @@ t.test('resuming a run in progress on another instance is RUN_IN_PROGRESS; a JSO
   held.release()
 })
 
+t.test('a renewal the store answers after more than half a lease costs no run: renewals go out every sixth of one', async (t) => {
+  // Issue 23: renewed every third of a lease (fenced after two thirds unrenewed), a stall of a third was enough to
+  // lose a run; short leases on a loaded machine lost most of theirs. The worker's clock and timers are the test's
+  // here, so that the stall is exactly what the test says, whatever the machine's load.
+  keepAlive(t)
+  const held = gate()
+  const { app } = build(t, { runLeaseMs: LEASE_MS, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'kept' } } } } })
+  await app.ready()
+  const { worker, runs, settings } = app.agentService
+  const store = settings.runStore
+  worker.stop()
+  mock.timers.enable({ apis: ['setInterval', 'Date'], now: Date.now() })
+  t.teardown(() => mock.timers.reset())
+  const stallMs = Math.round(0.54 * LEASE_MS)
+  const renew = store.renew.bind(store)
+  let stalled: { sentAt: number, answer: () => void, answered: boolean } | null = null
+  store.renew = async (...args) => {
+    if (stalled === null) {
+      // the first renewal of the run, answered stallMs after it was sent
+      const answer = gate()
+      stalled = { sentAt: Date.now(), answer: answer.release, answered: false }
+      await answer.promise
+    }
+    return await renew(...args)
+  }
+  worker.start(app.log)
+  const { runId } = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => runs.has(runId))
+  // two leases, a millisecond at a time, each tick's work done before the next
+  for (let ms = 0; ms < 2 * LEASE_MS; ms++) {
+    mock.timers.tick(1)
+    const pending = stalled as { sentAt: number, answer: () => void, answered: boolean } | null
+    if (pending !== null && !pending.answered && Date.now() >= pending.sentAt + stallMs) {
+      pending.answered = true
+      pending.answer()
+    }
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  t.ok((stalled as { answered: boolean } | null)?.answered, `a renewal was answered ${stallMs} ms after it was sent`)
+  t.ok(runs.has(runId), 'the run still runs here')
+  t.match(await store.get(runId), { status: 'running', attempt: 1 })
+  worker.stop()
+  mock.timers.reset()
+  held.release()
+  await eventually(() => !runs.has(runId))
+  t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
+})
+
 t.test('a renewal that finds a run no longer this instance\'s stops it here', async (t) => {
   const held = gate()
   let aborted: unknown = null
   keepAlive(t)
   const store = new MemoryRunStore()
-  const { app } = build(t, { runStore: store, runLeaseMs: 150, agents: { held: { async run (_i, ctx) { try { await orAbort(held.promise, ctx.signal) } catch (err) { aborted = err } return { output: null } } } } })
+  const { app } = build(t, { runStore: store, runLeaseMs: LEASE_MS, agents: { held: { async run (_i, ctx) { try { await orAbort(held.promise, ctx.signal) } catch (err) { aborted = err } return { output: null } } } } })
   await app.ready()
   // the requeued run stays queued (claimed back here, its claim would stop this copy first): the renewal finds it
   app.agentService.worker.stopClaiming()
@@ -264,7 +318,7 @@ t.test('a renewal the store never answers fences the runs off as a failed one do
   const held = gate()
   keepAlive(t)
   // the store's own deadline far away: only the worker's clock can stop the run in time
-  const [a] = pair(t, { runLeaseMs: 300, storeTimeoutMs: 60_000, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'ok' } } } } })
+  const [a] = pair(t, { runLeaseMs: LEASE_MS, storeTimeoutMs: 60_000, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'ok' } } } } })
   await a.app.ready()
   const store = a.app.agentService.settings.runStore
   store.renew = () => new Promise(() => {})
@@ -348,7 +402,7 @@ t.test('the worker logs what it cannot do and goes on: a claimed run that cannot
   const stores = memoryStores()
   const warnings: string[] = []
   const agents: Record<string, Agent> = { moving: { resumable: true, run: (_i, ctx) => orAbort(new Promise(() => {}), ctx.signal) as Promise<never> } }
-  const a = build(t, { ...stores, agents, runLeaseMs: 300 })
+  const a = build(t, { ...stores, agents, runLeaseMs: LEASE_MS })
   keepAlive(t)
   await a.app.ready()
   const { worker, settings } = a.app.agentService
@@ -423,7 +477,7 @@ t.test('a run whose result is in when its lease runs short completes here; the f
   keepAlive(t)
   const held = gate()
   const { app } = build(t, {
-    runLeaseMs: 300,
+    runLeaseMs: LEASE_MS,
     agents: {
       quick: { async run () { return { output: 'done' } } },
       held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'late' } } }
@@ -468,7 +522,7 @@ t.test('claimed runs this instance serves as well as it can: one without a sessi
 t.test('a lapsed run whose cancel was asked for ends cancelled; scans never overlap', async (t) => {
   const store = new MemoryRunStore()
   keepAlive(t)
-  const { app } = build(t, { runStore: store, runLeaseMs: 200 })
+  const { app } = build(t, { runStore: store, runLeaseMs: LEASE_MS })
   await app.ready()
   // its instance died while a cancel was on its way to it
   const lost = queuedRecord('lost', 'echo', null)
@@ -485,7 +539,8 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
     concurrent++
     // asserted at the end: a scan may still begin while the test's service closes
     most = Math.max(most, concurrent)
-    await sleep(250)
+    // longer than the scan interval (half a lease)
+    await sleep(LEASE_MS)
     concurrent--
     return await lapsed(...args)
   }
@@ -493,6 +548,11 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
   t.match(await store.get('lost'), { error: { code: 'CANCELLED' } })
   t.ok(scans >= 1)
   t.equal(most, 1, 'one scan at a time')
+})
+
+t.test('a cancel asked for before its instance died wins over recovery, for a resumable agent\'s run too: cancelled, not requeued', async (t) => {
+  keepAlive(t)
+  await cancelAskedBeforeDeath(t, new MemoryRunStore())
 })
 
 t.test('a claimed run\'s log: a write the store refuses is counted; a takeover found while it finishes stops writing', async (t) => {
@@ -607,7 +667,7 @@ async function lateClaim (t: Parameters<typeof build>[0], renewal: 'prompt' | 'l
       const result = await fn(...args)
       if (late && slow(result)) {
         late = false
-        await sleep(500)
+        await sleep(0.8 * LEASE_MS)
       }
       return result
     }
@@ -623,7 +683,7 @@ async function lateClaim (t: Parameters<typeof build>[0], renewal: 'prompt' | 'l
       return []
     }
   }
-  const { app } = build(t, { runStore: store, runLeaseMs: 600, agents: { later: { resumable: true, async run () { executions++; return { output: 'done' } } } } })
+  const { app } = build(t, { runStore: store, runLeaseMs: LEASE_MS, agents: { later: { resumable: true, async run () { executions++; return { output: 'done' } } } } })
   await app.ready()
   const { runId } = (await app.inject({ method: 'POST', url: '/v1/agents/later/runs', payload: { input: null, background: true } })).json()
   const record = await eventually(async () => {

@@ -13,6 +13,7 @@ import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import type { RunStore } from '../../lib/stores/types.js'
+import { cancelAskedBeforeDeath } from '../helpers/recovery.js'
 import { pgReachable, pgUrl, redisReachable, redisUrl, requireService, withPgSchema, withRedisPrefix } from '../helpers/services.js'
 
 const deltas: Agent = {
@@ -174,6 +175,12 @@ for (const backend of backends) {
       const afresh = await start({ input: {}, resumeRunId: gone })
       t.same(afresh.map((e) => [e.id, e.event]), [[1, 'run.started'], [2, 'run.completed']])
       t.match(await store.get(gone), { status: 'completed', attempt: 1, lastSeq: 2 })
+    })
+
+    t.test('a cancel asked for before its instance died wins over recovery: a resumable agent\'s run ends cancelled, not requeued', async (t) => {
+      const [store] = await backend.stores(t)
+      t.teardown(() => store.close?.())
+      await cancelAskedBeforeDeath(t, store)
     })
 
     t.test('a second service follows a run live and cancels it: it ends on the first within a second', async (t) => {

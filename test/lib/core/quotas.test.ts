@@ -10,6 +10,7 @@ import type { Agent, AgentServiceOptions } from '../../../lib/core/types.js'
 import { MemoryQuotaStore } from '../../../lib/stores/memory-quotas.js'
 import { memoryStores } from '../../../lib/stores/memory.js'
 import type { QuotaSlot, QuotaStore } from '../../../lib/stores/types.js'
+import { MIN_RUN_LEASE_MS } from '../../../schemas/options.js'
 import { build, eventually, listen, parseSse, sleep } from '../../helper.js'
 import { openWs } from '../../helpers/streams.js'
 
@@ -142,7 +143,8 @@ t.test('a resume racing the same run in progress on another instance keeps that 
   const first = await run(a.app, 'alice', { input: 'checkpoint', background: true })
   const runId = first.json().runId as string
   await eventually(() => held.started() === 1)
-  await sleep(20)
+  // its checkpoint saved (a fixed 20 ms before): the resume has something to go on from
+  await eventually(async () => await a.app.agentService.settings.checkpointStore.load(runId) !== null)
   const resumed = await run(b.app, 'alice', { input: 'again', resumeRunId: runId })
   t.equal(resumed.statusCode, 409)
   t.equal(resumed.json().code, 'RUN_IN_PROGRESS')
@@ -243,20 +245,24 @@ t.test('an idempotent replay of an admitted run is not refused; a refused reques
 
 t.test('slots are renewed while their runs last longer than the lease', async (t) => {
   const held = gated()
-  const [a, b] = pair(t, { agents: { held: held.agent }, quotas: { maxConcurrentRuns: 1 }, runLeaseMs: 200 })
+  const [a, b] = pair(t, { agents: { held: held.agent }, quotas: { maxConcurrentRuns: 1 }, runLeaseMs: MIN_RUN_LEASE_MS })
   await Promise.all([a.app.ready(), b.app.ready()])
   const background = await run(a.app, 'alice', { input: 1, background: true })
   await eventually(() => held.started() === 1)
-  await sleep(700)
-  t.equal((await run(b.app, 'alice', { input: 2 })).statusCode, 429, 'still held after three leases')
+  // what is asserted is that time passing changes nothing: a wait, not a condition
+  await sleep(2 * MIN_RUN_LEASE_MS + 200)
+  t.equal((await run(b.app, 'alice', { input: 2 })).statusCode, 429, 'still held after two leases')
   held.open()
   await eventually(async () => (await a.app.inject({ url: `/v1/runs/${background.json().runId as string}`, headers: as('alice') })).json().status === 'completed')
-  // the admitting instance and the claiming one renewed it; both forget it once it is given back
-  await sleep(250)
-  const next = run(b.app, 'alice', { input: 3 })
+  // the admitting instance and the claiming one renewed it; both forget it once it is given back (the slot goes
+  // back just after the record ends: the next run is admitted once it has)
+  const next = await eventually(async () => {
+    const res = await run(b.app, 'alice', { input: 3, background: true })
+    return res.statusCode === 202 && res
+  }, 5_000, 'the slot given back')
   await eventually(() => held.started() === 2)
   held.open()
-  t.equal((await next).statusCode, 200)
+  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${next.json().runId as string}`, headers: as('alice') })).json().status === 'completed')
 })
 
 t.test('a run handed off at a drain keeps its slot on the instance that claims it', async (t) => {
@@ -282,7 +288,7 @@ t.test('a run handed off at a drain keeps its slot on the instance that claims i
 
 t.test('an instance that stops renewing (it died) leaves its slots to expire within a lease', async (t) => {
   const held = gated()
-  const [a, b] = pair(t, { agents: { held: { ...held.agent, resumable: false } }, quotas: { maxConcurrentRuns: 1 }, runLeaseMs: 200 })
+  const [a, b] = pair(t, { agents: { held: { ...held.agent, resumable: false } }, quotas: { maxConcurrentRuns: 1 }, runLeaseMs: MIN_RUN_LEASE_MS })
   await Promise.all([a.app.ready(), b.app.ready()])
   const first = await run(a.app, 'alice', { input: 1, background: true })
   await eventually(() => held.started() === 1)
@@ -292,7 +298,7 @@ t.test('an instance that stops renewing (it died) leaves its slots to expire wit
   const admitted = await eventually(async () => {
     const res = await run(b.app, 'alice', { input: 2, background: true })
     return res.statusCode === 202 && res
-  }, 3_000, 'the dead instance\'s slot expiring')
+  }, MIN_RUN_LEASE_MS + 3_000, 'the dead instance\'s slot expiring')
   t.equal(admitted.statusCode, 202)
   // and the other instance ends its run, whose lease lapsed with it
   await eventually(async () => (await b.app.inject({ url: `/v1/runs/${first.json().runId as string}`, headers: as('alice') })).json().error?.code === 'INSTANCE_LOST')
@@ -312,8 +318,8 @@ class FlakyQuotaStore extends MemoryQuotaStore implements QuotaStore {
   }
 
   override async renew (slots: readonly QuotaSlot[], until: number): Promise<string[]> {
-    // slower than the timer: the next tick finds this renewal still on its way
-    if (this.failing.has('slow')) await sleep(80)
+    // slower than the timer (a sixth of the lease): the next tick finds this renewal still on its way
+    if (this.failing.has('slow')) await sleep(MIN_RUN_LEASE_MS / 4)
     this.#check('renew')
     return super.renew(slots, until)
   }
@@ -339,7 +345,7 @@ t.test('a failing quota store: admission fails closed (the store\'s error); the 
   const store = new FlakyQuotaStore()
   const logs: string[] = []
   const logger = { level: 'warn', stream: { write: (line: string) => { logs.push(JSON.parse(line).msg as string) } } }
-  const service = createAgentService({ logger, agents: { held: held.agent }, auth, quotas: { maxConcurrentRuns: 1, tokens: { limit: 100, intervalMs: 60_000 } }, quotaStore: store, runLeaseMs: 100 })
+  const service = createAgentService({ logger, agents: { held: held.agent }, auth, quotas: { maxConcurrentRuns: 1, tokens: { limit: 100, intervalMs: 60_000 } }, quotaStore: store, runLeaseMs: MIN_RUN_LEASE_MS })
   t.teardown(() => service.close(0))
   const app = service.app
   await app.ready()

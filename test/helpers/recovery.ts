@@ -1,0 +1,46 @@
+// Recovery scenarios of contract §16 run against any run store (the memory one in test/routes/background.test.ts,
+// SQLite, PostgreSQL and Redis in test/stores/run-service.test.ts): the instance that dies is played by the test,
+// through the store, so that it dies exactly when the scenario says.
+import type { Test } from 'tap'
+import type { Agent } from '../../lib/core/types.js'
+import type { RunStore } from '../../lib/stores/types.js'
+import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
+import { build, eventually, parseSse } from '../helper.js'
+
+/**
+ * Issue 31: a cancel asked for before a run's instance died wins over recovery. A background run of a resumable
+ * agent (one recovery would requeue) is claimed by an instance that starts it, is asked to cancel (202), and dies
+ * before it acts on the cancel; when its lease lapses, the instance that finds it ends it `cancelled` at its first
+ * attempt: no `run.requeued`, never run again.
+ */
+export async function cancelAskedBeforeDeath (t: Test, store: RunStore): Promise<void> {
+  let executions = 0
+  const steady: Agent = { resumable: true, async run () { executions++; return { output: 'ran again' } } }
+  const { app } = build(t, { runStore: store, runLeaseMs: MIN_RUN_LEASE_MS, agents: { steady } })
+  await app.ready()
+  const { worker } = app.agentService
+  // this instance neither claims nor looks for lapsed leases until the other one has died
+  worker.stop()
+  const queued = await app.inject({ method: 'POST', url: '/v1/agents/steady/runs', payload: { input: null, background: true } })
+  t.equal(queued.statusCode, 202)
+  const { runId } = queued.json() as { runId: string }
+
+  // the other instance claims it and starts it...
+  const claimed = await store.claim({ owner: 'dying-instance', until: Date.now() + MIN_RUN_LEASE_MS }, new Date().toISOString(), 1)
+  t.same(claimed.map((record) => record.runId), [runId])
+  await store.append(runId, [{ seq: 1, type: 'run.started', data: JSON.stringify({ runId, attempt: 1 }) }], 'dying-instance')
+  // ...is asked to cancel it...
+  const cancel = await app.inject({ method: 'POST', url: `/v1/runs/${runId}/cancel` })
+  t.equal(cancel.statusCode, 202)
+  // ...and dies before it acts on it: its lease lapses, and this instance finds it
+  worker.start(app.log)
+  const ended = await eventually(async () => {
+    const record = await store.get(runId)
+    return record !== null && record.status !== 'running' && record.status !== 'queued' && record
+  }, MIN_RUN_LEASE_MS + 5_000, 'the lapsed run ended')
+  t.match(ended, { status: 'cancelled', attempt: 1, error: { code: 'CANCELLED' } })
+  const log = parseSse((await app.inject({ url: `/v1/runs/${runId}/events` })).body)
+  t.same(log.map((e) => e.event), ['run.started', 'run.failed'], 'no run.requeued')
+  t.match(log.at(-1)!.data, { error: { code: 'CANCELLED' } })
+  t.equal(executions, 0, 'never run again')
+}
