@@ -19,13 +19,14 @@ import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]
-                       [--redis redis://…] [--admin-token T] [--api-key K]... [--jwt-secret S | --jwt-public-key FILE]
+                       [--db-schema NAME] [--redis redis://…] [--redis-prefix PREFIX] [--admin-token T] [--api-key K]... [--jwt-secret S | --jwt-public-key FILE]
                        [--cors ORIGIN] [--docs] [--public-url URL] [--request-timeout MS] [--rate-limit N/MS]
                        [--store-timeout MS] [--drain-timeout MS] [--headers-timeout MS] [--body-timeout MS] [--websocket] [--pretty]
   fastify-agents openapi [--agents ./agents.js] [--out openapi.json] [--public-url URL]
                          [--api-key K | --jwt-secret S | --auth api-key|jwt] [--admin-token T | --admin] [--websocket]
 
-Environment (a flag wins over its variable): PORT, HOST, DATABASE_URL, REDIS_URL, ADMIN_TOKEN, API_KEYS (comma-separated),
+Environment (a flag wins over its variable): PORT, HOST, DATABASE_URL, DATABASE_SCHEMA, REDIS_URL, REDIS_PREFIX, ADMIN_TOKEN,
+API_KEYS (comma-separated),
 JWT_SECRET, JWT_PUBLIC_KEY_FILE, CORS_ORIGIN, DOCS=true, PUBLIC_URL, REQUEST_TIMEOUT_MS, RATE_LIMIT (N/MS),
 STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, HEADERS_TIMEOUT_MS, BODY_TIMEOUT_MS, WEBSOCKET=true.`
 
@@ -34,7 +35,11 @@ export interface ServeFlags {
   port?: string | undefined
   host?: string | undefined
   db?: string | undefined
+  /** the PostgreSQL schema of the tables (default public) */
+  dbSchema?: string | undefined
   redis?: string | undefined
+  /** the prefix of every Redis key (default fa:) */
+  redisPrefix?: string | undefined
   adminToken?: string | undefined
   apiKeys?: string[] | undefined
   jwtSecret?: string | undefined
@@ -58,7 +63,9 @@ const flagNames: Record<keyof ServeFlags, string> = {
   port: '--port',
   host: '--host',
   db: '--db',
+  dbSchema: '--db-schema',
   redis: '--redis',
+  redisPrefix: '--redis-prefix',
   adminToken: '--admin-token',
   apiKeys: '--api-key',
   jwtSecret: '--jwt-secret',
@@ -79,7 +86,9 @@ const envNames: Record<keyof ServeFlags, string> = {
   port: 'PORT',
   host: 'HOST',
   db: 'DATABASE_URL',
+  dbSchema: 'DATABASE_SCHEMA',
   redis: 'REDIS_URL',
+  redisPrefix: 'REDIS_PREFIX',
   adminToken: 'ADMIN_TOKEN',
   apiKeys: 'API_KEYS',
   jwtSecret: 'JWT_SECRET',
@@ -141,6 +150,15 @@ function withoutOutbox ({ webhookStore: _outbox, quotaStore: _quotas, ...set }: 
   return set
 }
 
+/** The stores `open` makes; an option they refuse is an error naming the flag that gave it. */
+function named (flag: string, open: () => StoreSet): StoreSet {
+  try {
+    return open()
+  } catch (error) {
+    throw new Error(`${flag}: ${(error as Error).message}`)
+  }
+}
+
 /** Turns flags into service options; every store named by a URL is opened here (lazily: probe them before serving). */
 export function buildServeOptions (flags: ServeFlags, agents: Record<string, Agent>, sources: FlagSources = {}): ServePlan {
   const name = (key: keyof ServeFlags): string => sources[key] ?? flagNames[key]
@@ -150,11 +168,16 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   const stores: OpenedStores[] = []
 
   const db = flags.db
+  if (given(flags.dbSchema) && !(given(db) && /^postgres(ql)?:\/\//.test(db))) {
+    throw new Error(`${name('dbSchema')} names a PostgreSQL schema: it needs ${name('db')} postgres://…`)
+  }
+  if (given(flags.redisPrefix) && !given(flags.redis)) throw new Error(`${name('redisPrefix')} needs ${name('redis')} redis://…`)
   if (given(db)) {
     let set: StoreSet
+    const schema = flags.dbSchema
     if (db.startsWith('file:')) set = withoutOutbox(sqliteStores(db))
-    else if (/^postgres(ql)?:\/\//.test(db)) set = withoutOutbox(postgresStores(db))
-    else throw new Error(`${name('db')} must be file:<path> or postgres://…, got "${redact(db)}"`)
+    else if (!/^postgres(ql)?:\/\//.test(db)) throw new Error(`${name('db')} must be file:<path> or postgres://…, got "${redact(db)}"`)
+    else set = withoutOutbox(given(schema) ? named(name('dbSchema'), () => postgresStores(db, { schema })) : postgresStores(db))
     stores.push({ source: name('db'), url: redact(db), set })
     Object.assign(options, set)
     // checks.db: the database behind every store, probed through the stores themselves (one SELECT 1)
@@ -163,7 +186,7 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
   }
   if (given(flags.redis)) {
     if (!/^rediss?:\/\//.test(flags.redis)) throw new Error(`${name('redis')} must be redis://… or rediss://…, got "${redact(flags.redis)}"`)
-    const set = withoutOutbox(redisStores(flags.redis))
+    const set = withoutOutbox(redisStores(flags.redis, given(flags.redisPrefix) ? { prefix: flags.redisPrefix } : {}))
     stores.push({ source: name('redis'), url: redact(flags.redis), set })
     Object.assign(options, set)
   }
@@ -306,7 +329,9 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
       port: { type: 'string' },
       host: { type: 'string' },
       db: { type: 'string' },
+      'db-schema': { type: 'string' },
       redis: { type: 'string' },
+      'redis-prefix': { type: 'string' },
       'admin-token': { type: 'string' },
       admin: { type: 'boolean' },
       'api-key': { type: 'string', multiple: true },
@@ -348,7 +373,9 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
     port: fromFlagOrEnv('port', values.port, sources),
     host: fromFlagOrEnv('host', values.host, sources),
     db: fromFlagOrEnv('db', values.db, sources),
+    dbSchema: fromFlagOrEnv('dbSchema', values['db-schema'], sources),
     redis: fromFlagOrEnv('redis', values.redis, sources),
+    redisPrefix: fromFlagOrEnv('redisPrefix', values['redis-prefix'], sources),
     adminToken: fromFlagOrEnv('adminToken', values['admin-token'], sources),
     apiKeys: fromFlagOrEnv('apiKeys', values['api-key'], sources, (text) => text.split(',').map((k) => k.trim()).filter((k) => k !== '')),
     jwtSecret: fromFlagOrEnv('jwtSecret', values['jwt-secret'], sources),

@@ -1,7 +1,8 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
-import { InvalidCursorParamError, RunAlreadyEndedError, RunRecordNotFoundError } from '../lib/core/errors.js'
+import { seqParam } from '../lib/core/cursors.js'
+import { RunAlreadyEndedError, RunRecordNotFoundError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import { RunFollower } from '../lib/runs/follow.js'
 import { cancelledEnd } from '../lib/runs/start.js'
@@ -11,12 +12,6 @@ import { RunEventsQuery, RunParams, RunRecord as RunRecordSchema } from '../sche
 import { routePluginScope } from '../lib/core/composition.js'
 
 export type RunsPluginOptions = Record<never, never>
-
-/** A cursor is a non-negative integer (a seq); anything else is the client's mistake. */
-function cursorOf (value: string, name: string): number {
-  if (!/^(0|[1-9][0-9]{0,15})$/.test(value)) throw new InvalidCursorParamError(name)
-  return Number(value)
-}
 
 const ended = (record: RunRecord): boolean => record.status !== 'queued' && record.status !== 'running'
 
@@ -66,8 +61,8 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
     const record = await ownedRun(request, request.params.runId)
     const lastEventId = request.headers['last-event-id']
     const after = lastEventId !== undefined
-      ? cursorOf(String(lastEventId), 'Last-Event-ID')
-      : request.query.after === undefined ? 0 : cursorOf(request.query.after, 'querystring/after')
+      ? seqParam(String(lastEventId), 'Last-Event-ID')
+      : request.query.after === undefined ? 0 : seqParam(request.query.after, 'querystring/after')
     new RunFollower(service, request, reply, record, after)
     return reply
   })

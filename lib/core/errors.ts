@@ -80,7 +80,7 @@ export function runFailureError (failure: { code: string, message: string, error
 // Errors of the stores (lib/stores). A client's mistake carries its status (a bad cursor: 400); a store's own
 // failure carries none (status 0 here), so that a 500 body keeps its code to the log.
 export const StoreClosedError = createError('FA_STORE_CLOSED', 'the store is closed', 0)
-export const InvalidCursorError = createError('FA_INVALID_CURSOR', 'invalid cursor', 400, TypeError)
+export const InvalidCursorError = createError('FA_INVALID_CURSOR', '%s must be the nextCursor of a previous page, as it came', 400, TypeError)
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLeaseLostError = createError('FA_RUN_LEASE_LOST', 'run %s is no longer this instance\'s: its lease was lost', 0)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)

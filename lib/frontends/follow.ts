@@ -1,8 +1,11 @@
 import type { RunStore } from '../stores/types.js'
 import type { RunEvent } from '../protocols/run-events.js'
+import { PAGE_BYTES, nextPageSize } from '../runs/follow.js'
 
-/** Events read from the store at a time: what a follower holds beyond its socket's buffer. */
+/** Events read from the store at a time, at most (the pages of `followRun` hold about PAGE_BYTES): for a task's whole log. */
 const PAGE = 256
+/** A follower's first page, before the run's events are known (the next ones hold about PAGE_BYTES). */
+const FIRST_PAGE = 16
 
 export function isTerminal (type: string): boolean {
   return type === 'run.completed' || type === 'run.failed'
@@ -13,6 +16,7 @@ export function isTerminal (type: string): boolean {
  * instance or another sharing it), until the terminal event; pull-based, so a slow reader never makes anyone hold
  * more than a page. It also ends when the run is gone (purged, ephemeral) and when `signal` aborts: a generator's
  * `return()` waits for a pending `next()`, so only the signal releases a follower waiting for the run's next event.
+ * A page holds about PAGE_BYTES of events, whatever their size.
  */
 export async function * followRun (store: RunStore, runId: string, after: number, signal?: AbortSignal): AsyncGenerator<RunEvent, void, undefined> {
   let news = false
@@ -24,17 +28,20 @@ export async function * followRun (store: RunStore, runId: string, after: number
   // watched before the first read: an event stored in between is read by one or the other
   const unwatch = store.watch(runId, notify)
   signal?.addEventListener('abort', notify)
+  let size = FIRST_PAGE
   try {
     for (;;) {
       news = false
-      const page = await store.events(runId, after, PAGE)
+      const asked = size
+      const page = await store.events(runId, after, asked)
+      if (page.length > 0) size = nextPageSize(page, PAGE_BYTES)
       for (const stored of page) {
         after = stored.seq
         yield { seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) }
         if (isTerminal(stored.type)) return
       }
       if (signal?.aborted === true) return
-      if (page.length === PAGE) continue
+      if (page.length === asked) continue
       if (page.length === 0 && await store.get(runId) === null) return
       if (!news) await new Promise<void>((resolve) => { wake = resolve })
       wake = null

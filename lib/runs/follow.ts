@@ -4,8 +4,19 @@ import type { AgentServiceCore } from '../core/service.js'
 import type { RunRecord, StoredEvent } from '../stores/types.js'
 import { SseStream, formatSseEvent } from './sse.js'
 
-/** Events read from the store at a time: what a follower holds beyond its socket's buffer. */
+/** Events read from the store at a time, at most: what a follower holds beyond its socket's buffer. */
 const PAGE = 256
+/** The first read's page, before the run's events are known: a page of large events must not overrun the bound. */
+const FIRST_PAGE = 16
+/** About how many bytes a page holds: the next page asks for as many events as fit, were each the largest just read. */
+export const PAGE_BYTES = 256 * 1024
+
+/** How many events to read next, after `page`, for pages of about `bytes` (one at least, `PAGE` at most). */
+export function nextPageSize (page: readonly StoredEvent[], bytes: number): number {
+  let largest = 1
+  for (const event of page) largest = Math.max(largest, event.data.length)
+  return Math.max(1, Math.min(PAGE, Math.floor(bytes / largest)))
+}
 
 function terminal (type: string): boolean {
   return type === 'run.completed' || type === 'run.failed'
@@ -32,6 +43,7 @@ export class RunFollower {
   readonly #runId: string
   readonly #stream: SseStream
   #after: number
+  #page = FIRST_PAGE
   #unwatch: (() => void) | null = null
   #pumping = false
   #again = false
@@ -89,48 +101,62 @@ export class RunFollower {
   async #read (): Promise<void> {
     const store = this.#service.settings.runStore
     const bound = this.#service.settings.maxStreamBufferBytes
+    // A replay goes out while the socket holds less than half the bound, and waits for it to drain; the run's news
+    // sends the rest of a page whatever the socket holds. A follower that stays behind a live run is cut once its
+    // socket holds more than the bound; a replay alone never cuts its own follower (it did, before the client got a
+    // byte, at every rejoin: a page of large events was past the bound by itself).
+    let room = bound / 2
     for (;;) {
       this.#again = false
-      const events = await store.events(this.#runId, this.#after, PAGE)
+      const events = await store.events(this.#runId, this.#after, this.#page)
       if (this.#done) return
       if (events.length === 0) {
         // nothing new: the next notification brings more, unless the run is gone (purged, or ephemeral)
         if (await store.get(this.#runId) === null) this.#finish()
         return
       }
-      if (!this.#write(events)) return
-      if (this.#stream.buffered > bound) {
-        this.#service.stats.slowConsumers++
-        this.#stream.cut()
-        return
-      }
-      // a socket holding half the bound: the next page waits for it to drain, or for the run's next events
-      if (this.#stream.buffered > bound / 2) {
-        // On news while stuck, what the run sent goes to the socket too, and a socket past the bound is cut
-        // above; a client that went away meanwhile is seen by the next read.
-        await new Promise<void>((resolve) => {
-          const forget = this.#stream.onDrained(() => { this.#onNews = null; resolve() })
-          this.#onNews = () => { forget(); this.#onNews = null; resolve() }
+      this.#page = nextPageSize(events, Math.min(PAGE_BYTES, bound / 4))
+      for (let next = 0; next < events.length;) {
+        next = this.#write(events, next, room)
+        if (next < 0) return
+        if (this.#stream.buffered > bound) {
+          this.#service.stats.slowConsumers++
+          this.#stream.cut()
+          return
+        }
+        if (this.#stream.buffered <= bound / 2) continue
+        const news = await new Promise<boolean>((resolve) => {
+          const forget = this.#stream.onDrained(() => { this.#onNews = null; resolve(false) })
+          this.#onNews = () => { forget(); this.#onNews = null; resolve(true) }
         })
+        // the client went away meanwhile
+        if (this.#done) return
+        room = news ? Infinity : bound / 2
       }
     }
   }
 
-  /** Writes the events; false once the terminal one is written (the response has ended). */
-  #write (events: StoredEvent[]): boolean {
+  /**
+   * Writes the events from `from` while the socket holds less than `room` (one event at least); the index after the
+   * last one written, or -1 once the terminal one is written (the response has ended).
+   */
+  #write (events: StoredEvent[], from: number, room: number): number {
+    const held = this.#stream.buffered
     let text = ''
-    for (const event of events) {
+    let next = from
+    for (; next < events.length && (next === from || held + text.length < room); next++) {
+      const event = events[next]!
       if (terminal(event.type)) {
         this.#stream.write(text)
         this.#after = event.seq
         this.#finish(formatSseEvent({ seq: event.seq, type: event.type, json: event.data }))
-        return false
+        return -1
       }
       text += formatSseEvent({ seq: event.seq, type: event.type, json: event.data })
       this.#after = event.seq
     }
     this.#stream.write(text)
-    return true
+    return next
   }
 
   #fail (err: unknown): void {

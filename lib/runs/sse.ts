@@ -236,8 +236,9 @@ export class SseRun implements RunListener {
     if (event.type === 'run.completed' || event.type === 'run.failed') this.#final = event
     else {
       this.#stream.send(event)
-      // a reader this far behind is cut (a connection-bound run is cancelled by it, as by any disconnect)
-      if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
+      // a reader this far behind is cut (a connection-bound run is cancelled by it, as by any disconnect), once: a
+      // `continue` run goes on sending to the stream it cut, whose socket still says what it held
+      if (this.#stream.open && this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
         this.#service.stats.slowConsumers++
         this.#stream.cut()
       }

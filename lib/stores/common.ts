@@ -1,14 +1,9 @@
 // Internal helpers shared by the store backends. Not part of the public API (index.ts does not export it).
-import { InvalidCursorError, StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError } from '../core/errors.js'
+import { StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError } from '../core/errors.js'
 import type { ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
 
 export function storeClosedError (): Error {
   return new StoreClosedError()
-}
-
-/** A cursor is client input (a query parameter), hence the 400. */
-export function invalidCursorError (): Error {
-  return new InvalidCursorError()
 }
 
 export function approvalNotFoundError (id: string): Error {
@@ -52,34 +47,8 @@ export function checkIdentifier (name: string, value: unknown, maxLength: number
   return value
 }
 
-// Audit cursors carry the sequence number of the last entry of a page; the next page is everything older.
-export function encodeSeqCursor (seq: number | string): string {
-  return Buffer.from(String(seq)).toString('base64url')
-}
-
-export function decodeSeqCursor (cursor: string): string {
-  const seq = Buffer.from(cursor, 'base64url').toString()
-  if (!/^[0-9]{1,18}$/.test(seq)) throw invalidCursorError()
-  return seq
-}
-
-// Session cursors are (lastActiveAt ms, id) of the last session of a page, the order list() sorts by.
-export function encodeKeyCursor (ms: number, id: string): string {
-  return Buffer.from(JSON.stringify([ms, id])).toString('base64url')
-}
-
-export function decodeKeyCursor (cursor: string): { ms: number, id: string } {
-  let parsed: unknown
-  try {
-    parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString())
-  } catch {
-    throw invalidCursorError()
-  }
-  if (!Array.isArray(parsed) || parsed.length !== 2 || !Number.isSafeInteger(parsed[0]) || typeof parsed[1] !== 'string') {
-    throw invalidCursorError()
-  }
-  return { ms: parsed[0], id: parsed[1] }
-}
+// Cursors are written and read in one place for every listing of every backend (a cursor is client input).
+export { decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor } from '../core/cursors.js'
 
 // The last millisecond formatted: a JSON run formats "now" four or five times (session, turn, audit), and
 // under load many runs share a millisecond.

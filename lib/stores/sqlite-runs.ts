@@ -103,6 +103,7 @@ function runStatements (db: Db, prefix: string) {
     CREATE INDEX IF NOT EXISTS "${prefix}runs_expires" ON ${runs} (expires_at) WHERE expires_at IS NOT NULL;
     CREATE INDEX IF NOT EXISTS "${prefix}runs_lease" ON ${runs} (status, lease_until) WHERE status = 'running';
     CREATE INDEX IF NOT EXISTS "${prefix}runs_waiting" ON ${runs} (session_id) WHERE status = 'queued' AND detachable = 1;
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_live" ON ${runs} (run_id, expires_at);
     CREATE TABLE IF NOT EXISTS ${events} (
       run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS ${sessions} (session_id TEXT PRIMARY KEY, run_id TEXT NOT NULL) WITHOUT ROWID;
@@ -117,6 +118,9 @@ function runStatements (db: Db, prefix: string) {
   const statements = {
     run: db.prepare<[{ runId: string, now: number }], RunRow>(`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = @runId AND ${live}`),
     spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
+    // whether the run is there, from runs_live alone: expires_at sits after the result in the row, and reading it
+    // there walks the whole result (a run of many large deltas has a large one) at every page a follower reads
+    alive: db.prepare<[{ runId: string, now: number }], number>(`SELECT 1 FROM ${runs} INDEXED BY "${prefix}runs_live" WHERE run_id = @runId AND ${live}`).pluck(),
     insert: db.prepare<[Record<string, unknown>]>(`
       INSERT OR REPLACE INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at,
         started_at, request_id, trace_id, spec, ephemeral, owner, lease_until, detachable)
@@ -550,7 +554,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
 
   async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
     const statements = this.#statements()
-    if (!storable(runId, true) || statements.run.get({ runId, now: Date.now() }) === undefined) return []
+    if (!storable(runId, true) || statements.alive.get({ runId, now: Date.now() }) === undefined) return []
     return statements.events.all(runId, afterSeq, limit)
   }
 

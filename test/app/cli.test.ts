@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
 import { fileURLToPath } from 'node:url'
+import pg from 'pg'
 import t from 'tap'
 import type { Test } from 'tap'
 import { buildServeOptions, probeStores, prettyLogStream, redact, run, usage } from '../../app/cli.js'
@@ -16,7 +17,7 @@ import { closeStores, echo, eventually, parseSse } from '../helper.js'
 const bin = fileURLToPath(new URL('../../bin/fastify-agents.js', import.meta.url))
 // every bin this file starts is a process loading the whole service: on a busy machine more than the suite's 60 s
 t.setTimeout(180_000)
-import { pgUrl, redisUrl, requirePg, requireRedis } from '../helpers/services.js'
+import { pgUrl, redisUrl, requirePg, requireRedis, withPgSchema, withRedisPrefix } from '../helpers/services.js'
 
 function collect (stream: PassThrough): () => string {
   let text = ''
@@ -83,10 +84,14 @@ t.test('probeStores names the flag of a store that cannot be used', async (t) =>
   await t.rejects(probeStores(hanging, 50), /^--redis redis:\/\/x cannot be used: no answer within 50 ms$/)
 })
 
-t.test('--db postgres:// and --redis', async (t) => {
+t.test('--db postgres:// and --redis, in a schema and under a key prefix of their own', async (t) => {
   if (!await requirePg(t) || !await requireRedis(t)) return
-  const plan = buildServeOptions({ db: pgUrl(), redis: redisUrl() }, { echo })
+  const dbSchema = withPgSchema(t)
+  const redisPrefix = withRedisPrefix(t)
+  const plan = buildServeOptions({ db: pgUrl(), dbSchema, redis: redisUrl(), redisPrefix }, { echo })
   t.teardown(() => closeStores(plan.stores.map((s) => s.set)))
+  t.match(plan.options.auditStore, { schema: dbSchema, tablePrefix: 'fa_' }, '--db-schema')
+  t.match(plan.options.runStore, { prefix: redisPrefix }, '--redis-prefix')
   t.equal(plan.stores.length, 2)
   t.equal(plan.options.sessionStore, plan.stores[1]!.set.sessionStore, 'redis backs sessions')
   t.equal(plan.options.idempotency?.store, plan.stores[1]!.set.idempotency!.store, 'and idempotency')
@@ -96,6 +101,37 @@ t.test('--db postgres:// and --redis', async (t) => {
   t.ok(plan.stores.every((s) => s.set.webhookStore === undefined))
   t.ok(plan.stores.every((s) => s.set.quotaStore === undefined), 'no quotas: no quota store opened')
   await probeStores(plan.stores, 2000)
+  const client = new pg.Client(pgUrl())
+  await client.connect()
+  t.teardown(() => client.end())
+  const tables = await client.query<{ name: string }>('SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1', [dbSchema])
+  t.ok(tables.rows.some((row) => row.name === 'fa_audit'), 'the tables are in that schema')
+})
+
+t.test('--db-schema and --redis-prefix (or their variables): only with the store they name; a bad schema names the flag', async (t) => {
+  t.throws(() => buildServeOptions({ dbSchema: 'app' }, { echo }), /^--db-schema names a PostgreSQL schema: it needs --db postgres:\/\/…$/)
+  t.throws(() => buildServeOptions({ db: 'file:./x.db', dbSchema: 'app' }, { echo }, { dbSchema: 'DATABASE_SCHEMA', db: 'DATABASE_URL' }),
+    /^DATABASE_SCHEMA names a PostgreSQL schema: it needs DATABASE_URL postgres:\/\/…$/)
+  t.throws(() => buildServeOptions({ redisPrefix: 'app:' }, { echo }, { redisPrefix: 'REDIS_PREFIX' }), /^REDIS_PREFIX needs --redis redis:\/\/…$/)
+  t.throws(() => buildServeOptions({ db: 'postgres://x/y', dbSchema: 'no-dashes' }, { echo }), /^--db-schema: schema must be letters, digits and _/)
+  const defaults = buildServeOptions({ db: 'postgres://x/y', redis: 'redis://x' }, { echo })
+  t.teardown(() => closeStores(defaults.stores.map((s) => s.set)))
+  t.match(defaults.options.auditStore, { schema: 'public' }, 'by default, the defaults (nothing opened: nothing made)')
+  t.match(defaults.options.sessionStore, { prefix: 'fa:' })
+  t.match(usage, /\[--db-schema NAME\] \[--redis redis:\/\/…\] \[--redis-prefix PREFIX\][^]*DATABASE_SCHEMA[^]*REDIS_PREFIX/)
+})
+
+t.test('serve reads DATABASE_SCHEMA and REDIS_PREFIX', async (t) => {
+  if (!await requirePg(t) || !await requireRedis(t)) return
+  const saved = { ...process.env }
+  t.teardown(() => { process.env = saved })
+  Object.assign(process.env, { DATABASE_URL: pgUrl(), DATABASE_SCHEMA: withPgSchema(t), REDIS_URL: redisUrl(), REDIS_PREFIX: withRedisPrefix(t) })
+  const server = (await run(['serve', '--port', '0', '--host', '127.0.0.1'], new PassThrough()))!
+  t.teardown(() => server.stop())
+  const { settings } = server.service.app.agentService
+  t.equal((await fetch(`${server.url}/v1/agents/echo/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"input":1}' })).status, 200)
+  t.match(settings.auditStore, { schema: process.env.DATABASE_SCHEMA })
+  t.match(settings.sessionStore, { prefix: process.env.REDIS_PREFIX })
 })
 
 t.test('--pretty log lines', async (t) => {
@@ -202,7 +238,7 @@ function startBin (t: Test, args: string[], env: Record<string, string> = {}): {
   return { child, listening, exited, output: () => ({ stdout, stderr }) }
 }
 
-const ourVariables = ['PORT', 'HOST', 'DATABASE_URL', 'REDIS_URL', 'ADMIN_TOKEN', 'API_KEYS', 'JWT_SECRET', 'JWT_PUBLIC_KEY_FILE', 'CORS_ORIGIN',
+const ourVariables = ['PORT', 'HOST', 'DATABASE_URL', 'DATABASE_SCHEMA', 'REDIS_URL', 'REDIS_PREFIX', 'ADMIN_TOKEN', 'API_KEYS', 'JWT_SECRET', 'JWT_PUBLIC_KEY_FILE', 'CORS_ORIGIN',
   'DOCS', 'PUBLIC_URL', 'REQUEST_TIMEOUT_MS', 'RATE_LIMIT', 'STORE_TIMEOUT_MS', 'DRAIN_TIMEOUT_MS', 'WEBSOCKET', 'HEADERS_TIMEOUT_MS', 'BODY_TIMEOUT_MS']
 
 t.test('the bin drains on SIGTERM, closes its stores and exits 0', async (t) => {

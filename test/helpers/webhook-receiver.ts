@@ -22,8 +22,8 @@ export interface Delivery {
   verifyError: string | null
 }
 
-/** What the receiver does with the n-th request (from 0): answer with a status, or never answer ('hang'). */
-export type Answer = (delivery: Delivery, n: number) => number | 'hang'
+/** What the receiver does with the n-th request (from 0): answer with a status (and headers), or never answer ('hang'). */
+export type Answer = (delivery: Delivery, n: number) => number | { status: number, headers: Record<string, string> } | 'hang'
 
 export interface Receiver {
   url: string
@@ -69,12 +69,13 @@ export async function receiver (t: Test, answer: Answer = () => 204, secret = ne
       }
       const n = state.deliveries.length
       state.deliveries.push(delivery)
-      const status = state.answer(delivery, n)
-      if (status === 'hang') {
+      const answer = state.answer(delivery, n)
+      if (answer === 'hang') {
         hanging.add(response)
         return
       }
-      response.writeHead(status).end()
+      if (typeof answer === 'number') response.writeHead(answer).end()
+      else response.writeHead(answer.status, answer.headers).end()
     })
   }
   let server = createServer(handle)

@@ -156,8 +156,8 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
   t.teardown(() => store.close())
   t.equal(await store.get('warm-up'), null)
   const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
-  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
-  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
+  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_live', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
+  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
   t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
   t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
   const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
@@ -175,6 +175,9 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
     /USING COVERING INDEX app_runs_waiting/, 'a queued run waiting for a session')
   t.match(plan("SELECT * FROM app_runs WHERE status = 'queued' AND detachable = 1 AND created_seq > 0 ORDER BY created_seq LIMIT 5"),
     /^SEARCH app_runs USING INDEX app_runs_status \(status=\? AND created_seq>\?\)$/, 'the queue, oldest first')
+  // a page of a run's events asks whether the run is there: from the index, not the row (past its result)
+  t.match(plan('SELECT 1 FROM app_runs INDEXED BY "app_runs_live" WHERE run_id = \'x\' AND (expires_at IS NULL OR expires_at > 1)'),
+    /^SEARCH app_runs USING COVERING INDEX app_runs_live \(run_id=\?\)$/, 'whether a run is there')
 })
 
 t.test('runs: closing the file and opening it again keeps the runs and their logs', async (t) => {

@@ -191,6 +191,27 @@ t.test('given up once the window has passed', async (t) => {
   t.ok(logs.some((line) => line.msg === 'webhook attempt failed: it will be retried' && line.status === 503))
 })
 
+t.test('a redirect is not a delivery: 302 and 307 are failed attempts, retried, never followed, then given up', async (t) => {
+  tune(t, { firstRetryMs: 50, pollMs: 20, windowMs: 600 })
+  const elsewhere = await receiver(t)
+  const hook = await receiver(t, (_delivery, n) => ({ status: n % 2 === 0 ? 302 : 307, headers: { location: elsewhere.url } }))
+  const logs: Array<Record<string, unknown>> = []
+  const { app } = service(t, hook, {}, logs)
+  const { runId } = (await app.inject(run('echo'))).json()
+  // given up, or (the bug) counted as delivered
+  await eventually(() => logs.some((line) => line.msg === 'webhook delivery given up: no 2xx answer within the retry window') ||
+    app.agentService.stats.webhookDeliveries().has('delivered'), 10_000, 'the delivery settled')
+  const { attempts } = (await app.inject({ method: 'GET', url: `/admin/webhooks?runId=${runId}` })).json()
+  t.notOk(attempts.some((a: { outcome: string }) => a.outcome === 'delivered'), 'no attempt counted as delivered')
+  t.ok(attempts.length >= 2, `attempted again (${attempts.length} attempts)`)
+  t.same(attempts.reverse().map((a: { status: number }) => a.status), attempts.map((_: unknown, i: number) => i % 2 === 0 ? 302 : 307), 'each answer recorded')
+  t.ok(attempts.slice(0, -1).every((a: { outcome: string }) => a.outcome === 'retried'), 'every attempt but the last: retried')
+  t.equal(attempts.at(-1).outcome, 'failed', 'the last: given up')
+  t.equal(hook.deliveries.length, attempts.length, 'the endpoint got every attempt')
+  t.equal(elsewhere.deliveries.length, 0, 'the Location was never followed')
+  t.same(Object.fromEntries(app.agentService.stats.webhookDeliveries()), { retried: attempts.length - 1, failed: 1 })
+})
+
 t.test('a drain stops the claims; the attempt on its way goes on', async (t) => {
   tune(t, { maxInFlight: 1, attemptTimeoutMs: 300, pollMs: 20 })
   const hook = await receiver(t, () => 'hang')
