@@ -84,6 +84,8 @@ export const InvalidCursorError = createError('FA_INVALID_CURSOR', '%s must be t
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLeaseLostError = createError('FA_RUN_LEASE_LOST', 'run %s is no longer this instance\'s: its lease was lost', 0)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
+/** A write that brings, at a seq the log holds, an event other than the one held (a retry is acknowledged only for the same events). */
+export const RunLogConflictError = createError('FA_RUN_LOG_CONFLICT', 'run %s: event seq %d is held already, with another event', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
 /** A store backend whose driver (an optional peer dependency) is not installed. */
 export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)

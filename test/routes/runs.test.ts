@@ -648,7 +648,7 @@ t.test('resuming a run in progress elsewhere is RUN_IN_PROGRESS; into a busy ses
   const inProgress = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
   t.equal(inProgress.statusCode, 409)
   t.match(inProgress.json(), { code: 'RUN_IN_PROGRESS' })
-  await store.finish(runId, [{ seq: record.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000, 'elsewhere')
+  await store.finish(runId, [{ seq: (await store.get(runId))!.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000, 'elsewhere')
   // a run of another instance holds the session: it stays busy for as long as the test needs
   await store.create({ record: { ...record, runId: 'elsewhere', status: 'running', lastSeq: 0 }, spec: { input: 1 }, ephemeral: false, detachable: false, lease: { owner: 'elsewhere', until: Date.now() + 60_000 } }, { exclusive: true })
   const busy = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
