@@ -71,6 +71,8 @@ export function runFailureError (failure: { code: string, message: string, error
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
     case 'INSTANCE_LOST': return new RunLostError()
+    // the run's end could not be stored (a run that stopped here without ending)
+    case 'STORE_UNAVAILABLE': return new StoreUnavailableError(failure.message)
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
     // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
     default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)

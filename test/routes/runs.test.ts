@@ -490,14 +490,18 @@ t.test('ended runs are kept runRetentionMs, then gone', async (t) => {
   t.equal((await app.inject({ url: `/v1/runs/${runId}` })).statusCode, 404)
 })
 
-t.test('a run store that fails to store the end: the client still gets it, the record is never reported completed', async (t) => {
+t.test('a run store that fails to store the end: the client gets no end it did not store, the record is never reported completed', async (t) => {
   const store = new MemoryRunStore()
   store.finish = async () => { throw new Error('store down') }
   const { app } = build(t, { runStore: store })
   const res = await runJson(app, 'echo', { input: 1 })
-  t.equal(res.statusCode, 200)
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { code: 'STORE_UNAVAILABLE', message: /could not store the run's end: follow it at/ })
   t.equal(app.agentService.stats.runLogFailures, 1)
-  t.match((await app.inject({ url: `/v1/runs/${res.json().runId}` })).json(), { status: 'running', lastSeq: 1 })
+  const runId = (await store.list({ limit: 1 })).runs[0]!.runId
+  t.match((await app.inject({ url: `/v1/runs/${runId}` })).json(), { status: 'running', lastSeq: 1 })
+  const streamed = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } })).body)
+  t.same(streamed.map((e) => e.event), ['run.started'], 'a stream ends without a terminal event (its client rejoins the log)')
 })
 
 t.test('a result that cannot be serialized fails the run with AGENT_ERROR, naming why', async (t) => {
