@@ -37,8 +37,8 @@ function runEvent (event: StoredEvent): RunEvent {
  * not (the service is closing).
  */
 function transient (err: unknown): boolean {
-  const { code, cause } = (err ?? {}) as { code?: unknown, cause?: { code?: unknown } }
-  return (code === 'STORE_UNAVAILABLE' || isUnavailable(err)) && code !== 'FA_STORE_CLOSED' && cause?.code !== 'FA_STORE_CLOSED'
+  const { code, cause } = Object(err) as { code?: unknown, cause?: unknown }
+  return (code === 'STORE_UNAVAILABLE' || isUnavailable(err)) && code !== 'FA_STORE_CLOSED' && (Object(cause) as { code?: unknown }).code !== 'FA_STORE_CLOSED'
 }
 
 /** What a write retried through an outage came to when it gave up: the run was taken over, or the store never took it. */
@@ -164,15 +164,17 @@ export class RunLog implements RunSink {
    * LOST when the store says the run is another instance's, FAILED when it gives up.
    */
   async #retried<T> (what: string, lease: LeaseHolder, write: () => Promise<T>): Promise<T | typeof LOST | typeof FAILED> {
-    for (let wait = RETRY_FIRST_MS; ; wait = Math.min(2 * wait, RETRY_MAX_MS)) {
+    let wait = RETRY_FIRST_MS
+    for (;;) {
       try {
         return await write()
       } catch (err) {
         if (this.#taken(err)) return LOST
         this.#failed(err, what)
         if (!transient(err) || Date.now() + wait >= lease.leaseUntil) return FAILED
-        await sleep(wait)
       }
+      await sleep(wait)
+      wait = Math.min(2 * wait, RETRY_MAX_MS)
     }
   }
 

@@ -518,5 +518,5 @@ export class AgentRun {
 function storedOutcome (event: RunEvent, durationMs: number): Exclude<RunOutcome, { status: 'detached' }> {
   if (event.type === 'run.completed') return { status: 'completed', result: event.data as RunResult, durationMs }
   const { code, message } = (event.data as { error: { code: RunFailureCode, message: string } }).error
-  return { status: 'failed', code, message, error: code === 'AGENT_ERROR' ? new Error(message) : new RunAbortedError(code as RunAbortCode, message), durationMs }
+  return { status: 'failed', code, message, error: null, durationMs }
 }

@@ -212,6 +212,13 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
       { status: 'cancelled', error: { code: 'CANCELLED' } })
     t.same(await store.events(failing.record.runId, 0, 10), [cancelledEvent(1)])
 
+    // a finish that adds no event
+    const quiet = newRun({ traceId })
+    await store.create(quiet, { exclusive: false })
+    await store.append(quiet.record.runId, [event(1, 'run.started')], OWNER)
+    await store.cancel(quiet.record.runId, cancelled(), HOUR)
+    t.match(await store.finish(quiet.record.runId, [], completed(quiet.record), HOUR, OWNER), { status: 'cancelled', lastSeq: 1, error: { code: 'CANCELLED' } })
+
     // the finish first: the run has ended, and a cancel then changes nothing (409 RUN_ALREADY_ENDED)
     const finished = newRun({ traceId })
     await store.create(finished, { exclusive: false })

@@ -75,6 +75,25 @@ function holdingFinish (store: RunStore): { store: RunStore, held: () => number,
   return { store: holding, held: () => held, release }
 }
 
+/** The store, whose first `finish` is applied but answered as a deadline passed (its answer lost on the way). */
+function losingFirstAnswer (store: RunStore): RunStore {
+  let lost = false
+  return new Proxy(store, {
+    get (target, property) {
+      if (property === 'finish') {
+        return async (...args: Parameters<RunStore['finish']>) => {
+          const record = await target.finish(...args)
+          if (lost) return record
+          lost = true
+          throw Object.assign(new Error('runStore.finish() did not answer within 5000 ms'), { code: 'STORE_UNAVAILABLE' })
+        }
+      }
+      const value = Reflect.get(target, property, target) as unknown
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value
+    }
+  })
+}
+
 /** Whether an event of `type` reaches the client within `ms` (false: it did not, so far). */
 async function arrives (client: SseClient, type: string, ms: number): Promise<boolean> {
   const deadline = Date.now() + ms
@@ -111,6 +130,20 @@ for (const backend of backends) {
       const [stored] = await store.events(runId, 4, 1)
       t.same(JSON.parse(stored!.data), run.events.at(-1)!.data, 'the event sent is the one stored')
       t.match(await store.get(runId), { status: 'completed', lastSeq: 5 })
+    })
+
+    t.test('an end applied though its answer was lost: tried again, the run ends once, and its client gets the end stored', async (t) => {
+      const store = await backend.store(t)
+      t.teardown(() => store.close?.())
+      const { app } = await listen(t, { agents: { deltas }, runStore: losingFirstAnswer(store) }).then(({ service }) => service)
+      const res = await app.inject({ method: 'POST', url: '/v1/agents/deltas/runs', payload: { input: null } })
+      t.equal(res.statusCode, 200)
+      const runId = res.json().runId as string
+      const record = (await store.get(runId))!
+      t.match(record, { status: 'completed', lastSeq: 5 })
+      t.same(res.json(), record.result, 'the answer is the result stored')
+      t.same((await store.events(runId, 0, 10)).map((e) => e.seq), [1, 2, 3, 4, 5], 'each event once')
+      t.equal(app.agentService.stats.runLogFailures, 1, 'the lost answer counted')
     })
 
     t.test('a cancel answered 202 while the completion is being written ends the run CANCELLED, for everyone', async (t) => {
