@@ -5,6 +5,7 @@ import type {
 import type { Message } from '../stores/types.js'
 import { startRunTrace } from '../core/tracing.js'
 import type { RunTrace } from '../core/tracing.js'
+import { CANCELLED_ERROR } from '../stores/common.js'
 import { agentEventProblem } from './events.js'
 import type { RunResult } from '../../schemas/runs.js'
 
@@ -113,7 +114,7 @@ export class RunAbortedError extends Error {
 
 const abortMessages: Record<RunAbortCode, string> = {
   AGENT_TIMEOUT: '',
-  CANCELLED: 'The run was cancelled',
+  CANCELLED: CANCELLED_ERROR.message,
   SHUTDOWN: 'The service is shutting down',
   INSTANCE_LOST: 'The instance running the run was lost'
 }

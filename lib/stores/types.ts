@@ -327,8 +327,9 @@ export interface RunStore {
    * Ends a run in one step: appends its last events (the terminal one last; idempotent by seq as `append` is), sets
    * the end and gives its session back. null (changing nothing) when the run is not running. The record and log are
    * kept `retentionMs` more. Cancel and finish are one compare-and-set: when a cancel was asked for first (`cancel`
-   * answered `requested`), the run ends cancelled whatever `end` says — its terminal event replaced by the
-   * `run.failed` CANCELLED one that `cancelledFinish` (stores/common.ts) makes, which the returned record shows.
+   * answered `requested`), the run ends cancelled whatever `end` says (the returned record shows it), its terminal
+   * event replaced, at the same seq, by `run.failed` with `{ error: { code: 'CANCELLED', message: 'The run was
+   * cancelled' }, traceId }` (the record's trace id) — as `cancelledFinish` in stores/common.ts makes it.
    */
   finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null>
   /** Renews the leases `owner` still holds (running, owned) until `until`; resolves with the ids it renewed. */
