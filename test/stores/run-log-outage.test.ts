@@ -14,6 +14,7 @@ import type { RunStore } from '../../lib/stores/types.js'
 import { privatePostgres, privateRedis } from '../helpers/private-servers.js'
 import type { PrivateServer } from '../helpers/private-servers.js'
 import { followRun, openSse } from '../helpers/streams.js'
+import type { ParsedEvent } from '../helper.js'
 
 // instances and servers take seconds to start on a busy machine
 t.setTimeout(120_000)
@@ -43,6 +44,28 @@ const backends: Backend[] = [
   { name: 'PostgreSQL', server: privatePostgres, store: (url) => new PostgresRunStore(url, { schema: 'stall' }) }
 ]
 
+/**
+ * Follows a run's log to its end as a client would: a follower whose read of the store fails gets `event: error`
+ * (no id) and the end of its stream, and rejoins from the last id it got, again until the store answers.
+ */
+async function followToEnd (url: string, runId: string, onJoined: () => void): Promise<{ events: ParsedEvent[], rejoins: number }> {
+  const events: ParsedEvent[] = []
+  let rejoins = -1
+  const deadline = Date.now() + 60_000
+  while (Date.now() < deadline) {
+    rejoins++
+    const last = events.at(-1)
+    const follower = await followRun(url, runId, last === undefined ? {} : { 'last-event-id': String(last.id) })
+    if (rejoins === 0) onJoined()
+    await follower.ended
+    events.push(...follower.events.filter((event) => !Number.isNaN(event.id)))
+    const end = events.at(-1)
+    if (end?.event === 'run.completed' || end?.event === 'run.failed') return { events, rejoins }
+    await delay(100)
+  }
+  throw new Error(`the run's end not followed within a minute; got ${events.length} events`)
+}
+
 for (const backend of backends) {
   t.test(`${backend.name} frozen 3 s mid-run, shorter than the lease: the run completes on its own instance, nothing lost or wedged`, async (t) => {
     const server = await backend.server(t)
@@ -58,18 +81,22 @@ for (const backend of backends) {
     const run = await openSse(a.url, '/v1/agents/steady/runs', { input: null })
     const started = await run.next('run.started')
     const runId = started.data.runId as string
-    const follower = await followRun(b.url, runId)
-    await eventually(() => follower.events.length >= 5, 10_000, 'the follower following')
+    let joined = (): void => {}
+    const following = new Promise<void>((resolve) => { joined = resolve })
+    const follower = followToEnd(b.url, runId, joined)
+    await following
+    await eventually(() => run.events.length >= 5, 10_000, 'the run going')
     await server.freeze()
     await delay(3_000)
     await server.thaw()
     await run.ended
-    await follower.ended
+    const followed = await follower
+    t.comment(`the follower rejoined ${followed.rejoins} times`)
 
     t.ok(a.service.app.agentService.stats.runLogFailures > 0, `the stall was felt: ${a.service.app.agentService.stats.runLogFailures} writes past their deadline`)
     t.same(run.events.map((e) => e.id), Array.from({ length: DELTAS + 2 }, (_, i) => i + 1), 'the client got every event')
     t.match(run.events.at(-1), { event: 'run.completed', data: { runId, status: 'completed' } })
-    t.same(follower.events, run.events, 'the follower on the other instance got every event, as sent')
+    t.same(followed.events, run.events, 'the follower on the other instance got every event, as sent')
     const record = await (await fetch(`${b.url}/v1/runs/${runId}`)).json() as { result: unknown }
     t.match(record, { status: 'completed', attempt: 1, lastSeq: DELTAS + 2 }, 'completed on its own instance, not lost')
     t.same(record.result, run.events.at(-1)!.data, 'the end sent is the one stored')
