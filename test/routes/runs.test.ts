@@ -505,15 +505,15 @@ t.test('a run store that fails to store the end: the client gets no end it did n
 })
 
 t.test('a follower reads a log in pages: a terminal event that ends a full page is the end once nothing follows it', async (t) => {
-  // the run's 256th event (a page of the follower's) is its last
+  // the run's 16th event (the follower's first page, lib/runs/follow.ts) is its last
   const pageful: Agent = {
     async * run () {
-      for (let i = 0; i < 254; i++) yield `${i} `
+      for (let i = 0; i < 14; i++) yield `${i} `
     }
   }
   const { app } = build(t, { agents: { pageful } })
   const run = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/pageful/runs', payload: { input: null, stream: true } })).body)
-  t.equal(run.length, 256)
+  t.equal(run.length, 16)
   const replay = parseSse((await app.inject({ url: `/v1/runs/${run[0]!.data.runId as string}/events` })).body)
   t.same(replay.map((e) => e.id), run.map((e) => e.id))
   t.equal(replay.at(-1)!.event, 'run.completed')
