@@ -71,6 +71,8 @@ export function runFailureError (failure: { code: string, message: string, error
     case 'AGENT_TIMEOUT': return new AgentTimeoutError(agent, timeoutMs)
     case 'SHUTDOWN': return new ShutdownError()
     case 'INSTANCE_LOST': return new RunLostError()
+    // the run's end could not be stored (a run that stopped here without ending)
+    case 'STORE_UNAVAILABLE': return new StoreUnavailableError(failure.message)
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
     // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
     default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)
@@ -84,6 +86,8 @@ export const InvalidCursorError = createError('FA_INVALID_CURSOR', '%s must be t
 export const StoreApprovalNotFoundError = createError('FA_APPROVAL_NOT_FOUND', 'approval %s not found', 404)
 export const RunLeaseLostError = createError('FA_RUN_LEASE_LOST', 'run %s is no longer this instance\'s: its lease was lost', 0)
 export const RunLogGapError = createError('FA_RUN_LOG_GAP', 'run %s: expected event seq %d, got %d', 0)
+/** A write that brings, at a seq the log holds, an event other than the one held (a retry is acknowledged only for the same events). */
+export const RunLogConflictError = createError('FA_RUN_LOG_CONFLICT', 'run %s: event seq %d is held already, with another event', 0)
 export const StoreApprovalExistsError = createError('FA_APPROVAL_EXISTS', 'approval %s already exists', 0)
 /** A store backend whose driver (an optional peer dependency) is not installed. */
 export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the optional dependency %s: npm install %s', 500)

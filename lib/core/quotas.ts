@@ -96,7 +96,7 @@ export class Quotas {
   sink (principal: string, runId: string, inner: FlushableSink): FlushableSink {
     return {
       event: (event: RunEvent) => inner.event(event),
-      finish: async (event, outcome) => { await Promise.all([inner.finish(event, outcome), this.#ended(principal, runId, outcome)]) },
+      finish: async (event, outcome, lease) => (await Promise.all([inner.finish(event, outcome, lease), this.#ended(principal, runId, outcome)]))[0],
       flush: () => inner.flush()
     }
   }

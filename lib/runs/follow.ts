@@ -35,7 +35,8 @@ function onFollowerClose (this: FollowerResponse): void {
  * own stream sent. A follower never slows the run: a replay goes at the pace of its socket (the next page is
  * read once the socket holds less than half the bound), while the run's new events are written as they come; a
  * follower whose socket then holds more than the bound is cut, and rejoins from its last id. A store that fails
- * ends the stream with an `error` event, never a gap.
+ * ends the stream with an `error` event, never a gap. A run resumed under its id (`resumeRunId`) has one log: an
+ * attempt's terminal event followed by more (`run.requeued { reason: 'RESUMED' }`, the next attempt) is not the end.
  */
 export class RunFollower {
   readonly #service: AgentServiceCore
@@ -44,6 +45,8 @@ export class RunFollower {
   readonly #stream: SseStream
   #after: number
   #page = FIRST_PAGE
+  /** whether the last event written was a terminal one (the end, unless the log goes on: see #read) */
+  #afterTerminal = false
   #unwatch: (() => void) | null = null
   #pumping = false
   #again = false
@@ -108,16 +111,21 @@ export class RunFollower {
     let room = bound / 2
     for (;;) {
       this.#again = false
-      const events = await store.events(this.#runId, this.#after, this.#page)
+      const asked = this.#page
+      const events = await store.events(this.#runId, this.#after, asked)
       if (this.#done) return
       if (events.length === 0) {
-        // nothing new: the next notification brings more, unless the run is gone (purged, or ephemeral)
-        if (await store.get(this.#runId) === null) this.#finish()
+        // nothing after a terminal event: that was the end (read in full pages up to it); else the next
+        // notification brings more, unless the run is gone (purged, or ephemeral)
+        if (this.#afterTerminal || await store.get(this.#runId) === null) this.#finish()
         return
       }
       this.#page = nextPageSize(events, Math.min(PAGE_BYTES, bound / 4))
+      // The end of the stream is a terminal event with nothing after it: a resumed run's log goes on past an earlier
+      // attempt's end. A page read short has all there was: its last event, terminal, is the end.
+      const whole = events.length < asked
       for (let next = 0; next < events.length;) {
-        next = this.#write(events, next, room)
+        next = this.#write(events, next, room, whole)
         if (next < 0) return
         if (this.#stream.buffered > bound) {
           this.#service.stats.slowConsumers++
@@ -138,22 +146,22 @@ export class RunFollower {
 
   /**
    * Writes the events from `from` while the socket holds less than `room` (one event at least); the index after the
-   * last one written, or -1 once the terminal one is written (the response has ended).
+   * last one written, or -1 once the run's terminal event is written as the end (`whole`: the page has all there was).
    */
-  #write (events: StoredEvent[], from: number, room: number): number {
+  #write (events: StoredEvent[], from: number, room: number, whole: boolean): number {
     const held = this.#stream.buffered
     let text = ''
     let next = from
     for (; next < events.length && (next === from || held + text.length < room); next++) {
       const event = events[next]!
-      if (terminal(event.type)) {
+      this.#after = event.seq
+      this.#afterTerminal = terminal(event.type)
+      if (this.#afterTerminal && whole && next === events.length - 1) {
         this.#stream.write(text)
-        this.#after = event.seq
         this.#finish(formatSseEvent({ seq: event.seq, type: event.type, json: event.data }))
         return -1
       }
       text += formatSseEvent({ seq: event.seq, type: event.type, json: event.data })
-      this.#after = event.seq
     }
     this.#stream.write(text)
     return next

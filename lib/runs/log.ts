@@ -1,7 +1,13 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
-import { iso } from '../stores/common.js'
+import { cancelledFinish, iso } from '../stores/common.js'
+import { isUnavailable } from '../stores/deadline.js'
 import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'
-import type { RunEvent, RunOutcome, RunSink } from './run.js'
+import type { LeaseHolder, RunEvent, RunOutcome, RunSink } from './run.js'
+
+/** A write of the run's end that failed for an outage is tried again after this, then twice as long each time, up to the max. */
+const RETRY_FIRST_MS = 100
+const RETRY_MAX_MS = 1_000
 
 export interface RunLogOptions {
   store: RunStore
@@ -22,6 +28,23 @@ function stored (event: RunEvent): StoredEvent {
   return { seq: event.seq, type: event.type, data: event.json }
 }
 
+function runEvent (event: StoredEvent): RunEvent {
+  return { seq: event.seq, type: event.type, data: JSON.parse(event.data), json: event.data }
+}
+
+/**
+ * A store that could not answer (its deadline passed, its server away) and may answer a retry; a closed store will
+ * not (the service is closing).
+ */
+function transient (err: unknown): boolean {
+  const { code, cause } = Object(err) as { code?: unknown, cause?: unknown }
+  return (code === 'STORE_UNAVAILABLE' || isUnavailable(err)) && code !== 'FA_STORE_CLOSED' && (Object(cause) as { code?: unknown }).code !== 'FA_STORE_CLOSED'
+}
+
+/** What a write retried through an outage came to when it gave up: the run was taken over, or the store never took it. */
+const LOST = Symbol('lost')
+const FAILED = Symbol('failed')
+
 /** How a run's outcome is recorded. */
 export function runEnd (outcome: Exclude<RunOutcome, { status: 'detached' }>): RunEnd {
   const endedAt = iso(Date.now())
@@ -34,7 +57,9 @@ export function runEnd (outcome: Exclude<RunOutcome, { status: 'detached' }>): R
  * way, the events that follow gather for the next (a run streaming 100 deltas costs a few round trips, not
  * 100). The terminal event and the end are written together, after everything before them. A store that
  * refuses a write is logged and counted; the batch is tried again with the next one (no gap in the log), and
- * the live stream goes on meanwhile.
+ * the live stream goes on meanwhile. A write past its deadline may still have been applied: the store takes the
+ * retry all the same (appends are idempotent by seq). The end is tried again through an outage for as long as the
+ * run's lease lasts, and what the store holds decides what the run's client is sent.
  */
 export class RunLog implements RunSink {
   readonly #options: RunLogOptions
@@ -88,17 +113,68 @@ export class RunLog implements RunSink {
     this.#writing = null
   }
 
-  async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>): Promise<void> {
+  /**
+   * Stores the terminal event and the end, after everything before them, and resolves with the terminal event as
+   * stored, the one to send: `event`, or the one the store ended the run with instead — cancelled (a cancel was
+   * asked for first: see cancelledFinish), or by another instance once this one's lease lapsed. When there is none
+   * to send, why: the run is not this instance's to end any more (INSTANCE_LOST: it goes on elsewhere), or its end
+   * could not be stored while its lease lasted (STORE_UNAVAILABLE). Never rejects.
+   */
+  async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'> {
     await this.flush()
-    if (this.#lost) return
     const events = this.#pending
     this.#pending = []
     events.push(stored(event))
     const { store, runId, retentionMs, owner } = this.#options
-    try {
-      if (await store.finish(runId, events, runEnd(outcome), retentionMs, owner) !== null) this.#options.onStored?.(events)
-    } catch (err) {
-      if (!this.#taken(err)) this.#failed(err, 'finish')
+    const end = runEnd(outcome)
+    const record = this.#lost ? LOST : await this.#retried('finish', lease, () => store.finish(runId, events, end, retentionMs, owner))
+    if (record === FAILED) return 'STORE_UNAVAILABLE'
+    if (record === LOST || record === null) return this.#endedElsewhere(events[0]!.seq, lease)
+    if (record.status === end.status) {
+      this.#options.onStored?.(events)
+      return event
+    }
+    // a cancel was asked for first: the store ended the run cancelled, as cancelledFinish says
+    const cancelled = cancelledFinish(record.traceId, events, end).events
+    this.#options.onStored?.(cancelled)
+    return runEvent(cancelled.at(-1)!)
+  }
+
+  /**
+   * The terminal event of a run that another write ended (another instance, once this one's lease lapsed; or this
+   * one's own finish, applied though its answer was lost), told as stored with the events from `from` on;
+   * INSTANCE_LOST when the run has not ended (it goes on elsewhere) or is gone, STORE_UNAVAILABLE when it cannot be read.
+   */
+  async #endedElsewhere (from: number, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'> {
+    const { store, runId } = this.#options
+    const record = await this.#retried('read', lease, () => store.get(runId))
+    if (typeof record === 'symbol') return 'STORE_UNAVAILABLE'
+    if (record === null || record.status === 'queued' || record.status === 'running') return 'INSTANCE_LOST'
+    const after = Math.min(from, record.lastSeq) - 1
+    const events = await this.#retried('read', lease, () => store.events(runId, after, record.lastSeq - after))
+    if (typeof events === 'symbol') return 'STORE_UNAVAILABLE'
+    // purged between the two reads (an ephemeral run's second of retention)
+    if (events.at(-1)?.seq !== record.lastSeq) return 'INSTANCE_LOST'
+    this.#options.onStored?.(events)
+    return runEvent(events.at(-1)!)
+  }
+
+  /**
+   * A write of the run's end (or a read of it), tried again while the store is away and the run's lease lasts:
+   * LOST when the store says the run is another instance's, FAILED when it gives up.
+   */
+  async #retried<T> (what: string, lease: LeaseHolder, write: () => Promise<T>): Promise<T | typeof LOST | typeof FAILED> {
+    let wait = RETRY_FIRST_MS
+    for (;;) {
+      try {
+        return await write()
+      } catch (err) {
+        if (this.#taken(err)) return LOST
+        this.#failed(err, what)
+        if (!transient(err) || Date.now() + wait >= lease.leaseUntil) return FAILED
+      }
+      await sleep(wait)
+      wait = Math.min(2 * wait, RETRY_MAX_MS)
     }
   }
 

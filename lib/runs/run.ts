@@ -5,13 +5,17 @@ import type {
 import type { Message } from '../stores/types.js'
 import { startRunTrace } from '../core/tracing.js'
 import type { RunTrace } from '../core/tracing.js'
+import { CANCELLED_ERROR } from '../stores/common.js'
 import { agentEventProblem } from './events.js'
 import type { RunResult } from '../../schemas/runs.js'
 
 export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN' | 'INSTANCE_LOST'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
-/** Why a run stops here without ending: handed to another instance at a drain, or taken over after its lease lapsed. */
-export type RunDetachCode = 'SHUTDOWN' | 'INSTANCE_LOST'
+/**
+ * Why a run stops here without ending: handed to another instance at a drain, taken over after its lease lapsed, or
+ * its end could not be stored while its lease lasted (whoever finds the lease lapsed ends it, or runs it again).
+ */
+export type RunDetachCode = 'SHUTDOWN' | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'
 
 /** One event of a run: `json` is `data` serialized once, for every transport and the log alike. */
 export interface RunEvent {
@@ -21,11 +25,22 @@ export interface RunEvent {
   json: string
 }
 
+/** Who holds a run's lease, and until when by this instance's clock (renewed while the run is in flight). */
+export interface LeaseHolder {
+  readonly leaseUntil: number
+}
+
 /** Where a run's events are kept (the run store's log): the terminal event is kept before anyone is sent it. */
 export interface RunSink {
   event(event: RunEvent): void
-  /** Resolves once the terminal event and the end are stored, or the failure to store them logged (never rejects). */
-  finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>): Promise<void>
+  /**
+   * Stores the terminal event and the end (tried again through an outage while `lease` lasts) and resolves with the
+   * terminal event as stored — the one to send, which may not be `event` (the store ended the run otherwise: a
+   * cancel asked for first, another instance) — or, when there is none to send, why: `INSTANCE_LOST`, the run is
+   * not this instance's to end any more (it goes on elsewhere); `STORE_UNAVAILABLE`, its end could not be stored
+   * while its lease lasted. Never rejects.
+   */
+  finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'>
 }
 
 export type { RunResult }
@@ -99,14 +114,15 @@ export class RunAbortedError extends Error {
 
 const abortMessages: Record<RunAbortCode, string> = {
   AGENT_TIMEOUT: '',
-  CANCELLED: 'The run was cancelled',
+  CANCELLED: CANCELLED_ERROR.message,
   SHUTDOWN: 'The service is shutting down',
   INSTANCE_LOST: 'The instance running the run was lost'
 }
 
 const detachMessages: Record<RunDetachCode, string> = {
   SHUTDOWN: 'The service is shutting down: the run goes on on another instance',
-  INSTANCE_LOST: 'The run was taken over by another instance'
+  INSTANCE_LOST: 'The run was taken over by another instance',
+  STORE_UNAVAILABLE: 'The run store could not store the run\'s end: follow it at /v1/runs/:runId/events'
 }
 
 function tokens (value: unknown): number {
@@ -320,7 +336,7 @@ export class AgentRun {
    * Stops the agent here without ending the run: no terminal event, no end in the store (whoever requeued or took
    * over the run goes on with it). Its client's stream closes; it can rejoin the run's log.
    */
-  detach (code: RunDetachCode, lost = false): boolean {
+  detach (code: Exclude<RunDetachCode, 'STORE_UNAVAILABLE'>, lost = false): boolean {
     // A run whose result is in completes here (a hand-off, or a fence while its lease may still be this instance's:
     // the agent has stopped, nothing runs twice), unless the store says it is another instance's now (`lost`).
     if (this.#settled || (this.#finishing && !lost)) return false
@@ -330,12 +346,7 @@ export class AgentRun {
     this.#abortReason = reason
     this.#stopIterator?.()
     this.#controller?.abort(reason)
-    const outcome: RunOutcome = { status: 'detached', code, message: reason.message, durationMs: performance.now() - this.#started }
-    this.#trace?.end(outcome)
-    this.#onSettled?.(this, outcome)
-    this.#listener?.runSettled?.(outcome)
-    this.#outcome = outcome
-    this.#resolve?.(outcome)
+    this.#close({ status: 'detached', code, message: reason.message, durationMs: performance.now() - this.#started })
     return true
   }
 
@@ -471,17 +482,42 @@ export class AgentRun {
     }
     this.#terminal = event
     if (this.#firstEventMs < 0) this.#firstEventMs = performance.now() - this.#started
-    this.#trace?.end(outcome)
     const sink = this.options.sink
     if (sink === null) this.#settle(event, outcome)
-    else void sink.finish(event, outcome).then(() => this.#settle(event, outcome))
+    else void sink.finish(event, outcome, this).then((kept) => this.#stored(event, outcome, kept))
+  }
+
+  /** The run's client is sent the terminal event the log kept, and none when there is none to send (the run stops here). */
+  #stored (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, kept: RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'): void {
+    if (typeof kept === 'string') {
+      this.#terminal = null
+      this.#close({ status: 'detached', code: kept, message: detachMessages[kept], durationMs: outcome.durationMs })
+      return
+    }
+    if (kept !== event) {
+      this.#terminal = kept
+      outcome = storedOutcome(kept, outcome.durationMs)
+    }
+    this.#settle(kept, outcome)
   }
 
   #settle (event: RunEvent, outcome: RunOutcome): void {
     this.#listener?.runEvent(event)
+    this.#close(outcome)
+  }
+
+  #close (outcome: RunOutcome): void {
+    this.#trace?.end(outcome)
     this.#onSettled?.(this, outcome)
     this.#listener?.runSettled?.(outcome)
     this.#outcome = outcome
     this.#resolve?.(outcome)
   }
+}
+
+/** The outcome a stored terminal event tells (a run.completed's result, a run.failed's error). */
+function storedOutcome (event: RunEvent, durationMs: number): Exclude<RunOutcome, { status: 'detached' }> {
+  if (event.type === 'run.completed') return { status: 'completed', result: event.data as RunResult, durationMs }
+  const { code, message } = (event.data as { error: { code: RunFailureCode, message: string } }).error
+  return { status: 'failed', code, message, error: null, durationMs }
 }

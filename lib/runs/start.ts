@@ -6,7 +6,7 @@ import {
 import { randomId } from '../core/ids.js'
 import type { AgentServiceCore } from '../core/service.js'
 import type { Agent, TraceContext } from '../core/types.js'
-import { iso } from '../stores/common.js'
+import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord } from '../stores/types.js'
 import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
 import { RunLog } from './log.js'
@@ -301,5 +301,5 @@ async function takeSession (service: AgentServiceCore, run: NewRun, multitask: M
 
 /** How a run cancelled before it started ends. */
 export function cancelledEnd (): { status: 'cancelled', endedAt: string, error: { code: string, message: string } } {
-  return { status: 'cancelled', endedAt: iso(Date.now()), error: { code: 'CANCELLED', message: 'The run was cancelled' } }
+  return { status: 'cancelled', endedAt: iso(Date.now()), error: { ...CANCELLED_ERROR } }
 }

@@ -1,6 +1,9 @@
 // The in-process run store: records and event logs of one instance, watched in-process.
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
-import { checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, storeClosedError, toMs } from './common.js'
+import {
+  checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, requeuedEvent,
+  runningEnd, storeClosedError, toMs, unheldEvents
+} from './common.js'
 import { RunWatchHub } from './run-watch.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
@@ -147,11 +150,14 @@ export class MemoryRunStore implements RunStore {
       if (!this.#sessionFree(sessionId)) return { outcome: 'session_busy', holder: this.#holders.get(sessionId)! }
       this.#holders.set(sessionId, stored.record.runId)
     }
+    const attempt = stored.record.attempt + 1
+    // its next attempt follows its last one's terminal event, after the event that says so (a follower reads on)
+    this.#appendTo(stored, [requeuedEvent(stored.record, attempt, 'RESUMED')])
     const { endedAt: _endedAt, result: _result, error: _error, ...kept } = stored.record
     stored.record = {
       ...kept,
       status: 'running',
-      attempt: stored.record.attempt + 1,
+      attempt,
       startedAt: run.record.startedAt!,
       requestId: run.record.requestId,
       traceId: run.record.traceId
@@ -162,6 +168,7 @@ export class MemoryRunStore implements RunStore {
     stored.lease = run.lease === null ? null : { ...run.lease }
     stored.expiresAt = Infinity
     this.#unlistEnded(stored)
+    this.#hub.events(stored.record.runId, stored.record.lastSeq)
     return { outcome: 'reopened', record: { ...stored.record } }
   }
 
@@ -269,8 +276,9 @@ export class MemoryRunStore implements RunStore {
     this.#check()
     const stored = this.#live(runId)
     if (!this.#lapsedOrOwned(stored, { lapsedBefore })) return null
-    this.#appendTo(stored, [endedBeforeStartEvent(stored.record, end)])
-    this.#end(stored, end, retentionMs)
+    const ending = runningEnd(stored.cancelRequested, stored.record.traceId, [endedBeforeStartEvent(stored.record, end)], end)
+    this.#appendTo(stored, ending.events)
+    this.#end(stored, ending.end, retentionMs)
     this.#hub.events(runId, stored.record.lastSeq)
     return { ...stored.record }
   }
@@ -284,13 +292,18 @@ export class MemoryRunStore implements RunStore {
     for (const listener of [...this.#queueWatchers]) listener()
   }
 
-  #appendTo (stored: StoredRun, events: readonly StoredEvent[]): void {
-    let seq = stored.record.lastSeq
+  /** Appends what the log does not hold yet (see unheldEvents: a retried write is acknowledged again); false when that is nothing. */
+  #appendTo (stored: StoredRun, batch: readonly StoredEvent[]): boolean {
+    const { runId, lastSeq } = stored.record
+    const first = batch[0]?.seq ?? 0
+    const events = unheldEvents(runId, lastSeq, batch, stored.events.slice(first - 1, first - 1 + heldCount(first, batch.length, lastSeq)))
+    let seq = lastSeq
     for (const event of events) {
-      if (event.seq !== ++seq) throw new RunLogGapError(stored.record.runId, seq, event.seq)
+      if (event.seq !== ++seq) throw new RunLogGapError(runId, seq, event.seq)
     }
     for (const event of events) stored.events.push(event)
     stored.record.lastSeq = seq
+    return events.length > 0
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
@@ -305,8 +318,7 @@ export class MemoryRunStore implements RunStore {
     this.#check()
     const stored = this.#owned(runId, owner)
     if (stored === undefined || events.length === 0) return
-    this.#appendTo(stored, events)
-    this.#hub.events(runId, stored.record.lastSeq)
+    if (this.#appendTo(stored, events)) this.#hub.events(runId, stored.record.lastSeq)
   }
 
   #end (stored: StoredRun, end: RunEnd, retentionMs: number): void {
@@ -357,8 +369,10 @@ export class MemoryRunStore implements RunStore {
     if (this.#live(runId)?.record.status === 'queued') return null
     const stored = this.#owned(runId, owner)
     if (stored === undefined) return null
-    this.#appendTo(stored, events)
-    this.#end(stored, end, retentionMs)
+    // cancel and finish are one compare-and-set: a cancel requested first wins
+    const ending = runningEnd(stored.cancelRequested, stored.record.traceId, events, end)
+    this.#appendTo(stored, ending.events)
+    this.#end(stored, ending.end, retentionMs)
     this.#hub.events(runId, stored.record.lastSeq)
     return { ...stored.record }
   }

@@ -5,9 +5,10 @@
 // `pollIntervalMs` makes up for what it missed (the queue's watchers have the worker's own poll instead).
 import { createHash, randomBytes } from 'node:crypto'
 import type { Pool, PoolClient } from 'pg'
-import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
+import { RunLeaseLostError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, toMs
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
+  requeuedEvent, runningEnd, toMs, unheldEvents
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -74,9 +75,6 @@ function toRecord (row: RunRow): RunRecord {
 }
 
 interface Holder { run_id: string, status: RunStatus | null }
-
-/** What a write refused for its lease needs to know of the run. */
-interface LeaseRow { status: RunStatus, last_seq: number, owner: string | null }
 
 type LeasedRow = RunRow & { owner: string | null, lease_until: Date | null, detachable: boolean, cancel_requested: boolean }
 
@@ -163,6 +161,22 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     return transaction(await this.#pool(), 'BEGIN', fn)
   }
 
+  /**
+   * A transaction whose refusals (a lost lease, a gap) are thrown once it has ended: thrown inside, they would drop
+   * its connection with the run's row still locked for a while (a claim meanwhile would skip the run).
+   */
+  async #refusing<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
+    const done = await this.#transaction(async (client): Promise<{ value: T } | { refused: unknown }> => {
+      try {
+        return { value: await fn(client) }
+      } catch (refused) {
+        return { refused }
+      }
+    })
+    if ('refused' in done) throw done.refused
+    return done.value
+  }
+
   async #holder (q: Queryable, sessionId: string): Promise<Holder | undefined> {
     const { rows } = await q.query<Holder>(this.#sql.holder, [sessionId])
     return rows[0]
@@ -227,7 +241,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     checkText(BACKEND, false, 'requestId', record.requestId)
     checkText(BACKEND, false, 'traceId', record.traceId)
     const startedAt = new Date(toMs('startedAt', record.startedAt!))
-    return this.#transaction(async (client): Promise<ReopenRunResult> => {
+    const result = await this.#transaction(async (client): Promise<ReopenRunResult> => {
       const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [record.runId, new Date()])
       if (row === undefined) return { outcome: 'not_found' }
       if (!isEnded(row.status)) return { outcome: 'in_progress' }
@@ -235,11 +249,16 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
         const holder = await this.#takeSession(client, row.session_id, record.runId)
         if (holder !== null) return { outcome: 'session_busy', holder }
       }
+      // its next attempt follows its last one's terminal event, after the event that says so (a follower reads on)
+      const marker = requeuedEvent(toRecord(row), row.attempt + 1, 'RESUMED')
       const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
-        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec), run.detachable, ...leaseValues(run.lease)
+        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec), run.detachable, ...leaseValues(run.lease),
+        marker.seq, marker.type, marker.data
       ])
       return { outcome: 'reopened', record: toRecord(reopened!) }
     })
+    if (result.outcome === 'reopened') this.#hub.events(record.runId, result.record.lastSeq)
+    return result
   }
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
@@ -295,7 +314,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
 
   /** The run, locked, if it runs under the lease `condition` names: its owner's, or lapsed before then. */
   async #leased (client: PoolClient, runId: string, condition: { owner: string } | { lapsedBefore: number }): Promise<LeasedRow | null> {
-    const { rows: [row] } = await client.query<LeasedRow>(this.#sql.lockLeased, [runId, new Date()])
+    const row = await this.#lockRun(client, runId)
     if (row === undefined || row.status !== 'running' || row.lease_until === null) return null
     const held = 'owner' in condition ? row.owner === condition.owner : row.lease_until.getTime() < condition.lapsedBefore
     return held ? row : null
@@ -323,7 +342,8 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     const ended = await this.#transaction(async (client) => {
       const row = await this.#leased(client, runId, { lapsedBefore })
       if (row === null) return null
-      return this.#end(client, runId, 'running', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs, null)
+      const ending = runningEnd(row.cancel_requested, row.trace_id, [endedBeforeStartEvent(toRecord(row), end)], end)
+      return this.#end(client, runId, 'running', ending.events, ending.end, retentionMs, null)
     })
     return ended === null ? null : this.#ended(ended)
   }
@@ -338,42 +358,64 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     for (const listener of [...this.#queueWatchers]) listener()
   }
 
-  /** After a write of the log that was not made: whether the run is there, running, whose, and where its log is. */
-  async #state (runId: string): Promise<LeaseRow | undefined> {
-    const [row] = await this.sql<LeaseRow>(this.#sql.state, [runId, new Date()])
-    return row
-  }
-
   async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
     this.check()
     if (events.length === 0 || !storable(runId, false)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
-    const first = events[0]!.seq
-    const [appended] = await this.sql<{ last_seq: number }>(this.#sql.append, [
-      runId, events.length, first - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
-    ])
-    if (appended !== undefined) {
-      this.#hub.events(runId, appended.last_seq)
+    const appended = await this.#append(await this.#pool(), runId, events, owner)
+    if (appended !== null) {
+      this.#hub.events(runId, appended)
       return
     }
-    // not appended: the run is unknown or ended (nothing to do), not this owner's, or the batch does not follow its log
-    const row = await this.#state(runId)
-    if (row === undefined || isEnded(row.status)) return
-    if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(runId)
-    throw new RunLogGapError(runId, row.last_seq + 1, first)
+    // Not appended at once: the run is unknown or ended (nothing to do), not this owner's, or the batch does not
+    // simply follow its log — a retry bringing events the log holds already, or a gap. Told apart under the run's lock.
+    const lastSeq = await this.#refusing(async (client) => {
+      const row = await this.#lockRun(client, runId)
+      if (row === undefined || isEnded(row.status)) return null
+      if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(runId)
+      const rest = await this.#unheld(client, row, events)
+      return rest.length === 0 ? null : this.#append(client, runId, rest, owner)
+    })
+    if (lastSeq !== null) this.#hub.events(runId, lastSeq)
+  }
+
+  /** Appends a batch that follows the log of a run `owner` runs, in one statement: its new lastSeq, null when it does not. */
+  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number | null> {
+    const { rows: [appended] } = await q.query<{ last_seq: number }>(this.#sql.append, [
+      runId, events.length, events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
+    ])
+    return appended?.last_seq ?? null
+  }
+
+  /** The run, locked; undefined when it is unknown (or past its retention). */
+  async #lockRun (client: PoolClient, runId: string): Promise<LeasedRow | undefined> {
+    const { rows: [row] } = await client.query<LeasedRow>(this.#sql.lockLeased, [runId, new Date()])
+    return row
+  }
+
+  /** What a batch brings that the run's log does not hold yet (see unheldEvents), read under the run's lock. */
+  async #unheld (client: PoolClient, row: LeasedRow, events: readonly StoredEvent[]): Promise<readonly StoredEvent[]> {
+    const first = events[0]?.seq ?? 0
+    const count = heldCount(first, events.length, row.last_seq)
+    const held = count === 0 ? [] : (await client.query<StoredEvent>(this.#sql.held, [row.run_id, first, count])).rows
+    return unheldEvents(row.run_id, row.last_seq, events, held)
   }
 
   /**
    * Ends a run whose status is `from` (and whose lease is `owner`'s, when named) with its last events, in one
    * statement; null when it is not. The caller tells the watchers (`#ended`) once the transaction has committed.
    */
-  async #end (q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string | null): Promise<Ended | null> {
+  async #end (
+    q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string | null,
+    uncancelled = false
+  ): Promise<Ended | null> {
     const endedMs = toMs('endedAt', end.endedAt)
     const { rows: [ended] } = await q.query<Ended>(this.#sql.end, [
       runId, end.status, new Date(endedMs), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(endedMs + retentionMs), events.length, from,
-      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
+      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner,
+      uncancelled
     ])
     return ended ?? null
   }
@@ -390,14 +432,20 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     if (!storable(runId, false)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
-    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs, owner)
+    // at once when no cancel was asked for and the batch follows the log
+    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs, owner, true)
     if (ended !== null) return this.#ended(ended)
-    // not ended: the run is not running (null: a queued run too, requeued under an old owner), not this owner's,
-    // or the batch does not follow its log
-    const row = await this.#state(runId)
-    if (row?.status === 'running' && row.owner !== owner) throw new RunLeaseLostError(runId)
-    if (row?.status === 'running' && events.length > 0) throw new RunLogGapError(runId, row.last_seq + 1, events[0]!.seq)
-    return null
+    // Not ended at once: the run is not running (null: a queued run too, requeued under an old owner), not this
+    // owner's, its cancel was asked for (cancel and finish are one compare-and-set: the cancel wins), or the batch
+    // brings events the log holds already (a retry), or a gap. Told apart under the run's lock.
+    const slow = await this.#refusing(async (client) => {
+      const row = await this.#lockRun(client, runId)
+      if (row?.status !== 'running') return null
+      if (row.owner !== owner) throw new RunLeaseLostError(runId)
+      const ending = runningEnd(row.cancel_requested, row.trace_id, events, end)
+      return this.#end(client, runId, 'running', await this.#unheld(client, row, ending.events), ending.end, retentionMs, owner)
+    })
+    return slow === null ? null : this.#ended(slow)
   }
 
   async get (runId: string): Promise<RunRecord | null> {
@@ -577,8 +625,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
     get: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live}`,
     spec: `SELECT spec FROM ${runs} WHERE run_id = $1 AND ${live}`,
     lockRun: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
-    lockLeased: `SELECT ${COLUMNS}, owner, lease_until FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
-    state: `SELECT status, last_seq, owner FROM ${runs} WHERE run_id = $1 AND ${live}`,
+    lockLeased: `SELECT ${COLUMNS}, owner, lease_until, cancel_requested FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
     start: `
       UPDATE ${runs} SET status = 'running', started_at = $2, owner = $3, lease_until = $4 WHERE run_id = ANY($1::text[])
       RETURNING ${COLUMNS}, created_seq`,
@@ -608,10 +655,13 @@ function statements (runs: string, events: string, sessions: string, channel: st
       FROM requeued`,
     // a resumed run: its next attempt, its log going on, its end forgotten
     reopen: `
-      UPDATE ${runs} SET status = 'running', attempt = attempt + 1, started_at = $2, request_id = $3, trace_id = $4, spec = $5,
-        ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, detachable = $6, owner = $7,
-        lease_until = $8
-      WHERE run_id = $1 RETURNING ${COLUMNS}`,
+      WITH reopened AS (
+        UPDATE ${runs} SET status = 'running', attempt = attempt + 1, last_seq = $9, started_at = $2, request_id = $3, trace_id = $4,
+          spec = $5, ended_at = NULL, result = NULL, error = NULL, cancel_requested = false, expires_at = NULL, detachable = $6,
+          owner = $7, lease_until = $8
+        WHERE run_id = $1 RETURNING ${COLUMNS}),
+      added AS (INSERT INTO ${events} (run_id, seq, type, data) SELECT $1, $9, $10, $11 FROM reopened)
+      SELECT reopened.*, pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified FROM reopened`,
     // the batch goes in only if it follows the log, and the run is the owner's: checked and moved in one statement
     append: `
       WITH run AS (
@@ -626,6 +676,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
         UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
           owner = NULL, lease_until = NULL
         WHERE run_id = $1 AND status = $8 AND ($7 = 0 OR last_seq = $9) AND ($13::text IS NULL OR owner = $13)
+          AND NOT ($14::boolean AND cancel_requested)
         RETURNING ${COLUMNS}),
       added AS (${addEvents(10, 11, 12, 'ended')}),
       freed AS (
@@ -646,6 +697,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT seq, type, data FROM ${events}
       WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
       ORDER BY seq LIMIT $3`,
+    held: `SELECT seq, type, data FROM ${events} WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
     poll: `SELECT run_id, last_seq, cancel_requested FROM ${runs} WHERE run_id = ANY($1::text[])`,
     freeSessions: `
       SELECT s.id FROM unnest($1::text[]) AS s (id)

@@ -9,9 +9,9 @@
 // The scripts derive the keys of other runs from the prefix: one Redis server, not a Cluster.
 import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
-import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
+import { RunLeaseLostError, RunLogConflictError, RunLogGapError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, toMs
+  cancelledFinish, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, toMs
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -74,6 +74,24 @@ local function holding (session)
 end
 local function push (key, from)
   for i = from, #ARGV, 1000 do redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+end
+-- Of the events ARGV[from..] (seqs from \`first\` on), those the log of id (its lastSeq \`last\`) does not hold yet: a
+-- retried write brings events the log holds already, acknowledged again when they are the same (see unheldEvents in
+-- common.ts). Returns the index in ARGV of the first event to push (past #ARGV: none), or { last } when the rest
+-- does not follow the log, or { 'conflict', seq } for a held seq with another event.
+local function unheld (id, last, first, from)
+  local n = #ARGV - from + 1
+  if first < 1 then return { last } end
+  local skip = 0
+  if first <= last then
+    skip = math.min(n, last - first + 1)
+    local held = redis.call('LRANGE', eventsKey(id), first - 1, first + skip - 2)
+    for i = 1, skip do
+      if held[i] ~= ARGV[from + i - 1] then return { 'conflict', first + i - 1 } end
+    end
+  end
+  if skip < n and first + skip ~= last + 1 then return { last } end
+  return from + skip
 end
 -- a running run held by the owner \`value\` (kind 'owner'), or whose lease ended before the time \`value\` ('lapsed')
 local function held (status, owner, untilMs, kind, value)
@@ -173,22 +191,28 @@ end
 return claimed
 `)
 
-// A run that ended is resumed: its next attempt, its log going on (its keys no longer expire), its end forgotten.
-// ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec, detachable, lease owner ('' for none), lease until.
-// Returns { 'not_found' }, { 'in_progress' }, { 'busy', holder } or { 'reopened', hash }.
+// A run that ended is resumed: its next attempt, its log going on (its keys no longer expire) after the event given
+// (its next attempt follows its last one's terminal event, after the event that says so), its end forgotten.
+// ARGV: prefix, runId, exclusive, now, startedAt, requestId, traceId, spec, detachable, lease owner ('' for none), lease until,
+// channel, lastSeq and attempt as read, the event. Returns { 'not_found' }, { 'in_progress' }, { 'busy', holder },
+// { 'again' } when the run changed since it was read, or { 'reopened', hash }.
 const REOPEN = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'session', 'expiresAt', 'expiring', 'seq', 'attempt')
+local run = redis.call('HMGET', key, 'status', 'session', 'expiresAt', 'expiring', 'seq', 'attempt', 'lastSeq')
 if not run[1] or (run[3] and tonumber(run[3]) <= tonumber(ARGV[4])) then return { 'not_found' } end
 if active(run[1]) then return { 'in_progress' } end
+if tonumber(run[7]) ~= tonumber(ARGV[13]) or tonumber(run[6]) ~= tonumber(ARGV[14]) then return { 'again' } end
 if ARGV[3] == '1' and run[2] then
   local holder = holding(run[2])
   if holder then return { 'busy', holder } end
   redis.call('SET', lockKey(run[2]), id)
 end
+redis.call('RPUSH', eventsKey(id), ARGV[15])
+local last = tonumber(run[7]) + 1
 redis.call('HSET', key, 'status', 'running', 'attempt', tonumber(run[6]) + 1, 'startedAt', ARGV[5], 'requestId', ARGV[6],
-  'traceId', ARGV[7], 'spec', ARGV[8], 'detachable', ARGV[9])
+  'traceId', ARGV[7], 'spec', ARGV[8], 'detachable', ARGV[9], 'lastSeq', last)
+redis.call('PUBLISH', ARGV[12], 'e:' .. id .. ':' .. last)
 redis.call('HDEL', key, 'endedAt', 'result', 'error', 'expiresAt', 'expiring', 'cancel')
 if ARGV[10] ~= '' then lease(id, key, ARGV[10], ARGV[11]) end
 redis.call('PERSIST', key)
@@ -199,9 +223,9 @@ redis.call('ZADD', P .. 'runs:status:running', run[5], id)
 return { 'reopened', redis.call('HGETALL', key) }
 `)
 
-// Only the lease's owner appends to a running run. ARGV: prefix, runId, channel, owner, the seq expected first, then the
-// events. Returns the new lastSeq, { lastSeq } when the batch does not follow the log, 'lost' when the run is not
-// running under owner's lease, nil when the run is unknown or ended.
+// Only the lease's owner appends to a running run. ARGV: prefix, runId, channel, owner, the batch's first seq, then the
+// events. Returns the new lastSeq, { lastSeq } when the batch does not follow the log, { 'conflict', seq } (see
+// unheld), 'lost' when the run is not running under owner's lease, nil when the run is unknown or ended.
 const APPEND = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
@@ -210,33 +234,42 @@ if not active(run[1]) then return nil end
 if run[1] ~= 'running' or run[3] ~= ARGV[4] then return 'lost' end
 local last = tonumber(run[2])
 if #ARGV > 5 then
-  if last + 1 ~= tonumber(ARGV[5]) then return { last } end
-  push(eventsKey(id), 6)
-  last = last + #ARGV - 5
-  redis.call('HSET', key, 'lastSeq', last)
-  redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+  local from = unheld(id, last, tonumber(ARGV[5]), 6)
+  if type(from) == 'table' then return from end
+  if from <= #ARGV then
+    push(eventsKey(id), from)
+    last = last + #ARGV - from + 1
+    redis.call('HSET', key, 'lastSeq', last)
+    redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+  end
 end
 return last
 `)
 
 // Ends a run whose status is ARGV[5] with its last events, gives its session back and its lease up.
 // ARGV: prefix, runId, channel, tag, from, condition ('none'; 'owner': the lease is ARGV[7]'s; 'lapsed': the lease
-// ended before ARGV[7]), its value, the seq expected first, status, endedAt, result, error ('' for none), expiresAt,
+// ended before ARGV[7]), its value, the batch's first seq, status, endedAt, result, error ('' for none), expiresAt,
 // ttlMs, then the events. Returns { hash, freed } (freed: 1 the session was given back, 2 and runs are queued),
-// { lastSeq } when the batch does not follow the log, 'lost' when the run is not ARGV[7]'s, nil when the run's status
-// is not ARGV[5] (or its lease did not lapse).
+// { lastSeq } when the batch does not follow the log, { 'conflict', seq } (see unheld), { 'cancel', traceId } when
+// a running run's cancel was asked for and the end given is not the cancelled one (the caller ends it so: see
+// cancelledFinish), 'lost' when the run is not ARGV[7]'s, nil when the run's status is not ARGV[5] (or its lease did
+// not lapse).
 const END = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq', 'owner', 'leaseUntil')
+local run = redis.call('HMGET', key, 'status', 'lastSeq', 'session', 'agent', 'seq', 'owner', 'leaseUntil', 'cancel', 'traceId')
 if run[1] ~= ARGV[5] then return nil end
 if ARGV[6] == 'owner' and run[6] ~= ARGV[7] then return 'lost' end
 if ARGV[6] == 'lapsed' and not held(run[1], run[6], run[7], 'lapsed', ARGV[7]) then return nil end
+if run[1] == 'running' and run[8] == '1' and ARGV[9] ~= 'cancelled' then return { 'cancel', run[9] } end
 local last = tonumber(run[2])
 if #ARGV > 14 then
-  if last + 1 ~= tonumber(ARGV[8]) then return { last } end
-  push(eventsKey(id), 15)
-  last = last + #ARGV - 14
+  local from = unheld(id, last, tonumber(ARGV[8]), 15)
+  if type(from) == 'table' then return from end
+  if from <= #ARGV then
+    push(eventsKey(id), from)
+    last = last + #ARGV - from + 1
+  end
 end
 local member = field(id) .. field(run[4]) .. field(ARGV[9])
 if run[3] then member = member .. field(run[3]) end
@@ -398,6 +431,14 @@ function decodeEvent (seq: number, text: string): StoredEvent {
 
 function noop (): void {}
 
+/** A batch the scripts refused: { lastSeq } when it does not follow the log, { 'conflict', seq } (see `unheld`). */
+type Refusal = [number] | ['conflict', number]
+
+/** The error of a refused batch. */
+function refused (runId: string, refusal: Refusal, events: readonly StoredEvent[]): Error {
+  return refusal.length === 2 ? new RunLogConflictError(runId, refusal[1]) : new RunLogGapError(runId, refusal[0] + 1, events[0]!.seq)
+}
+
 /** What a write asks of a run's lease: nothing, to be `owner`'s, or to have lapsed before a time (epoch ms). */
 type LeaseCondition = ['none', ''] | ['owner', string] | ['lapsed', string]
 
@@ -474,16 +515,29 @@ export class RedisRunStore extends RedisStore implements RunStore {
     if (!storable(record.runId, true)) return { outcome: 'not_found' }
     checkText(BACKEND, true, 'requestId', record.requestId)
     checkText(BACKEND, true, 'traceId', record.traceId)
-    const [outcome, value] = await REOPEN.run(client, [
-      this.prefix, record.runId, options.exclusive ? '1' : '0', Date.now(), record.startedAt!, record.requestId, record.traceId,
-      JSON.stringify(run.spec), ...leaseArgs(run)
-    ]) as [string, string | string[]]
-    switch (outcome) {
-      case 'not_found': return { outcome: 'not_found' }
-      case 'in_progress': return { outcome: 'in_progress' }
-      case 'busy': return { outcome: 'session_busy', holder: value as string }
-      default: return { outcome: 'reopened', record: toRecord(pairs(value as string[])) }
+    // read, then change only if the run is still as read (its marker event is made from what was read)
+    for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
+      const [lastSeq, runAttempt] = await client.hmget(this.#key(record.runId), 'lastSeq', 'attempt')
+      const marker = requeuedEvent({ lastSeq: Number(lastSeq) }, Number(runAttempt) + 1, 'RESUMED')
+      const [outcome, value] = await REOPEN.run(client, [
+        this.prefix, record.runId, options.exclusive ? '1' : '0', Date.now(), record.startedAt!, record.requestId, record.traceId,
+        JSON.stringify(run.spec), ...leaseArgs(run), this.channel, lastSeq ?? '', runAttempt ?? '', encodeEvent(marker)
+      ]) as [string, string | string[]]
+      switch (outcome) {
+        /* c8 ignore next: the run changed between the read and the script, a race no test provokes on purpose */
+        case 'again': continue
+        case 'not_found': return { outcome: 'not_found' }
+        case 'in_progress': return { outcome: 'in_progress' }
+        case 'busy': return { outcome: 'session_busy', holder: value as string }
+        default: {
+          const reopened = toRecord(pairs(value as string[]))
+          this.#hub.events(reopened.runId, reopened.lastSeq)
+          return { outcome: 'reopened', record: reopened }
+        }
+      }
     }
+    /* c8 ignore next 2: the run changed under every attempt, a race no test provokes on purpose */
+    throw new Error(`run ${JSON.stringify(record.runId)} changed ${READ_ATTEMPTS} times during one reopen`)
   }
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
@@ -510,31 +564,38 @@ export class RedisRunStore extends RedisStore implements RunStore {
     // an empty batch is sent all the same: a writer that lost the lease hears it
     const result = await APPEND.run(client, [
       this.prefix, runId, this.channel, owner, events.length === 0 ? 0 : events[0]!.seq, ...events.map(encodeEvent)
-    ]) as number | [number] | 'lost' | null
+    ]) as number | Refusal | 'lost' | null
     if (result === 'lost') throw new RunLeaseLostError(runId)
     if (typeof result === 'number') this.#hub.events(runId, result)
-    else if (result !== null) throw new RunLogGapError(runId, result[0] + 1, events[0]!.seq)
+    else if (result !== null) throw refused(runId, result, events)
   }
 
   /**
    * Ends a run whose status is `from` (and whose lease is as `condition` says): the record, null when its status is
-   * not `from` (or its lease did not lapse), or the lastSeq a batch does not follow. Throws when it is not the owner's.
+   * not `from` (or its lease did not lapse), or the refusal of a batch that does not follow the log. A running run
+   * whose cancel was asked for ends cancelled (see cancelledFinish). Throws when it is not the owner's.
    */
-  async #end (client: Redis, runId: string, from: RunStatus, condition: LeaseCondition, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | { gapAfter: number } | null> {
+  async #end (client: Redis, runId: string, from: RunStatus, condition: LeaseCondition, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | { refusal: Refusal } | null> {
     const endedMs = toMs('endedAt', end.endedAt)
     const expiresAt = endedMs + retentionMs
     const result = await END.run(client, [
       this.prefix, runId, this.channel, this.#tag, from, ...condition, events.length === 0 ? 0 : events[0]!.seq, end.status,
       end.endedAt, end.result === undefined ? '' : JSON.stringify(end.result), end.error === undefined ? '' : JSON.stringify(end.error),
       expiresAt, Math.max(1, Math.ceil(expiresAt - Date.now())), ...events.map(encodeEvent)
-    ]) as [string[], number] | [number] | 'lost' | null
+    ]) as [string[], number] | ['cancel', string] | Refusal | 'lost' | null
     if (result === 'lost') throw new RunLeaseLostError(runId)
     if (result === null) return null
-    if (result.length === 1) return { gapAfter: result[0] }
-    const record = toRecord(pairs(result[0]))
+    if (result[0] === 'cancel') {
+      // a cancel asked for first wins (the script writes nothing then): the run ends cancelled, under the same condition
+      const cancelled = cancelledFinish(result[1] as string, events, end)
+      return this.#end(client, runId, from, condition, cancelled.events, cancelled.end, retentionMs)
+    }
+    if (!Array.isArray(result[0])) return { refusal: result as Refusal }
+    const [hash, freed] = result as [string[], number]
+    const record = toRecord(pairs(hash))
     this.#hub.events(runId, record.lastSeq)
-    if (result[1] > 0) this.#hub.sessionFree(record.sessionId!)
-    if (result[1] === 2) this.#notifyQueue()
+    if (freed > 0) this.#hub.sessionFree(record.sessionId!)
+    if (freed === 2) this.#notifyQueue()
     return record
   }
 
@@ -545,7 +606,7 @@ export class RedisRunStore extends RedisStore implements RunStore {
     checkEvents(BACKEND, true, events)
     // a queued run (an old owner's late finish after a requeue, too) has nothing to finish: null, as for an ended one
     const ended = await this.#end(client, runId, 'running', ['owner', owner], events, end, retentionMs)
-    if (ended !== null && 'gapAfter' in ended) throw new RunLogGapError(runId, ended.gapAfter + 1, events[0]!.seq)
+    if (ended !== null && 'refusal' in ended) throw refused(runId, ended.refusal, events)
     return ended
   }
 
@@ -579,8 +640,8 @@ export class RedisRunStore extends RedisStore implements RunStore {
   async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
     return this.#onLease(runId, { lapsedBefore }, async (client, record, leased) => {
       const ended = await this.#end(client, runId, 'running', leased, [endedBeforeStartEvent(record, end)], end, retentionMs)
-      // a gap: the owner wrote meanwhile
-      return ended !== null && 'gapAfter' in ended ? undefined : ended
+      // refused: the owner wrote meanwhile
+      return ended !== null && 'refusal' in ended ? undefined : ended
     })
   }
 
@@ -652,9 +713,9 @@ export class RedisRunStore extends RedisStore implements RunStore {
       const record = toRecord(hash)
       if (isEnded(record.status)) return { outcome: 'ended', record }
       if (record.status === 'queued') {
-        // null or a gap: it started, or an event came in, meanwhile
+        // null or refused: it started, or an event came in, meanwhile
         const ended = await this.#end(client, runId, 'queued', ['none', ''], [endedBeforeStartEvent(record, end)], end, retentionMs)
-        if (ended !== null && !('gapAfter' in ended)) return { outcome: 'cancelled', record: ended }
+        if (ended !== null && !('refusal' in ended)) return { outcome: 'cancelled', record: ended }
       } else {
         const requested = await REQUEST_CANCEL.run(client, [this.prefix, runId, this.channel]) as string[] | null
         if (requested !== null) {

@@ -3,10 +3,10 @@
 // writes at once; writes made through another connection (another process on the same file) are only found by
 // polling, every `pollIntervalMs`: SQLite has no notifications across connections.
 import type Database from 'better-sqlite3'
-import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
+import { RunLeaseLostError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, iso, requeuedEvent, toMs,
-  unrefInterval
+  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
+  requeuedEvent, runningEnd, toMs, unheldEvents, unrefInterval
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -164,6 +164,8 @@ function runStatements (db: Db, prefix: string) {
       WHERE run_id = @runId RETURNING ${COLUMNS}`),
     requestCancel: db.prepare<[string], RunRow>(`UPDATE ${runs} SET cancel_requested = 1 WHERE run_id = ? RETURNING ${COLUMNS}`),
     events: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
+    // what the log holds from a seq on (a retried write's events)
+    held: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`),
     state: db.prepare<[string], { last_seq: number, cancel_requested: number }>(`SELECT last_seq, cancel_requested FROM ${runs} WHERE run_id = ?`),
     doomed: db.prepare<[number, number], string>(`SELECT run_id FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
     deleteRun: db.prepare<[string]>(`DELETE FROM ${runs} WHERE run_id = ?`),
@@ -330,7 +332,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     if (!storable(record.runId, true)) return { outcome: 'not_found' }
     checkText(BACKEND, true, 'requestId', record.requestId)
     checkText(BACKEND, true, 'traceId', record.traceId)
-    return this.#write((statements, now): ReopenRunResult => {
+    const done = this.#write((statements, now): ReopenRunResult => {
       const row = statements.run.get({ runId: record.runId, now })
       if (row === undefined) return { outcome: 'not_found' }
       if (!isEnded(row.status)) return { outcome: 'in_progress' }
@@ -338,8 +340,12 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
         const holder = this.#take(statements, row.session_id, record.runId)
         if (holder !== null) return { outcome: 'session_busy', holder }
       }
+      // its next attempt follows its last one's terminal event, after the event that says so (a follower reads on)
+      statements.lastSeq.run(this.#append(statements, row, [requeuedEvent(toRecord(row), row.attempt + 1, 'RESUMED')]), record.runId)
       return { outcome: 'reopened', record: toRecord(statements.reopen.get(values)!) }
     })
+    if (done.outcome === 'reopened') this.#tell({ runId: record.runId, lastSeq: done.record.lastSeq })
+    return done
   }
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
@@ -420,7 +426,8 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     const done = this.#write((statements, now) => {
       const row = statements.run.get({ runId, now })
       if (!SqliteRunStore.#lapsedOrOwned(row, { lapsedBefore })) return null
-      return this.#end(statements, row, [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs)
+      const ending = runningEnd(row.cancel_requested === 1, row.trace_id, [endedBeforeStartEvent(toRecord(row), end)], end)
+      return this.#end(statements, row, ending.events, ending.end, retentionMs)
     })
     if (done === null) return null
     this.#tell(done.heard)
@@ -468,10 +475,14 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     for (const listener of [...this.#queueWatchers]) listener()
   }
 
-  /** Inserts a batch that follows the run's log (else RunLogGapError); returns the new lastSeq (the caller stores it). */
-  #append (statements: Statements, row: RunRow, events: readonly StoredEvent[]): number {
-    const expected = row.last_seq + 1
-    if (events.length > 0 && events[0]!.seq !== expected) throw new RunLogGapError(row.run_id, expected, events[0]!.seq)
+  /**
+   * Inserts what a batch brings that the log does not hold yet (see unheldEvents: a retried write is acknowledged
+   * again; the rest must follow the log); returns the new lastSeq (the caller stores it).
+   */
+  #append (statements: Statements, row: RunRow, batch: readonly StoredEvent[]): number {
+    const first = batch[0]?.seq ?? 0
+    const count = heldCount(first, batch.length, row.last_seq)
+    const events = unheldEvents(row.run_id, row.last_seq, batch, count === 0 ? [] : statements.held.all(row.run_id, first, count))
     statements.insertEvents(row.run_id, events)
     return row.last_seq + events.length
   }
@@ -496,6 +507,8 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       const row = SqliteRunStore.#owned(statements.run.get({ runId, now }), owner)
       if (row === undefined) return null
       const lastSeq = this.#append(statements, row, events)
+      // all of it held already: a retry acknowledged, nothing new
+      if (lastSeq === row.last_seq) return null
       statements.lastSeq.run(lastSeq, runId)
       return lastSeq
     })
@@ -531,7 +544,10 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       // a queued run has nothing to finish (an old owner's late finish after a requeue lands here too)
       if (row === undefined || row.status === 'queued') return null
       const owned = SqliteRunStore.#owned(row, owner)
-      return owned === undefined ? null : this.#end(statements, owned, events, end, retentionMs)
+      if (owned === undefined) return null
+      // cancel and finish are one compare-and-set: a cancel requested first wins
+      const ending = runningEnd(owned.cancel_requested === 1, owned.trace_id, events, end)
+      return this.#end(statements, owned, ending.events, ending.end, retentionMs)
     })
     if (done === null) return null
     this.#tell(done.heard)

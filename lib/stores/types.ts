@@ -295,8 +295,9 @@ export interface RunStore {
   create(run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult>
   /**
    * A run that ended is resumed under its id (`resumeRunId`): ended → running, its attempt the next one, its log
-   * kept (the resumed run's events follow `lastSeq`), `startedAt`, `requestId`, `traceId` and the spec from
-   * `run`, its end cleared; with `exclusive`, taking its session. Compare-and-set: a run in progress is left alone.
+   * kept and `run.requeued { attempt, reason: 'RESUMED' }` appended to it (so that its one log reads on past its last
+   * attempt's terminal event: the resumed run's events follow), `startedAt`, `requestId`, `traceId` and the spec
+   * from `run`, its end cleared; with `exclusive`, taking its session. Compare-and-set: a run in progress is left alone.
    */
   reopen(run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult>
   /**
@@ -310,8 +311,11 @@ export interface RunStore {
    */
   claim(lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]>
   /**
-   * Appends events in order; their seqs follow `lastSeq` without a gap (else it throws, changing nothing). Only
-   * the lease's owner appends to a running run: anyone else gets `FA_RUN_LEASE_LOST`, changing nothing.
+   * Appends events in order; their seqs follow `lastSeq` without a gap (else `FA_RUN_LOG_GAP`, changing nothing).
+   * Idempotent by seq, so that a write whose answer was lost (past its deadline, though the store applied it) can be
+   * tried again: events the log holds already, the same (type and data) at the same seqs, are acknowledged again and
+   * not stored twice, and the rest are appended; a held seq with another event is `FA_RUN_LOG_CONFLICT`, changing
+   * nothing. Only the lease's owner appends to a running run: anyone else gets `FA_RUN_LEASE_LOST`, changing nothing.
    */
   append(runId: string, events: readonly StoredEvent[], owner: string): Promise<void>
   /**
@@ -320,8 +324,12 @@ export interface RunStore {
    */
   appendNow?(runId: string, events: readonly StoredEvent[], owner: string): void
   /**
-   * Ends a run in one step: appends its last events (the terminal one last), sets the end and gives its session
-   * back. null (changing nothing) when the run is not running. The record and log are kept `retentionMs` more.
+   * Ends a run in one step: appends its last events (the terminal one last; idempotent by seq as `append` is), sets
+   * the end and gives its session back. null (changing nothing) when the run is not running. The record and log are
+   * kept `retentionMs` more. Cancel and finish are one compare-and-set: when a cancel was asked for first (`cancel`
+   * answered `requested`), the run ends cancelled whatever `end` says (the returned record shows it), its terminal
+   * event replaced, at the same seq, by `run.failed` with `{ error: { code: 'CANCELLED', message: 'The run was
+   * cancelled' }, traceId }` (the record's trace id) — as `cancelledFinish` in stores/common.ts makes it.
    */
   finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null>
   /** Renews the leases `owner` still holds (running, owned) until `until`; resolves with the ids it renewed. */
@@ -337,7 +345,8 @@ export interface RunStore {
   requeue(runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null>
   /**
    * Ends a run whose lease lapsed (compare-and-set on the lapse): `run.failed` with `end.error` is appended as its
-   * last event, its session given back. null when the lease was renewed, or the run ended, meanwhile.
+   * last event, its session given back (a run whose cancel was asked for ends cancelled, as with `finish`). null
+   * when the lease was renewed, or the run ended, meanwhile.
    */
   abandon(runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null>
   /** Calls `listener` when a detachable run is queued (here or on any instance sharing the store). */
@@ -347,7 +356,10 @@ export interface RunStore {
   spec(runId: string): Promise<RunSpec | null>
   /** Events with seq > afterSeq, in order, at most `limit`. */
   events(runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]>
-  /** See CancelRunResult: a queued run ends at once with `end`, its log one `run.failed` event. */
+  /**
+   * See CancelRunResult: a queued run ends at once with `end`, its log one `run.failed` event; a running one is asked
+   * to stop, and ends cancelled however it ends (see `finish`); an ended one is left as it is.
+   */
   cancel(runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult>
   /**
    * Calls `listener` when the run changes — on this instance or on any other sharing the store; a missed

@@ -490,14 +490,33 @@ t.test('ended runs are kept runRetentionMs, then gone', async (t) => {
   t.equal((await app.inject({ url: `/v1/runs/${runId}` })).statusCode, 404)
 })
 
-t.test('a run store that fails to store the end: the client still gets it, the record is never reported completed', async (t) => {
+t.test('a run store that fails to store the end: the client gets no end it did not store, the record is never reported completed', async (t) => {
   const store = new MemoryRunStore()
   store.finish = async () => { throw new Error('store down') }
   const { app } = build(t, { runStore: store })
   const res = await runJson(app, 'echo', { input: 1 })
-  t.equal(res.statusCode, 200)
+  t.equal(res.statusCode, 503)
+  t.match(res.json(), { code: 'STORE_UNAVAILABLE', message: /could not store the run's end: follow it at/ })
   t.equal(app.agentService.stats.runLogFailures, 1)
-  t.match((await app.inject({ url: `/v1/runs/${res.json().runId}` })).json(), { status: 'running', lastSeq: 1 })
+  const runId = (await store.list({ limit: 1 })).runs[0]!.runId
+  t.match((await app.inject({ url: `/v1/runs/${runId}` })).json(), { status: 'running', lastSeq: 1 })
+  const streamed = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } })).body)
+  t.same(streamed.map((e) => e.event), ['run.started'], 'a stream ends without a terminal event (its client rejoins the log)')
+})
+
+t.test('a follower reads a log in pages: a terminal event that ends a full page is the end once nothing follows it', async (t) => {
+  // the run's 16th event (the follower's first page, lib/runs/follow.ts) is its last
+  const pageful: Agent = {
+    async * run () {
+      for (let i = 0; i < 14; i++) yield `${i} `
+    }
+  }
+  const { app } = build(t, { agents: { pageful } })
+  const run = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/pageful/runs', payload: { input: null, stream: true } })).body)
+  t.equal(run.length, 16)
+  const replay = parseSse((await app.inject({ url: `/v1/runs/${run[0]!.data.runId as string}/events` })).body)
+  t.same(replay.map((e) => e.id), run.map((e) => e.id))
+  t.equal(replay.at(-1)!.event, 'run.completed')
 })
 
 t.test('a result that cannot be serialized fails the run with AGENT_ERROR, naming why', async (t) => {
@@ -648,7 +667,7 @@ t.test('resuming a run in progress elsewhere is RUN_IN_PROGRESS; into a busy ses
   const inProgress = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })
   t.equal(inProgress.statusCode, 409)
   t.match(inProgress.json(), { code: 'RUN_IN_PROGRESS' })
-  await store.finish(runId, [{ seq: record.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000, 'elsewhere')
+  await store.finish(runId, [{ seq: (await store.get(runId))!.lastSeq + 1, type: 'run.failed', data: '{}' }], { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'x' } }, 60_000, 'elsewhere')
   // a run of another instance holds the session: it stays busy for as long as the test needs
   await store.create({ record: { ...record, runId: 'elsewhere', status: 'running', lastSeq: 0 }, spec: { input: 1 }, ephemeral: false, detachable: false, lease: { owner: 'elsewhere', until: Date.now() + 60_000 } }, { exclusive: true })
   const busy = await runJson(app, 'stepper', { input: 1, resumeRunId: runId })

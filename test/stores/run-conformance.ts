@@ -146,6 +146,123 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.finish(failed.record.runId, [event(1, 'run.failed')], end2, HOUR, OWNER), { status: 'failed', error: end2.error })
   })
 
+  t.test('runs: a write tried again after its answer was lost is idempotent by seq: held events acknowledged, the rest stored', async (t) => {
+    const store = await open(t, factory)
+    const run = newRun()
+    await store.create(run, { exclusive: true })
+    const id = run.record.runId
+    const heard = watcher(store, id)
+    t.teardown(heard.stop)
+    await store.append(id, [event(1, 'run.started'), event(2), event(3)], OWNER)
+    // the same batch again (its first answer lost, though the store applied it): nothing more, no error
+    await store.append(id, [event(1, 'run.started'), event(2), event(3)], OWNER)
+    t.equal((await store.get(id))!.lastSeq, 3)
+    // the failed batch tried again in front of the events that came since
+    await store.append(id, [event(2), event(3), event(4), event(5)], OWNER)
+    t.match(await store.get(id), { status: 'running', lastSeq: 5 })
+    t.same(await store.events(id, 0, 10), [event(1, 'run.started'), event(2), event(3), event(4), event(5)], 'each event once, in order')
+    await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 5))
+    await t.rejects(store.append(id, [event(4), event(5, 'message.delta', { text: 'other' }), event(6)], OWNER), { code: 'FA_RUN_LOG_CONFLICT' },
+      'a held seq with another event is refused')
+    await t.rejects(store.append(id, [event(5), event(7)], OWNER), { code: 'FA_RUN_LOG_GAP' }, 'what is not held must follow the log')
+    t.equal((await store.get(id))!.lastSeq, 5, 'nothing of a refused batch is kept')
+    await t.rejects(store.append(id, [event(5), event(6)], OTHER), { code: 'FA_RUN_LEASE_LOST' }, 'only the lease\'s owner, retry or not')
+    // the end, with the events before it that a lost answer had stored already
+    const end = completed(run.record)
+    const done = await store.finish(id, [event(4), event(5), event(6), event(7, 'run.completed', end.result)], end, HOUR, OWNER)
+    t.match(done, { status: 'completed', lastSeq: 7, result: end.result })
+    t.same((await store.events(id, 3, 10)).map((e) => [e.seq, e.type]), [[4, 'message.delta'], [5, 'message.delta'], [6, 'message.delta'], [7, 'run.completed']])
+    // a finish tried again once the run has ended: nothing to do
+    t.equal(await store.finish(id, [event(7, 'run.completed', end.result)], end, HOUR, OWNER), null)
+    t.equal((await store.get(id))!.lastSeq, 7)
+
+    const conflicted = newRun()
+    await store.create(conflicted, { exclusive: false })
+    await store.append(conflicted.record.runId, [event(1, 'run.started'), event(2)], OWNER)
+    await t.rejects(store.finish(conflicted.record.runId, [event(2, 'other.type'), event(3, 'run.completed')], completed(conflicted.record), HOUR, OWNER),
+      { code: 'FA_RUN_LOG_CONFLICT' })
+    t.match(await store.get(conflicted.record.runId), { status: 'running', lastSeq: 2 }, 'a refused finish changes nothing')
+  })
+
+  t.test('runs: cancel and finish are one compare-and-set: a finish after a requested cancel ends the run cancelled', async (t) => {
+    const store = await open(t, factory)
+    const traceId = 'e'.repeat(32)
+    const cancelledEvent = (seq: number): StoredEvent => event(seq, 'run.failed', { error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId })
+    // the cancel first: 202, so the run ends cancelled, whatever it came to
+    const first = newRun({ sessionId: 'cas-session', traceId })
+    const id = first.record.runId
+    await store.create(first, { exclusive: true })
+    await store.append(id, [event(1, 'run.started')], OWNER)
+    t.match(await store.cancel(id, cancelled(), HOUR), { outcome: 'requested' })
+    const end = completed(first.record)
+    const done = await store.finish(id, [event(2), event(3, 'run.completed', end.result)], end, HOUR, OWNER)
+    t.match(done, { status: 'cancelled', lastSeq: 3, error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+    t.equal(done!.result, undefined, 'no result')
+    t.same(await store.events(id, 1, 10), [event(2), cancelledEvent(3)], 'its terminal event is the one a cancelled run sends')
+    t.same(await store.get(id), done)
+    t.match(await store.cancel(id, cancelled(), HOUR), { outcome: 'ended', record: { status: 'cancelled' } })
+    t.same(await store.create(newRun({ sessionId: 'cas-session' }), { exclusive: true }), { outcome: 'created' }, 'its session given back')
+
+    // a failure too
+    const failing = newRun({ traceId })
+    await store.create(failing, { exclusive: false })
+    await store.cancel(failing.record.runId, cancelled(), HOUR)
+    const failed: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'AGENT_ERROR', message: 'boom' } }
+    t.match(await store.finish(failing.record.runId, [event(1, 'run.failed', { error: failed.error, traceId })], failed, HOUR, OWNER),
+      { status: 'cancelled', error: { code: 'CANCELLED' } })
+    t.same(await store.events(failing.record.runId, 0, 10), [cancelledEvent(1)])
+
+    // a finish that adds no event
+    const quiet = newRun({ traceId })
+    await store.create(quiet, { exclusive: false })
+    await store.append(quiet.record.runId, [event(1, 'run.started')], OWNER)
+    await store.cancel(quiet.record.runId, cancelled(), HOUR)
+    t.match(await store.finish(quiet.record.runId, [], completed(quiet.record), HOUR, OWNER), { status: 'cancelled', lastSeq: 1, error: { code: 'CANCELLED' } })
+
+    // the finish first: the run has ended, and a cancel then changes nothing (409 RUN_ALREADY_ENDED)
+    const finished = newRun({ traceId })
+    await store.create(finished, { exclusive: false })
+    await store.finish(finished.record.runId, [event(1, 'run.completed', completed(finished.record).result)], completed(finished.record), HOUR, OWNER)
+    t.match(await store.cancel(finished.record.runId, cancelled(), HOUR), { outcome: 'ended', record: { status: 'completed' } })
+
+    // once its lease lapsed, whoever ends it ends it cancelled too
+    const lapsing = newRun({ traceId })
+    lapsing.lease = lease(OWNER, 60_000)
+    await store.create(lapsing, { exclusive: false })
+    await store.cancel(lapsing.record.runId, cancelled(), HOUR)
+    const lost: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
+    t.match(await store.abandon(lapsing.record.runId, lapsing.lease.until + 1, lost, HOUR), { status: 'cancelled', error: { code: 'CANCELLED' } })
+    t.same(await store.events(lapsing.record.runId, 0, 10), [cancelledEvent(1)])
+  })
+
+  t.test('runs: of a cancel and a finish at once, the one the store takes first decides how the run ends', async (t) => {
+    const store = await open(t, factory)
+    const outcomes = { requested: 0, ended: 0 }
+    await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+      const run = newRun()
+      const id = run.record.runId
+      await store.create(run, { exclusive: false })
+      await store.append(id, [event(1, 'run.started')], OWNER)
+      const end = completed(run.record)
+      // sent a little apart, one or the other first, so that the store sees both orders and the two at once
+      const [cancel, done] = await Promise.all([
+        sleep(i % 3).then(() => store.cancel(id, cancelled(), HOUR)),
+        sleep(3 * (i % 2)).then(() => store.finish(id, [event(2), event(3, 'run.completed', end.result)], end, HOUR, OWNER))
+      ])
+      const record = await store.get(id)
+      const last = (await store.events(id, 2, 1))[0]!
+      if (cancel.outcome === 'requested') {
+        outcomes.requested++
+        t.match([done, record, last], [{ status: 'cancelled' }, { status: 'cancelled' }, { type: 'run.failed' }], 'a cancel answered 202 ends the run cancelled')
+      } else {
+        outcomes.ended++
+        t.match([cancel, done, record, last], [{ outcome: 'ended', record: { status: 'completed' } }, { status: 'completed' }, { status: 'completed' }, { type: 'run.completed' }],
+          'a finish first: the cancel finds the run ended')
+      }
+    }))
+    t.comment(`cancel first: ${outcomes.requested}, finish first: ${outcomes.ended}`)
+  })
+
   t.test('runs: an exclusive run holds its session until it ends', async (t) => {
     const store = await open(t, factory)
     const first = newRun({ sessionId: 'shared-session' })
@@ -194,7 +311,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.start(lone.record.runId, startedAt, lease()), { outcome: 'started' })
   })
 
-  t.test('runs: a resumed run reopens its record: its next attempt, its log going on, its session taken', async (t) => {
+  t.test('runs: a resumed run reopens its record: its next attempt, its log going on after a run.requeued RESUMED, its session taken', async (t) => {
     const store = await open(t, factory)
     const run = newRun({ sessionId: 'resumed-session' })
     const id = run.record.runId
@@ -209,17 +326,22 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     await store.create(holder, { exclusive: true })
     t.same(await store.reopen(again, { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
     await store.finish(holder.record.runId, [event(1, 'run.completed')], completed(holder.record), HOUR, OWNER)
+    const heard = watcher(store, id)
+    t.teardown(heard.stop)
     const reopened = await store.reopen(again, { exclusive: true })
     t.same(reopened, {
       outcome: 'reopened',
-      record: { ...run.record, status: 'running', attempt: 2, lastSeq: 3, startedAt: again.record.startedAt, requestId: 'req-again', traceId: 'c'.repeat(32) }
+      record: { ...run.record, status: 'running', attempt: 2, lastSeq: 4, startedAt: again.record.startedAt, requestId: 'req-again', traceId: 'c'.repeat(32) }
     })
+    t.same(await store.events(id, 3, 10), [{ seq: 4, type: 'run.requeued', data: JSON.stringify({ attempt: 2, reason: 'RESUMED' }) }],
+      'the next attempt follows the last one\'s terminal event, after the event that says so')
+    await eventually(() => heard.changes.some((c) => c.kind === 'events' && c.lastSeq === 4))
     t.same(await store.get(id), (reopened as { record: RunRecord }).record, 'no end, no error any more')
     t.same(await store.spec(id), { input: 'again' })
     t.same(await store.create(newRun({ sessionId: 'resumed-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id })
-    await store.append(id, [event(4, 'run.started')], OWNER)
-    t.same((await store.events(id, 0, 10)).map((e) => e.seq), [1, 2, 3, 4], 'one log, one sequence')
-    t.match(await store.finish(id, [event(5, 'run.completed')], completed(run.record), HOUR, OWNER), { status: 'completed', attempt: 2, lastSeq: 5 })
+    await store.append(id, [event(5, 'run.started')], OWNER)
+    t.same((await store.events(id, 0, 10)).map((e) => e.seq), [1, 2, 3, 4, 5], 'one log, one sequence')
+    t.match(await store.finish(id, [event(6, 'run.completed')], completed(run.record), HOUR, OWNER), { status: 'completed', attempt: 2, lastSeq: 6 })
     t.same(await store.reopen(newRun({ runId: 'never-stored' }), { exclusive: true }), { outcome: 'not_found' })
   })
 
@@ -335,7 +457,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     const holder = newRun({ sessionId: 'reopen-shared' })
     await store.create(holder, { exclusive: true })
     t.match(await store.reopen(newRun({ runId: run.record.runId }), { exclusive: false }), {
-      outcome: 'reopened', record: { status: 'running', attempt: 2, lastSeq: 1, sessionId: 'reopen-shared' }
+      outcome: 'reopened', record: { status: 'running', attempt: 2, lastSeq: 2, sessionId: 'reopen-shared' }
     })
     t.same(await store.create(newRun({ sessionId: 'reopen-shared' }), { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
   })
@@ -558,6 +680,22 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.claim(lease(), new Date().toISOString(), 0), [], 'a limit of 0 claims nothing')
     await store.finish(busy.record.runId, [event(1, 'run.completed')], completed(busy.record), HOUR, OWNER)
     t.same((await store.claim(lease(), new Date().toISOString(), 5)).map((r) => r.runId), [blocked.record.runId], 'once its session is free')
+  })
+
+  t.test('runs: queued runs are claimed oldest first: one at a time, in the order they were created', async (t) => {
+    const store = await open(t, factory)
+    const ids: string[] = []
+    for (let i = 0; i < 6; i++) {
+      const run = newRun({ status: 'queued', background: true, sessionId: i % 2 === 0 ? null : `claim-order-${i}` })
+      delete run.record.startedAt
+      run.detachable = true
+      await store.create(run, { exclusive: false })
+      ids.push(run.record.runId)
+    }
+    const claimed: string[] = []
+    for (let i = 0; i < ids.length; i++) claimed.push(...(await store.claim(lease(), new Date().toISOString(), 1)).map((r) => r.runId))
+    t.same(claimed, ids)
+    t.same(await store.claim(lease(), new Date().toISOString(), 1), [], 'none left')
   })
 
   if (factories.twin !== undefined) {

@@ -9,6 +9,7 @@ import type { Test } from 'tap'
 import { build, listen, parseSse } from '../helper.js'
 import type { ParsedEvent } from '../helper.js'
 import type { Agent } from '../../lib/core/types.js'
+import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
@@ -32,11 +33,16 @@ const ticker: Agent = {
   }
 }
 
-// checkpoints, then fails unless resumed or told not to
-const flaky: Agent<{ fail?: boolean }> = {
+// checkpoints, then fails unless resumed or told not to; a resumed run waits for `resumedMayFinish` when told to
+let resumedMayFinish: Promise<void> = Promise.resolve()
+const flaky: Agent<{ fail?: boolean, wait?: boolean }> = {
   async run (input, ctx) {
     if (ctx.resume === undefined) await ctx.checkpoint({ half: 'done' })
     if (input.fail === true && ctx.resume === undefined) throw new Error('crash after the checkpoint')
+    if (input.wait === true) {
+      ctx.emit('resumed.waiting')
+      await resumedMayFinish
+    }
     return { output: { resumed: ctx.resume !== undefined } }
   }
 }
@@ -99,6 +105,15 @@ interface Backend {
 }
 
 const backends: Backend[] = [
+  {
+    name: 'memory (one store, two services)',
+    reachable: async () => true,
+    howTo: '',
+    stores: async () => {
+      const store = new MemoryRunStore()
+      return [store, store]
+    }
+  },
   {
     name: 'SQLite (two connections on one file)',
     reachable: async () => true,
@@ -166,8 +181,8 @@ for (const backend of backends) {
       t.same(first.map((e) => e.event), ['run.started', 'checkpoint.saved', 'run.failed'])
       const runId = first[0]!.data.runId as string
       const resumed = await start({ input: {}, resumeRunId: runId })
-      t.same(resumed.map((e) => [e.id, e.event]), [[4, 'run.started'], [5, 'run.completed']], 'its seqs go on from its log')
-      t.match(await store.get(runId), { status: 'completed', attempt: 2, lastSeq: 5 })
+      t.same(resumed.map((e) => [e.id, e.event]), [[5, 'run.started'], [6, 'run.completed']], 'its seqs go on from its log, past the marker')
+      t.match(await store.get(runId), { status: 'completed', attempt: 2, lastSeq: 6 })
 
       const second = await start({ input: { fail: true } })
       const gone = second[0]!.data.runId as string
@@ -181,6 +196,45 @@ for (const backend of backends) {
       const [store] = await backend.stores(t)
       t.teardown(() => store.close?.())
       await cancelAskedBeforeDeath(t, store)
+    })
+
+    t.test('a resumed run has one history: its log reads on past the first attempt\'s end, for followers live or late', async (t) => {
+      const [storeA, storeB] = await backend.stores(t)
+      t.teardown(async () => { await storeA.close?.(); await storeB.close?.() })
+      const a = await listen(t, { agents: { flaky }, runStore: storeA })
+      const b = await listen(t, { agents: { flaky }, runStore: storeB })
+      const post = (body: Record<string, unknown>) => stream(`${a.url}/v1/agents/flaky/runs`, {
+        method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body)
+      })
+      const first = await post({ input: { fail: true } })
+      await first.ended
+      t.same(first.events.map((e) => [e.id, e.event]), [[1, 'run.started'], [2, 'checkpoint.saved'], [3, 'run.failed']])
+      const runId = first.events[0]!.data.runId as string
+      let release = (): void => {}
+      resumedMayFinish = new Promise((resolve) => { release = resolve })
+      t.teardown(() => release())
+      const resumed = await post({ input: { wait: true }, resumeRunId: runId })
+      await resumed.next((e) => e.event === 'resumed.waiting')
+      // on another instance, while the second attempt runs: from the start, through the first attempt's end
+      const live = await stream(`${b.url}/v1/runs/${runId}/events`)
+      await live.next((e) => e.event === 'resumed.waiting')
+      release()
+      await resumed.ended
+      await live.ended
+      t.same(live.events.map((e) => [e.id, e.event]), [
+        [1, 'run.started'], [2, 'checkpoint.saved'], [3, 'run.failed'], [4, 'run.requeued'], [5, 'run.started'], [6, 'resumed.waiting'], [7, 'run.completed']
+      ], 'both attempts, one sequence of ids, to the last attempt\'s end')
+      t.same(live.events[3]!.data, { attempt: 2, reason: 'RESUMED' })
+      t.match(live.events[4]!.data, { runId, attempt: 2 })
+      t.equal(eventText(live.text()), eventText(first.text()) + live.text().split('\n\n').filter((b) => b.startsWith('id: 4\n')).join('') + '\n\n' +
+        eventText(resumed.text()), 'byte for byte what each attempt sent')
+      const late = await stream(`${b.url}/v1/runs/${runId}/events`, { headers: { 'last-event-id': '3' } })
+      await late.ended
+      t.same(late.events.map((e) => e.id), [4, 5, 6, 7], 'a rejoin from the first attempt\'s end gets the second')
+      const done = await stream(`${b.url}/v1/runs/${runId}/events`, { headers: { 'last-event-id': '7' } })
+      await done.ended
+      t.same(done.events, [], 'a rejoin from the last end: nothing')
+      t.match(await (await fetch(`${b.url}/v1/runs/${runId}`)).json(), { status: 'completed', attempt: 2, lastSeq: 7 })
     })
 
     t.test('a second service follows a run live and cancels it: it ends on the first within a second', async (t) => {

@@ -54,13 +54,114 @@ t.test('an in-process store that says the run is another instance\'s: the log st
   let lost = 0
   const store = {
     appendNow: () => { calls++; throw Object.assign(new Error('lease lost'), { code: 'FA_RUN_LEASE_LOST' }) },
-    finish: async () => { calls++; return null }
+    finish: async () => { calls++; return null },
+    // taken over by another instance, which runs it now
+    get: async () => ({ status: 'running', lastSeq: 1 })
   }
   const { log, failures } = logOf(store, () => { lost++ })
   log.event(event(1))
   t.equal(lost, 1)
   log.event(event(2))
-  await log.finish(event(3), { status: 'failed', code: 'CANCELLED', message: '', error: null, durationMs: 0 })
+  t.equal(await log.finish(event(3), { status: 'failed', code: 'CANCELLED', message: '', error: null, durationMs: 0 }, { leaseUntil: Infinity }), 'INSTANCE_LOST',
+    'no terminal event is this instance\'s to send')
   t.equal(calls, 1, 'nothing is written after the takeover')
   t.equal(failures(), 0, 'a takeover is not a failure')
+})
+
+const completed = (seq: number): RunEvent => ({ seq, type: 'run.completed', data: { output: 'done' }, json: '{"output":"done"}' })
+const outcome = { status: 'completed', result: { output: 'done' }, durationMs: 1 } as never
+const unavailable = (): Error => Object.assign(new Error('did not answer'), { code: 'STORE_UNAVAILABLE' })
+const record = (extra: Record<string, unknown>) => ({ runId: 'r', traceId: 't', status: 'completed', lastSeq: 3, ...extra })
+
+t.test('the end is tried again through an outage: the terminal event as stored is the one to send', async (t) => {
+  let refuse = 2
+  const finished: StoredEvent[][] = []
+  const store = {
+    append: async () => { throw unavailable() },
+    finish: async (_runId: string, events: StoredEvent[]) => {
+      if (refuse-- > 0) throw unavailable()
+      finished.push(events)
+      return record({})
+    }
+  }
+  const { log, stored, failures } = logOf(store)
+  log.event(event(1))
+  log.event(event(2))
+  await log.flush()
+  const terminal = completed(3)
+  t.equal(await log.finish(terminal, outcome, { leaseUntil: Date.now() + 60_000 }), terminal)
+  t.equal(failures(), 3, 'the failed append and both failed ends are counted')
+  t.same(finished.map((events) => events.map((e) => e.seq)), [[1, 2, 3]], 'the events the append could not store go with the end')
+  t.same(stored, [[1, 2, 3]])
+})
+
+t.test('an end the store never takes while the lease lasts, or a closed store: no terminal event to send', async (t) => {
+  let calls = 0
+  const down = { finish: async () => { calls++; throw unavailable() } }
+  const started = Date.now()
+  t.equal(await logOf(down).log.finish(completed(1), outcome, { leaseUntil: Date.now() + 250 }), 'STORE_UNAVAILABLE')
+  t.ok(calls > 1 && Date.now() - started < 2_000, `tried ${calls} times, until the lease ended`)
+  calls = 0
+  const closed = { finish: async () => { calls++; throw Object.assign(new Error('the store is closed'), { code: 'FA_STORE_CLOSED' }) } }
+  t.equal(await logOf(closed).log.finish(completed(1), outcome, { leaseUntil: Date.now() + 60_000 }), 'STORE_UNAVAILABLE')
+  t.equal(calls, 1, 'a closed store is not asked again')
+  calls = 0
+  const closedBehind = {
+    finish: async () => { calls++; throw Object.assign(new Error('failed'), { code: 'STORE_UNAVAILABLE', cause: { code: 'FA_STORE_CLOSED' } }) }
+  }
+  t.equal(await logOf(closedBehind).log.finish(completed(1), outcome, { leaseUntil: Date.now() + 60_000 }), 'STORE_UNAVAILABLE')
+  t.equal(calls, 1, 'nor one behind a deadline')
+})
+
+t.test('a cancel asked for first: the store ended the run cancelled, and that is the terminal event to send', async (t) => {
+  const store = { finish: async () => record({ status: 'cancelled', traceId: 'trace' }) }
+  const { log, stored } = logOf(store)
+  const sent = await log.finish(completed(1), outcome, { leaseUntil: Infinity })
+  t.same(sent, {
+    seq: 1,
+    type: 'run.failed',
+    data: { error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId: 'trace' },
+    json: '{"error":{"code":"CANCELLED","message":"The run was cancelled"},"traceId":"trace"}'
+  })
+  t.same(stored, [[1]])
+})
+
+t.test('a run ended by another write: its stored terminal event is sent, and what was stored from the batch on told', async (t) => {
+  const kept: StoredEvent[] = [
+    { seq: 2, type: 'message.delta', data: '{"text":"2"}' },
+    { seq: 3, type: 'run.failed', data: '{"error":{"code":"INSTANCE_LOST","message":"lost"},"traceId":"t"}' }
+  ]
+  const reads: Array<[number, number]> = []
+  let gets = 0
+  const store = {
+    append: async () => { throw unavailable() },
+    // the lease lapsed meanwhile: another instance ended the run
+    finish: async () => { throw Object.assign(new Error('lease lost'), { code: 'FA_RUN_LEASE_LOST' }) },
+    get: async () => {
+      if (gets++ === 0) throw unavailable()
+      return record({ status: 'failed' })
+    },
+    events: async (_runId: string, after: number, limit: number) => { reads.push([after, limit]); return kept }
+  }
+  let lost = 0
+  const { log, stored } = logOf(store, () => { lost++ })
+  log.event(event(2))
+  await log.flush()
+  t.same(await log.finish(completed(3), outcome, { leaseUntil: Date.now() + 60_000 }), {
+    seq: 3, type: 'run.failed', data: { error: { code: 'INSTANCE_LOST', message: 'lost' }, traceId: 't' }, json: kept[1]!.data
+  })
+  t.equal(lost, 1)
+  t.same(reads, [[1, 2]], 'read from the first event of the batch to the end')
+  t.same(stored, [[2, 3]])
+
+  // one that ended, then gone before its events were read (an ephemeral run's second): nothing to send
+  const gone = { finish: async () => null, get: async () => record({}), events: async () => [] }
+  t.equal(await logOf(gone).log.finish(completed(3), outcome, { leaseUntil: Infinity }), 'INSTANCE_LOST')
+  const purged = { finish: async () => null, get: async () => null }
+  t.equal(await logOf(purged).log.finish(completed(3), outcome, { leaseUntil: Infinity }), 'INSTANCE_LOST')
+  // a store that cannot be read: what it holds is not known
+  const unreadable = { finish: async () => null, get: async () => { throw new Error('broken') } }
+  t.equal(await logOf(unreadable).log.finish(completed(3), outcome, { leaseUntil: Infinity }), 'STORE_UNAVAILABLE')
+  const eventsUnreadable = { finish: async () => null, get: async () => record({}), events: async () => { throw new Error('broken') } }
+  t.equal(await logOf(eventsUnreadable).log.finish(completed(3), outcome, { leaseUntil: Infinity }), 'STORE_UNAVAILABLE')
 })
