@@ -4,7 +4,7 @@
 // importing the package loads no database driver. The slowest test of the suite (a build and a type check).
 import { execFile } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
-import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { copyFile, cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { promisify } from 'node:util'
@@ -124,6 +124,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const pkg = join(dir, 'pkg')
   await mkdir(pkg)
   for (const file of ['package.json', 'README.md', 'CHANGELOG.md']) await copyFile(join(root, file), join(pkg, file))
+  await cp(join(root, 'docs'), join(pkg, 'docs'), { recursive: true })
   // the build: `npm test` has compiled the sources with their declarations into .build/ (tsconfig.test.json, the
   // options of tsconfig.build.json plus source maps); the package gets them as `npm run build` writes them to dist/
   await copyBuild(join(root, '.build'), join(pkg, 'dist'))
@@ -132,6 +133,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const files = packed!.files.map((f) => f.path)
   t.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/bin/fastify-agents.js'), 'the build is packed')
   t.ok(files.includes('dist/lib/console/assets.js') && files.includes('dist/lib/console/script.js'), 'the operator console ships in the package (no CDN)')
+  t.ok(files.includes('docs/runs.md'), "the README's docs pages ship with it (its links are relative)")
   t.notOk(files.some((f) => f.endsWith('.tsbuildinfo') || f.startsWith('test/') || f.endsWith('.ts') && !f.endsWith('.d.ts')), 'and nothing else of the tree')
 
   const consumer = join(dir, 'consumer')
