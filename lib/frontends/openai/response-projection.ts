@@ -88,6 +88,7 @@ export class ResponseProjection {
   #usage: ResponseUsage | null = null
   #error: { code: string, message: string } | null = null
   #incomplete: { reason: string } | null = null
+  #fixedJson: string | null = null
 
   constructor (head: ResponseHead, options: ResponseProjectionOptions = {}) {
     this.head = head
@@ -212,43 +213,29 @@ export class ResponseProjection {
 
   /** The response object as it stands. */
   response (): Record<string, unknown> {
-    const head = this.head
-    const output = this.#open === null ? this.#output : this.#output.map((item, i) => i === this.#open!.index ? this.#openItem(this.#open!) : item)
-    return {
-      id: head.id,
+    return Object.assign({
+      id: this.head.id,
       object: 'response',
-      created_at: head.createdAt,
+      created_at: this.head.createdAt,
       status: this.#status,
-      background: head.background,
-      completed_at: null,
-      conversation: head.conversation === null ? null : { id: head.conversation },
       error: this.#error,
-      frequency_penalty: 0,
       incomplete_details: this.#incomplete,
-      instructions: head.instructions,
-      max_output_tokens: null,
-      max_tool_calls: null,
-      metadata: head.metadata,
-      model: head.model,
-      output,
-      parallel_tool_calls: false,
-      presence_penalty: 0,
-      previous_response_id: head.previousResponseId,
-      prompt_cache_key: null,
-      reasoning: null,
-      safety_identifier: null,
-      service_tier: 'default',
-      store: head.conversation !== null,
-      temperature: 1,
-      text: { format: { type: 'text' } },
-      tool_choice: 'auto',
-      tools: [],
-      top_logprobs: 0,
-      top_p: 1,
-      truncation: 'disabled',
-      usage: this.#usage,
-      user: null
-    }
+      output: this.#currentOutput(),
+      usage: this.#usage
+    }, fixedFields(this.head))
+  }
+
+  #currentOutput (): Item[] {
+    const open = this.#open
+    return open === null ? this.#output : this.#output.map((item, i) => i === open.index ? this.#openItem(open) : item)
+  }
+
+  /** The response object's JSON, its fields that never change serialized once. */
+  #responseJson (): string {
+    this.#fixedJson ??= JSON.stringify(fixedFields(this.head)).slice(1)
+    return `{"id":${JSON.stringify(this.head.id)},"object":"response","created_at":${this.head.createdAt},"status":"${this.#status}",` +
+      `"error":${JSON.stringify(this.#error)},"incomplete_details":${JSON.stringify(this.#incomplete)},` +
+      `"output":${JSON.stringify(this.#currentOutput())},"usage":${JSON.stringify(this.#usage)},${this.#fixedJson}`
   }
 
   #start (): string {
@@ -259,7 +246,9 @@ export class ResponseProjection {
   }
 
   #lifecycle (type: string): string {
-    return this.#emit(type, { response: this.#sse ? this.response() : null })
+    const seq = this.#next++
+    if (!this.#sse || seq <= this.#after) return ''
+    return `event: ${type}\ndata: {"type":"${type}","sequence_number":${seq},"response":${this.#responseJson()}}\n\n`
   }
 
   #end (status: ResponseStatus, type: string): string {
@@ -358,6 +347,37 @@ export class ResponseProjection {
     let out = this.#closeText()
     for (const call of [...this.#calls.values()]) out += this.#closeCall(call, 'incomplete')
     return out
+  }
+}
+
+/** The response's fields that its events never change: the request's, and OpenAI's fixed defaults. */
+function fixedFields (head: ResponseHead): Record<string, unknown> {
+  return {
+    background: head.background,
+    completed_at: null,
+    conversation: head.conversation === null ? null : { id: head.conversation },
+    frequency_penalty: 0,
+    instructions: head.instructions,
+    max_output_tokens: null,
+    max_tool_calls: null,
+    metadata: head.metadata,
+    model: head.model,
+    parallel_tool_calls: false,
+    presence_penalty: 0,
+    previous_response_id: head.previousResponseId,
+    prompt_cache_key: null,
+    reasoning: null,
+    safety_identifier: null,
+    service_tier: 'default',
+    store: head.conversation !== null,
+    temperature: 1,
+    text: { format: { type: 'text' } },
+    tool_choice: 'auto',
+    tools: [],
+    top_logprobs: 0,
+    top_p: 1,
+    truncation: 'disabled',
+    user: null
   }
 }
 

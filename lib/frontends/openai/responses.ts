@@ -278,7 +278,8 @@ export function responsesRoutes (fastify: FastifyInstance): void {
       inputPath: 'body/input',
       history: parsed.history,
       frontend: kept as Record<string, unknown>,
-      signal: clientGone(reply.raw)
+      // a run that may wait for its session (a conversation's) stops waiting when its client leaves
+      signal: sessionId === undefined ? undefined : clientGone(reply.raw)
     }
     const headOfRun = (runId: string, runSession: string | null, background: boolean): ResponseHead => ({
       id: responseId(runId),
