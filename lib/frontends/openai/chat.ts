@@ -76,7 +76,7 @@ export function chatRoutes (fastify: FastifyInstance): void {
     const outcome = await run.done
     if (service.drain.draining) void reply.header('connection', 'close')
     if (outcome.status !== 'completed') {
-      throw runFailureError(outcome.status === 'failed' ? outcome : { code: outcome.code, message: outcome.message }, model, run.options.timeoutMs, reply.raw.destroyed)
+      throw runFailureError(outcome, model, run.options.timeoutMs, reply.raw.destroyed)
     }
     const { result } = outcome
     return {

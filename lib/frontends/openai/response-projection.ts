@@ -103,10 +103,6 @@ export class ResponseProjection {
     return this.#ended
   }
 
-  get status (): ResponseStatus {
-    return this.#status
-  }
-
   /** The SSE text for one event of the run ('' when it maps to nothing, or falls before `startingAfter`). */
   push (event: RunEvent): string {
     if (this.#ended) return ''

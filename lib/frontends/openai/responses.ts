@@ -6,7 +6,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
 import {
   AgentNotFoundError, ApprovalNotFoundError, ForbiddenError, InputValidationError, InvalidCursorParamError, ResponseNotFoundError,
-  RunAlreadyEndedError, RunInProgressError
+  RunInProgressError
 } from '../../core/errors.js'
 import { requestContextOf } from '../../core/request-context.js'
 import type { RunEvent } from '../../protocols/run-events.js'
@@ -99,17 +99,19 @@ export function responsesRoutes (fastify: FastifyInstance): void {
     return { record, after: parsed.after, boundary }
   }
 
-  /** The events of the run's log in (from, to): for a continuation's previous response. */
+  /** The seq of the last approval.requested before `to` (0 for none): where the response before `to`'s starts. */
   async function approvalsBefore (runId: string, to: number): Promise<number> {
     let last = 0
     let after = 0
-    while (after < to - 1) {
-      const page = await store.events(runId, after, Math.min(PAGE, to - 1 - after))
-      if (page.length === 0) break
-      for (const stored of page) if (stored.type === 'approval.requested') last = stored.seq
+    // `to` is an event of the log: every page up to it is full
+    for (;;) {
+      const page = await store.events(runId, after, PAGE)
+      for (const stored of page) {
+        if (stored.seq >= to) return last
+        if (stored.type === 'approval.requested') last = stored.seq
+      }
       after = page.at(-1)!.seq
     }
-    return last
   }
 
   /** What a response shows beside its events, read back from its run. */
@@ -180,9 +182,8 @@ export function responsesRoutes (fastify: FastifyInstance): void {
   }
 
   function cancelQuietly (request: FastifyRequest, runId: string): void {
-    cancelRun(service, runId).catch((err: unknown) => {
-      if (!(err instanceof RunAlreadyEndedError)) request.log.error({ err, runId }, 'could not cancel the run')
-    })
+    // (an end that came first is a warning too: nothing was left to cancel)
+    cancelRun(service, runId).catch((err: unknown) => { request.log.warn({ err, runId }, 'could not cancel the run') })
   }
 
   /** The previous response named, of the caller's: where its run stands. */
@@ -369,6 +370,8 @@ export function responsesRoutes (fastify: FastifyInstance): void {
   }, async (request) => {
     const { record } = await owned(request, (request.params as { id: string }).id)
     if (record.status === 'queued' || record.status === 'running') throw new RunInProgressError(record.runId)
+    // deleted by another request since it was read
+    /* c8 ignore next */
     if (!await store.delete(record.runId)) throw new ResponseNotFoundError((request.params as { id: string }).id)
     return { id: (request.params as { id: string }).id, object: 'response' as const, deleted: true as const }
   })
