@@ -31,13 +31,22 @@ const long: Agent = {
   }
 }
 
+/** Asks twice. */
+const twice: Agent = {
+  async run (_input: unknown, ctx: RunContext) {
+    const first = await ctx.requestApproval({ action: 'first' })
+    const second = await ctx.requestApproval({ action: 'second' })
+    return { output: `${first.approved} ${second.approved}` }
+  }
+}
+
 const historian: Agent = {
   async run (input: unknown, ctx: RunContext) {
     return { output: JSON.stringify({ input, history: ctx.history.map((m) => [m.role, m.content]) }) }
   }
 }
 
-const agents = { echo, waiter, long, historian, approver }
+const agents = { echo, waiter, long, historian, approver, twice }
 
 async function serve (t: Test, options: Record<string, unknown> = {}) {
   const { url, service } = await listen(t, { agents, ...options })
@@ -83,6 +92,13 @@ t.test('a run made on another route is a response too; a long log is read in pag
   t.equal(rest.output_text, ' yes')
   const again = await client.responses.retrieve(rest.id)
   t.equal(again.previous_response_id, asked.id, 'the previous response found past a page of the log')
+
+  const one = await client.responses.create({ model: 'twice', input: 'x' })
+  const two = await client.responses.create({ model: 'twice', previous_response_id: one.id, input: [{ type: 'mcp_approval_response', approval_request_id: one.output.at(-1)!.id!, approve: true }] })
+  t.match(two.output, [{ type: 'mcp_approval_request', name: 'second' }])
+  const three = await client.responses.create({ model: 'twice', previous_response_id: two.id, input: [{ type: 'mcp_approval_response', approval_request_id: two.output.at(-1)!.id!, approve: false }] })
+  t.equal(three.output_text, 'true false')
+  t.equal((await client.responses.retrieve(three.id)).previous_response_id, two.id, 'a response after the second approval follows the one after the first')
 })
 
 t.test('a conversation still busy: the new response replaces the run in progress; conversation as an object', async (t) => {

@@ -24,9 +24,10 @@ t.test('a queued response: in progress at its run\'s start; a call without strea
   const push = (event: RunEvent): void => { out.push(...frames(projection.push(event))) }
   push(ev('run.started', { runId: head.runId }))
   t.same(out.map((e) => [e.type, e.response.status]), [['response.created', 'queued'], ['response.in_progress', 'in_progress']])
+  push(ev('tool.result', { toolCallId: 'z', name: 'f', output: 1, isError: false }))
   push(ev('reasoning.delta', { text: 'hm' }))
   const reading = projection.response() as { output: Array<Record<string, unknown>>, status: string }
-  t.match(reading.output, [{ type: 'reasoning', content: [{ type: 'reasoning_text', text: 'hm' }] }], 'an open item as it stands')
+  t.match(reading.output, [{ type: 'function_call_output' }, { type: 'reasoning', content: [{ type: 'reasoning_text', text: 'hm' }] }], 'an open item as it stands')
   push(ev('tool.call', { toolCallId: 'a', name: 'f' }))
   push(ev('tool.call.delta', { toolCallId: 'b', name: 'g', delta: '{' }))
   push(ev('tool.result', { toolCallId: 'b', name: 'g', output: 'x', isError: true }))
@@ -37,7 +38,7 @@ t.test('a queued response: in progress at its run\'s start; a call without strea
   push(ev('approval.requested', { approval: { id: 'ap', action: 'act' } }))
   t.same(projection.push(ev('run.completed', { output: null, usage, finishReason: 'stop' })), '', 'nothing after the end')
   const done = out.filter((e) => e.type === 'response.output_item.done').map((e) => [e.item.type, e.item.status ?? ''])
-  t.same(done, [['reasoning', ''], ['function_call', 'completed'], ['function_call', 'completed'], ['function_call_output', 'completed'], ['function_call', 'incomplete'], ['message', 'completed'], ['mcp_approval_request', '']])
+  t.same(done, [['function_call_output', 'completed'], ['reasoning', ''], ['function_call', 'completed'], ['function_call', 'completed'], ['function_call_output', 'completed'], ['function_call', 'incomplete'], ['message', 'completed'], ['mcp_approval_request', '']])
   t.match(out.find((e) => e.type === 'response.function_call_arguments.delta'), { delta: 'null' }, 'no input: null')
   t.match(out.at(-2), { item: { arguments: 'null' } }, 'an approval without payload')
   t.same(out.map((e) => e.sequence_number), out.map((_, i) => i))
