@@ -7,7 +7,7 @@ import type { Agent, AgentEvent, RunContext } from '../../../../lib/core/types.j
 import { MemoryRunStore } from '../../../../lib/stores/memory-runs.js'
 import type { CancelRunResult, RunEnd, RunRecord } from '../../../../lib/stores/types.js'
 import { approver } from '../../../../app/demo-agents.js'
-import { echo, eventually, listen } from '../../../helper.js'
+import { auditEntries, echo, eventually, listen } from '../../../helper.js'
 import { signJwt } from '../../../helpers/jwt.js'
 
 let release: () => void = () => {}
@@ -233,4 +233,23 @@ t.test('input items: an assistant\'s refusal is what it said, earlier turns\' it
     model: 'approver', previous_response_id: asked.id, input: [{ type: 'mcp_approval_response', approval_request_id: id, approve: true, reason: null } as never]
   })
   t.equal(answered.output_text, 'Approved by someone: did deploy.')
+})
+
+t.test('idempotency keys on the POSTs: a repeat replays the answer without running again; another body is a 422; the audit names the run', async (t) => {
+  const { url, service } = await serve(t, { idempotency: {} })
+  const headers = { 'idempotency-key': 'k-1' }
+  const first = await post(url, '/v1/responses', { model: 'historian', input: 'x' }, headers)
+  const again = await post(url, '/v1/responses', { model: 'historian', input: 'x' }, headers)
+  t.equal(again.headers.get('idempotent-replayed'), 'true')
+  const body = await first.json() as { id: string }
+  t.same(await again.json(), body, 'the same response')
+  const reused = await post(url, '/v1/responses', { model: 'historian', input: 'y' }, headers)
+  t.equal(reused.status, 422)
+  t.match(await reused.json(), { error: { code: 'IDEMPOTENCY_KEY_REUSED', type: 'invalid_request_error' } })
+  const chat = await post(url, '/v1/chat/completions', { model: 'historian', messages: [{ role: 'user', content: 'x' }] }, headers)
+  t.equal(chat.status, 200, 'the key is scoped by path')
+  await eventually(async () => (await service.app.agentService.settings.runStore.list({ limit: 10, agent: 'historian' })).runs.length === 1, 5_000, 'the completion\'s ephemeral run gone')
+  t.same((await service.app.agentService.settings.runStore.list({ limit: 10, agent: 'historian' })).runs.map((r) => r.runId), [body.id.slice('resp_'.length)], 'the response ran once')
+  const entries = await auditEntries(service.app)
+  t.match(entries.find((e) => e.route === '/v1/responses' && e.replayed === false), { agent: 'historian', runId: body.id.slice('resp_'.length), idempotencyKey: 'k-1' })
 })
