@@ -94,7 +94,8 @@ export class ResponseProjection {
     this.head = head
     this.#after = options.startingAfter ?? -1
     this.#sse = options.sse ?? true
-    this.#base = head.runId.replaceAll('-', '')
+    // the run's first 48 bits name its items: unique enough beside the seq, and every delta's frame carries it
+    this.#base = head.runId.replaceAll('-', '').slice(0, 12)
     this.#status = head.queued ? 'queued' : 'in_progress'
   }
 
@@ -258,7 +259,8 @@ export class ResponseProjection {
   #emit (type: string, fields: Record<string, unknown>): string {
     const seq = this.#next++
     if (!this.#sse || seq <= this.#after) return ''
-    return `event: ${type}\ndata: ${JSON.stringify(Object.assign({ type, sequence_number: seq }, fields))}\n\n`
+    // the fields after `type` and `sequence_number`, as JSON.stringify would put them (no object made to hold all three)
+    return `event: ${type}\ndata: {"type":"${type}","sequence_number":${seq},${JSON.stringify(fields).slice(1)}\n\n`
   }
 
   #openText (kind: 'text' | 'reasoning', seq: number, text: string): string {
