@@ -41,6 +41,8 @@ export { agUiPlugin } from './routes/ag-ui.js'
 export type { AgUiPluginOptions } from './routes/ag-ui.js'
 export { a2aPlugin } from './routes/a2a.js'
 export type { A2APluginOptions } from './routes/a2a.js'
+export { openAiPlugin } from './lib/frontends/openai/index.js'
+export type { OpenAiPluginOptions } from './lib/frontends/openai/index.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 

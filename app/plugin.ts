@@ -21,6 +21,7 @@ import { healthPlugin } from '../routes/health.js'
 import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
+import { openAiPlugin } from '../lib/frontends/openai/index.js'
 import { requestPipelinePlugin } from './pipeline.js'
 import { openApiOptions } from './swagger.js'
 
@@ -69,6 +70,8 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(chatPlugin)
     await v1.register(agUiPlugin)
     await v1.register(a2aPlugin)
+    // agents as models: the OpenAI-shaped APIs
+    if (settings.openaiCompat) await v1.register(openAiPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

@@ -4,7 +4,9 @@
 //   preset: default (JSON echo run, the default), ephemeral (the same with `store: false`), full, sqlite (the default with the SQLite audit store, in
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
-//   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), handwritten
+//   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), sse-continue (the sse
+//   run with onDisconnect 'continue'), responses and chat-completions (the ticker streamed as /v1/responses and
+//   /v1/chat/completions), handwritten
 //   (the contract's work for a JSON run written by hand on bare Fastify: bench/presets.js)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
@@ -28,6 +30,9 @@ const presets = {
   },
   sqlite: { spec: { kind: 'service', preset: { name: 'sqlite', file: `/tmp/fastify-agents-profile-${process.pid}.db` } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  'sse-continue': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 }, onDisconnect: 'continue' }) } },
+  responses: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/responses', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', input: 'go', stream: true }) } },
+  'chat-completions': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', messages: [{ role: 'user', content: 'go' }], stream: true }) } },
   'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'raw-sse-generator': { spec: { kind: 'raw-sse', generator: true }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },

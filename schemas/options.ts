@@ -23,7 +23,7 @@ export const storeMethods = {
   idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
   runStore: [
     'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
-    'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge'
+    'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge', 'delete'
   ],
   webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge'],
   quotaStore: ['acquire', 'renew', 'release', 'addTokens', 'tokens', 'purge']
@@ -130,6 +130,7 @@ export const AgentServiceOptions = Type.Object({
   quotaStore: Type.Optional(QuotaStoreOption),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
+  openaiCompat: Type.Optional(Type.Boolean({ description: 'the OpenAI-shaped routes /v1/models, /v1/responses and /v1/chat/completions (default true)' })),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),
   publicUrl: Type.Optional(Type.String({ minLength: 1, description: 'the URL clients reach the service at (behind a proxy, a prefix): the OpenAPI document\'s server' })),

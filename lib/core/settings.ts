@@ -69,6 +69,8 @@ export interface Settings {
   readonly rateLimit: RateLimitOptions | null
   readonly cors: string | null
   readonly websocket: boolean
+  /** /v1/models, /v1/responses, /v1/chat/completions */
+  readonly openaiCompat: boolean
   readonly requestTimeoutMs: number | null
   readonly host: string
   readonly publicUrl: string | null
@@ -314,6 +316,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     rateLimit: options.rateLimit ?? null,
     cors: options.cors ?? null,
     websocket: options.websocket ?? false,
+    openaiCompat: options.openaiCompat ?? true,
     requestTimeoutMs: options.requestTimeoutMs ?? null,
     host: options.host ?? '0.0.0.0',
     publicUrl: options.publicUrl ?? null,

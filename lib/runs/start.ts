@@ -7,11 +7,11 @@ import { randomId } from '../core/ids.js'
 import type { AgentServiceCore } from '../core/service.js'
 import type { Agent, TraceContext } from '../core/types.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
-import type { Message, NewRun, RunRecord } from '../stores/types.js'
+import type { Message, NewRun, RunRecord, RunSpec } from '../stores/types.js'
 import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
 import { RunLog } from './log.js'
 import type { AgentRun, RunSink } from './run.js'
-import { ownedSession } from './sessions.js'
+import { ownedSession, withGiven } from './sessions.js'
 
 /** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
 export interface RunRequestFields {
@@ -43,6 +43,10 @@ export interface PrepareRunOptions {
   signal?: AbortSignal
   /** how a validation message names the input: `body/input` (the default) or `message/input` (WebSocket) */
   inputPath?: string
+  /** messages the request gives beside the session's own (a chat completion's earlier ones): ctx.history ends with them */
+  history?: Message[]
+  /** kept with the run for the front end that starts it (RunSpec.frontend), never given to the agent */
+  frontend?: Record<string, unknown>
 }
 
 /**
@@ -67,7 +71,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     principal: caller.principal,
     requestId: caller.requestId,
     trace: caller.trace,
-    history,
+    history: withGiven(history, options.history),
     metadata: request.metadata,
     resume,
     timeoutMs: settings.requestTimeoutMs,
@@ -190,9 +194,12 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     traceId: caller.trace.traceId
   }
   if (!background) record.startedAt = now
+  const spec: RunSpec = request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }
+  if (options.history !== undefined && options.history.length > 0) spec.history = options.history
+  if (options.frontend !== undefined) spec.frontend = options.frontend
   const newRun: NewRun = {
     record,
-    spec: request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata },
+    spec,
     ephemeral,
     detachable: background || request.onDisconnect === 'continue',
     lease: background ? null : service.worker.lease()

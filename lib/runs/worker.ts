@@ -4,6 +4,7 @@ import type { AgentServiceCore } from '../core/service.js'
 import { iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
+import { withGiven } from './sessions.js'
 
 export const DEFAULT_RUN_LEASE_MS = 30_000
 export const DEFAULT_RUN_CONCURRENCY = 64
@@ -174,7 +175,7 @@ export class RunWorker {
       principal: record.principal,
       requestId: record.requestId,
       trace: { traceId: record.traceId },
-      history: session?.messages,
+      history: withGiven(session?.messages, spec?.history),
       metadata: spec?.metadata,
       resume,
       timeoutMs: settings.requestTimeoutMs,

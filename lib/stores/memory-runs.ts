@@ -460,6 +460,14 @@ export class MemoryRunStore implements RunStore {
     this.#queue.delete(runId)
   }
 
+  async delete (runId: string): Promise<boolean> {
+    this.#check()
+    const stored = this.#live(runId)
+    if (stored === undefined || stored.record.status === 'queued' || stored.record.status === 'running') return false
+    this.#delete(stored)
+    return true
+  }
+
   async purge (now: number, batch: number): Promise<number> {
     this.#check()
     let purged = 0

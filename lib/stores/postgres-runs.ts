@@ -533,6 +533,13 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     }
   }
 
+  async delete (runId: string): Promise<boolean> {
+    this.check()
+    if (!storable(runId, false)) return false
+    const [row] = await this.sql<{ deleted: number }>(this.#sql.deleteEnded, [runId, new Date()])
+    return row!.deleted === 1
+  }
+
   async purge (now: number, batch: number): Promise<number> {
     this.check()
     if (batch < 1) return 0
@@ -703,6 +710,10 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT s.id FROM unnest($1::text[]) AS s (id)
       WHERE NOT EXISTS (
         SELECT 1 FROM ${sessions} h JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = s.id AND r.status IN ('queued', 'running'))`,
+    deleteEnded: `
+      WITH gone AS (DELETE FROM ${runs} WHERE run_id = $1 AND status NOT IN ('queued', 'running') AND expires_at > $2 RETURNING run_id),
+      logs AS (DELETE FROM ${events} WHERE run_id IN (SELECT run_id FROM gone))
+      SELECT count(*)::integer AS deleted FROM gone`,
     purge: `
       WITH doomed AS (
         SELECT run_id FROM ${runs} WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),

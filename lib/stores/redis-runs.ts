@@ -389,6 +389,18 @@ end
 return purged
 `)
 
+// KEYS: none. ARGV: prefix, runId, now. Deletes an ended run, unexpired, with its log and its places in the lists.
+const DELETE = new RedisScript(LUA_COMMON + `
+local id = ARGV[2]
+local key = runKey(id)
+local run = redis.call('HMGET', key, 'status', 'agent', 'session', 'expiring', 'expiresAt')
+if not run[1] or active(run[1]) or (run[5] and tonumber(run[5]) <= tonumber(ARGV[3])) then return 0 end
+redis.call('DEL', key, eventsKey(id))
+unlist(id, run[2], run[3], run[1])
+if run[4] then redis.call('ZREM', P .. 'runs:expiring', run[4]) end
+return 1
+`)
+
 type Hash = Record<string, string>
 
 /** The parts of a record that never change after create(), stored as one JSON field. */
@@ -791,6 +803,12 @@ export class RedisRunStore extends RedisStore implements RunStore {
       runs: page.map((entry) => entry.record),
       nextCursor: found.length > limit && last !== undefined ? encodeSeqCursor(last.seq) : null
     }
+  }
+
+  async delete (runId: string): Promise<boolean> {
+    const client = this.#client()
+    if (!storable(runId, true)) return false
+    return await DELETE.run(client, [this.prefix, runId, Date.now()]) === 1
   }
 
   async purge (now: number, batch: number): Promise<number> {

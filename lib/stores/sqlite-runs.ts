@@ -169,6 +169,7 @@ function runStatements (db: Db, prefix: string) {
     state: db.prepare<[string], { last_seq: number, cancel_requested: number }>(`SELECT last_seq, cancel_requested FROM ${runs} WHERE run_id = ?`),
     doomed: db.prepare<[number, number], string>(`SELECT run_id FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
     deleteRun: db.prepare<[string]>(`DELETE FROM ${runs} WHERE run_id = ?`),
+    deleteEnded: db.prepare<[{ runId: string, now: number }]>(`DELETE FROM ${runs} WHERE run_id = @runId AND status NOT IN ('queued', 'running') AND ${live}`),
     insertEvents (runId: string, batch: readonly StoredEvent[]): void {
       let next = 0
       for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
@@ -620,6 +621,16 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       runs: page.map(toRecord),
       nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
     }
+  }
+
+  async delete (runId: string): Promise<boolean> {
+    this.#statements()
+    if (!storable(runId, true)) return false
+    return this.#write((statements) => {
+      if (statements.deleteEnded.run({ runId, now: Date.now() }).changes === 0) return false
+      statements.clearEvents.run(runId)
+      return true
+    })
   }
 
   async purge (now: number, batch: number): Promise<number> {

@@ -200,6 +200,10 @@ export interface StoredEvent {
 export interface RunSpec {
   input: unknown
   metadata?: Record<string, unknown>
+  /** messages the request gave beside the session's own (a chat completion's earlier ones): after them in ctx.history */
+  history?: Message[]
+  /** what the front end that started the run keeps with it (an OpenAI response's previous_response_id): never the agent's */
+  frontend?: Record<string, unknown>
 }
 
 /** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (contract §16). */
@@ -373,6 +377,11 @@ export interface RunStore {
   list(query: RunListQuery): Promise<RunPage>
   /** Deletes runs whose retention ran out, at most `batch`; resolves with how many. */
   purge(now: number, batch: number): Promise<number>
+  /**
+   * Deletes an ended run's record and log now, as its retention's end would (a deleted OpenAI response): true when
+   * it did; false, changing nothing, for a run in progress, unknown or past its retention.
+   */
+  delete(runId: string): Promise<boolean>
   close?(): Promise<void>
 }
 

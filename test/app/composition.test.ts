@@ -7,7 +7,7 @@ import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync, FastifyPluginCallback } from 'fastify'
 import agentService, {
   MemoryAuditStore, a2aPlugin, adminApiPlugin, agUiPlugin, agentsPlugin, approvalsPlugin, auditPlugin, authPlugin, chatPlugin, corePlugin,
-  corsPlugin, createAgentService, drainPlugin, hasAccess, healthPlugin, idempotencyPlugin, rateLimitPlugin, requestContextPlugin,
+  corsPlugin, createAgentService, drainPlugin, hasAccess, healthPlugin, idempotencyPlugin, openAiPlugin, rateLimitPlugin, requestContextPlugin,
   requestPipelinePlugin, runsPlugin, sessionsPlugin, websocketPlugin
 } from '../../index.js'
 import type { AgentServiceOptions } from '../../index.js'
@@ -34,6 +34,7 @@ const ROUTES: Record<string, { plugin: Plugin, options?: Partial<AgentServiceOpt
   chatPlugin: { plugin: chatPlugin },
   agUiPlugin: { plugin: agUiPlugin },
   a2aPlugin: { plugin: a2aPlugin },
+  openAiPlugin: { plugin: openAiPlugin },
   websocketPlugin: { plugin: websocketPlugin, options: { websocket: true } },
   adminApiPlugin: { plugin: adminApiPlugin, options: { adminApi: { enabled: true, bearerToken: 'admin' } } }
 }
@@ -43,7 +44,7 @@ const PROTECTIONS: Array<{ option: string, options: Partial<AgentServiceOptions>
   { option: 'auth (api-key)', options: API_KEY, enforcer: 'authPlugin', applies: (route) => route !== 'healthPlugin' && route !== 'adminApiPlugin' },
   { option: 'auth (jwt)', options: { auth: { strategy: 'jwt', secret: SECRET } }, enforcer: 'authPlugin', applies: (route) => route !== 'healthPlugin' && route !== 'adminApiPlugin' },
   { option: 'rateLimit', options: { rateLimit: { maxRequests: 5, intervalMs: 60_000 } }, enforcer: 'rateLimitPlugin', applies: (route) => route !== 'healthPlugin' },
-  { option: 'idempotency', options: { idempotency: {} }, enforcer: 'idempotencyPlugin', applies: (route) => route === 'agentsPlugin' || route === 'approvalsPlugin' },
+  { option: 'idempotency', options: { idempotency: {} }, enforcer: 'idempotencyPlugin', applies: (route) => route === 'agentsPlugin' || route === 'approvalsPlugin' || route === 'openAiPlugin' },
   { option: 'cors', options: { cors: 'https://app.example' }, enforcer: 'corsPlugin', applies: () => true },
   { option: 'auditStore', options: { auditStore: new MemoryAuditStore() }, enforcer: 'auditPlugin', applies: () => true },
   { option: 'drainTimeoutMs', options: { drainTimeoutMs: 1_000 }, enforcer: 'drainPlugin', applies: (route) => route !== 'healthPlugin' }
@@ -120,7 +121,7 @@ t.test('issue 23: the README\'s composition with api-key auth answers 401 withou
   await app.register(async (api) => {
     await api.register(requestPipelinePlugin)
     await api.register(healthPlugin, { prefix: '/health' })
-    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin]) await api.register(plugin)
+    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin, openAiPlugin]) await api.register(plugin)
   }, { prefix: '/api' })
   const run = { method: 'POST' as const, url: '/api/agents/echo/runs', payload: { input: 1 } }
   const refused = await app.inject(run)
@@ -130,7 +131,7 @@ t.test('issue 23: the README\'s composition with api-key auth answers 401 withou
   t.equal((await app.inject({ ...run, headers: { 'x-api-key': 'k' } })).statusCode, 200)
   t.equal((await app.inject('/api/health')).statusCode, 200, 'health stays public')
   for (const [method, url] of [['GET', '/api/agents'], ['POST', '/api/sessions'], ['GET', '/api/approvals'], ['GET', '/api/runs/x'],
-    ['POST', '/api/agents/echo/chat'], ['POST', '/api/agents/echo/ag-ui'], ['POST', '/api/a2a/echo']] as const) {
+    ['POST', '/api/agents/echo/chat'], ['POST', '/api/agents/echo/ag-ui'], ['POST', '/api/a2a/echo'], ['GET', '/api/models'], ['POST', '/api/responses']] as const) {
     t.equal((await app.inject({ method, url, payload: method === 'POST' ? {} : undefined })).statusCode, 401, `${method} ${url}`)
   }
   t.same((await app.inject('/mine')).json(), { mine: true }, 'the host\'s own route, outside the scope')

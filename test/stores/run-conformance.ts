@@ -449,6 +449,33 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.get(long.record.runId), null)
   })
 
+  t.test('runs: delete removes an ended run\'s record and log at once; a run in progress, an unknown one stay as they are', async (t) => {
+    const store = await open(t, factory)
+    const ended = newRun()
+    const running = newRun()
+    for (const run of [ended, running]) {
+      await store.create(run, { exclusive: true })
+      await store.append(run.record.runId, [event(1)], OWNER)
+    }
+    await store.finish(ended.record.runId, [event(2, 'run.completed')], completed(ended.record), HOUR, OWNER)
+    t.equal(await store.delete(running.record.runId), false, 'in progress: kept')
+    t.ok(await store.get(running.record.runId))
+    t.equal(await store.delete(ended.record.runId), true)
+    t.equal(await store.get(ended.record.runId), null)
+    t.equal(await store.spec(ended.record.runId), null)
+    t.same(await store.events(ended.record.runId, 0, 10), [])
+    t.notOk((await store.list({ limit: 500 })).runs.some((r) => r.runId === ended.record.runId), 'out of the lists')
+    t.same((await store.listBySession(ended.record.sessionId!, { limit: 10 })).runs, [])
+    t.equal(await store.delete(ended.record.runId), false, 'gone: nothing to delete')
+    t.equal(await store.delete('no-such-run'), false)
+    t.equal(await store.purge(Date.now() + 2 * HOUR, 10), 0, 'nothing left for the purge')
+    const past = newRun()
+    await store.create(past, { exclusive: false })
+    await store.finish(past.record.runId, [event(1, 'run.completed')], completed(past.record), 1, OWNER)
+    await sleep(20)
+    t.equal(await store.delete(past.record.runId), false, 'past its retention: not there to delete')
+  })
+
   t.test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
     const store = await open(t, factory)
     const run = newRun({ sessionId: 'reopen-shared' })
