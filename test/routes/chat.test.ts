@@ -12,6 +12,7 @@ import {
 import type { UIMessage, UIMessageChunk } from 'ai'
 import agentService from '../../index.js'
 import { conversationSessionId } from '../../lib/frontends/runs.js'
+import { cancelledEnd } from '../../lib/runs/start.js'
 import { auditEntries, eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 
@@ -403,7 +404,7 @@ t.test('a run handed to its next attempt mid-stream (a drain, a lapsed lease): t
   const { runId } = seen[0]!
   // what a drain does with a run that can go on elsewhere: back to the queue, stopped here without an end
   const { runStore } = app.agentService.settings
-  t.ok(await runStore.requeue(runId, { owner: app.agentService.worker.owner }, 'SHUTDOWN'))
+  t.ok(await runStore.requeue(runId, { owner: app.agentService.worker.owner }, 'SHUTDOWN', cancelledEnd(), 3_600_000))
   app.agentService.runs.get(runId)!.detach('SHUTDOWN')
   // this instance has room: it claims the run for its next attempt
   await eventually(() => seen.length === 2)

@@ -417,7 +417,7 @@ if (await pgReachable()) {
     t.same([heardA, heardB], [0, 0], 'a run that is not detachable, a freed session nothing waits for: nothing to claim')
     await told(() => a.finish(holder.record.runId, [event(1, 'run.completed')], cancelledEnd(), HOUR, OWNER), 'a session a queued run waits for is freed')
     const [claimed] = await b.claim(lease(OTHER, 60_000), new Date().toISOString(), 1)
-    await told(() => a.requeue(claimed!.runId, { owner: OTHER }, 'SHUTDOWN'), 'a requeued run')
+    await told(() => a.requeue(claimed!.runId, { owner: OTHER }, 'SHUTDOWN', cancelledEnd(), HOUR), 'a requeued run')
 
     // fifty runs, two instances claiming five at a time at once: each run goes to one
     for (let i = 0; i < 50; i++) await a.create(queued(i % 5 === 0 ? `s-${i}` : null), { exclusive: false })
@@ -507,7 +507,7 @@ if (await pgReachable()) {
     const end: RunEnd = { status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'lost' } }
     t.same(await store.renew(OWNER, [], Date.now() + HOUR), [])
     t.same(await store.renew(OWNER, ['nul\u0000id'], Date.now() + HOUR), [])
-    t.equal(await store.requeue('nul\u0000id', { owner: OWNER }, 'SHUTDOWN'), null)
+    t.equal(await store.requeue('nul\u0000id', { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), null)
     t.equal(await store.abandon('nul\u0000id', Date.now(), end, HOUR), null)
     t.same(queries, [], 'no round trip')
   })

@@ -350,7 +350,7 @@ if (await redisReachable()) {
     race.once = async () => {
       await other.start(grows.record.runId, startedAt(), lease())
       await other.append(grows.record.runId, [event(1, 'run.started')], OWNER)
-      await other.requeue(grows.record.runId, { owner: OWNER }, 'SHUTDOWN')
+      await other.requeue(grows.record.runId, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR)
     }
     t.match(await store.cancel(grows.record.runId, cancelledEnd(), HOUR), { outcome: 'cancelled', record: { lastSeq: 3 } }, 'events came in meanwhile')
     t.same((await store.events(grows.record.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued', 'run.failed'])
@@ -387,7 +387,7 @@ if (await redisReachable()) {
     t.same(await leases(), [id, String(until + 1)])
 
     // back in the queue, keeping its session: started again by `start` (the session's lock names it already)
-    t.match(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN'), { status: 'queued', attempt: 2 })
+    t.match(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), { status: 'queued', attempt: 2 })
     t.same(await queue(), [id])
     t.same(await leases(), [])
     t.notOk(await admin.hexists(`${prefix}run:${id}`, 'owner'))
@@ -410,9 +410,9 @@ if (await redisReachable()) {
     unleased.lease = null
     await store.create(unleased, { exclusive: false })
     t.same(await leases(), [])
-    t.equal(await store.requeue(unleased.record.runId, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST'), null)
+    t.equal(await store.requeue(unleased.record.runId, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null)
     t.same(await store.lapsed(Date.now() + HOUR, 10), [])
-    t.equal(await store.requeue('lone \ud800 id', { owner: OWNER }, 'SHUTDOWN'), null)
+    t.equal(await store.requeue('lone \ud800 id', { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), null)
     t.equal(await store.abandon('lone \ud800 id', Date.now(), cancelledEnd(), HOUR), null)
 
     // what Redis holds but should not (a key changed by hand) is dropped, never claimed or reported
@@ -441,12 +441,18 @@ if (await redisReachable()) {
 
     const written = await lapsing()
     race.once = () => owner.append(written, [event(1)], OWNER)
-    t.match(await store.requeue(written, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), { status: 'queued', lastSeq: 2, attempt: 2 }, 'its owner wrote meanwhile')
+    t.match(await store.requeue(written, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), { status: 'queued', lastSeq: 2, attempt: 2 }, 'its owner wrote meanwhile')
     t.same((await store.events(written, 0, 10)).map((e) => e.type), ['message.delta', 'run.requeued'])
 
     const renewed = await lapsing()
     race.once = () => owner.renew(OWNER, [renewed], Date.now() + HOUR)
-    t.equal(await store.requeue(renewed, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'renewed meanwhile')
+    t.equal(await store.requeue(renewed, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null, 'renewed meanwhile')
+
+    const cancelling = await lapsing()
+    race.once = () => owner.cancel(cancelling, cancelledEnd(), HOUR)
+    t.match(await store.requeue(cancelling, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), { status: 'cancelled', attempt: 1, lastSeq: 1 },
+      'its cancel asked for meanwhile: ended cancelled')
+    t.same((await store.events(cancelling, 0, 10)).map((e) => e.type), ['run.failed'])
 
     const ending = await lapsing()
     race.once = () => owner.append(ending, [event(1)], OWNER)
@@ -490,7 +496,7 @@ if (await redisReachable()) {
     t.equal(onA, 3)
     await eventually(() => onB === 3, 1_000)
     t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [waiting.record.runId])
-    await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN')
+    await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN', cancelledEnd(), HOUR)
     t.equal(onB, 4)
     await eventually(() => onA === 4, 1_000)
     await sleep(50)
@@ -577,7 +583,7 @@ if (await redisReachable()) {
     await t.rejects(store.claim(lease(), new Date().toISOString(), 1), closed)
     await t.rejects(store.renew(OWNER, ['r1'], Date.now()), closed)
     await t.rejects(store.lapsed(Date.now(), 1), closed)
-    await t.rejects(store.requeue('r1', { owner: OWNER }, 'SHUTDOWN'), closed)
+    await t.rejects(store.requeue('r1', { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), closed)
     await t.rejects(store.abandon('r1', Date.now(), cancelledEnd(), HOUR), closed)
     await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
     await t.rejects(store.list({ limit: 1 }), closed)

@@ -276,7 +276,7 @@ t.test('runs: a closed store refuses every call; bad options are named', async (
   await t.rejects(store.claim(lease(), new Date().toISOString(), 1), closed)
   await t.rejects(store.renew(OWNER, [run.record.runId], Date.now()), closed)
   await t.rejects(store.lapsed(Date.now(), 1), closed)
-  await t.rejects(store.requeue(run.record.runId, { owner: OWNER }, 'SHUTDOWN'), closed)
+  await t.rejects(store.requeue(run.record.runId, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), closed)
   await t.rejects(store.abandon(run.record.runId, Date.now(), cancelledEnd(), HOUR), closed)
   let heard = 0
   store.watchQueue(() => { heard++ })()
@@ -332,7 +332,7 @@ t.test('runs: another process hears of claimable runs by polling one counter, on
 
   const claimed = await b.claim(lease(OTHER), new Date().toISOString(), 10)
   t.equal(claimed.length, 2)
-  t.match(await a.requeue(claimed[0]!.runId, { owner: OTHER }, 'SHUTDOWN'), { status: 'queued', attempt: 2 })
+  t.match(await a.requeue(claimed[0]!.runId, { owner: OTHER }, 'SHUTDOWN', cancelledEnd(), HOUR), { status: 'queued', attempt: 2 })
   t.equal(onA, 4, 'a requeue')
   await eventually(() => onB === 4, 2_000)
   await quiet('nothing more')
@@ -392,12 +392,12 @@ t.test('runs: a run without a lease is never lapsed; ids a store cannot keep are
   again.detachable = true
   t.match(await store.reopen(again, { exclusive: false }), { outcome: 'reopened', record: { status: 'running', attempt: 2 } })
   t.same(await store.lapsed(Date.now() + HOUR, 10), [])
-  t.equal(await store.requeue(id, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST'), null)
+  t.equal(await store.requeue(id, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null)
   t.equal(await store.abandon(id, Date.now() + HOUR, cancelledEnd(), HOUR), null)
   await t.rejects(store.append(id, [], OWNER), { code: 'FA_RUN_LEASE_LOST' }, 'nobody holds it')
   const lone = 'lone \ud800'
   t.same(await store.renew(OWNER, [lone], Date.now()), [])
-  t.equal(await store.requeue(lone, { owner: OWNER }, 'SHUTDOWN'), null)
+  t.equal(await store.requeue(lone, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), null)
   t.equal(await store.abandon(lone, Date.now(), cancelledEnd(), HOUR), null)
 })
 
@@ -412,15 +412,22 @@ t.test('runs: the lapsed runs of one process are found, requeued and claimed by 
   await a.create(run, { exclusive: true })
   const id = run.record.runId
   await a.append(id, [event(1, 'run.started')], OWNER)
-  await a.cancel(id, cancelledEnd(), HOUR)
+  const cancelling = newRun()
+  cancelling.lease = lease(OWNER, 20)
+  cancelling.detachable = true
+  await a.create(cancelling, { exclusive: false })
+  await a.cancel(cancelling.record.runId, cancelledEnd(), HOUR)
   await sleep(40)
   const found = await b.lapsed(Date.now(), 10)
-  t.match(found, [{ record: { runId: id, lastSeq: 1 }, detachable: true, cancelRequested: true }])
+  t.match(found.find((lapsed) => lapsed.record.runId === id), { record: { runId: id, lastSeq: 1 }, detachable: true, cancelRequested: false })
+  t.match(found.find((lapsed) => lapsed.record.runId === cancelling.record.runId), { detachable: true, cancelRequested: true }, 'a cancel asked for in the other process')
+  t.match(await b.requeue(cancelling.record.runId, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), { status: 'cancelled', attempt: 1 },
+    'and so ended cancelled rather than requeued')
   t.same(await a.renew(OWNER, [id], Date.now() + HOUR), [id], 'a lapsed lease nobody took over is still its owner\'s')
   t.same(await b.lapsed(Date.now(), 10), [])
   await sleep(1)
-  t.equal(await b.requeue(id, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'renewed meanwhile')
-  t.match(await b.requeue(id, { owner: OWNER }, 'SHUTDOWN'), { status: 'queued', attempt: 2, lastSeq: 2 })
+  t.equal(await b.requeue(id, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null, 'renewed meanwhile')
+  t.match(await b.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), { status: 'queued', attempt: 2, lastSeq: 2 })
   t.same(await a.lapsed(Date.now() + HOUR, 10), [], 'a queued run has no lease')
   t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [id])
   await t.rejects(a.append(id, [event(3)], OWNER), { code: 'FA_RUN_LEASE_LOST' })
