@@ -81,10 +81,15 @@ export class RunWorker {
     this.#unwatchQueue = null
   }
 
-  stop (): void {
+  /**
+   * No more timers or claims; resolves once the claim on its way is done (what it brought in has started), so that
+   * nothing is claimed here after: a run queued then is left to the instances that claim.
+   */
+  async stop (): Promise<void> {
     this.stopClaiming()
     for (const timer of this.#timers) clearInterval(timer)
     this.#timers = []
+    await this.#claimed
   }
 
   /** Claims queued detachable runs while this instance has room (one claim at a time; a call meanwhile asks again). */

@@ -20,8 +20,9 @@ export async function cancelAskedBeforeDeath (t: Test, store: RunStore): Promise
   const { app } = build(t, { runStore: store, runLeaseMs: MIN_RUN_LEASE_MS, agents: { steady } })
   await app.ready()
   const { worker } = app.agentService
-  // this instance neither claims nor looks for lapsed leases until the other one has died
-  worker.stop()
+  // this instance neither claims nor looks for lapsed leases until the other one has died (the claim it began at
+  // ready is done once stop() resolves: it would take the run below before the other instance could)
+  await worker.stop()
   const queued = await app.inject({ method: 'POST', url: '/v1/agents/steady/runs', payload: { input: null, background: true } })
   t.equal(queued.statusCode, 202)
   const { runId } = queued.json() as { runId: string }

@@ -586,6 +586,32 @@ t.test('a cancel answered 202 while a drain hands its run off: the run ends canc
   await cancelAskedAtHandOff(t, [store, store])
 })
 
+t.test('a worker stopped while a claim is on its way resolves once it is done: nothing is claimed here after', async (t) => {
+  const store = new MemoryRunStore()
+  const held = gate()
+  const claim = store.claim.bind(store)
+  let claims = 0
+  store.claim = async (...args) => {
+    claims++
+    await held.promise
+    return claim(...args)
+  }
+  const { app } = build(t, { runStore: store })
+  // the worker starts at ready with a claim, held on its way
+  await app.ready()
+  t.equal(claims, 1)
+  let stopped = false
+  const stopping = app.agentService.worker.stop().then(() => { stopped = true })
+  await new Promise((resolve) => setImmediate(resolve))
+  t.notOk(stopped, 'stop() waits for the claim on its way')
+  held.release()
+  await stopping
+  await store.create(queuedRecord('after-stop', 'echo', null), { exclusive: false })
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(claims, 1, 'no claim after stop()')
+  t.match(await store.get('after-stop'), { status: 'queued' }, 'left to the instances that claim')
+})
+
 t.test('a claimed run\'s log: a write the store refuses is counted; a takeover found while it finishes stops writing', async (t) => {
   const store = new MemoryRunStore()
   keepAlive(t)
