@@ -474,9 +474,10 @@ if (await redisReachable()) {
     let onB = 0
     const stops = [a.watchQueue(() => { onA++ }), b.watchQueue(() => { onB++ })]
     t.teardown(() => { for (const stop of stops) stop() })
-    // each catches up once it is subscribed (whatever was queued before is claimed then); counted from there
-    await eventually(() => onA > 0 && onB > 0, 2_000)
-    await sleep(50)
+    // each catches up twice, when its connection is ready and once it is subscribed (whatever was queued before is
+    // claimed then), however long the machine takes; counted from there
+    await eventually(() => onA >= 2 && onB >= 2, 10_000)
+    t.same([onA, onB], [2, 2], 'no more catching up')
     onA = onB = 1
     const queued = (sessionId: string | null): NewRun => {
       const run = newRun({ status: 'queued', background: true, sessionId })
@@ -490,15 +491,15 @@ if (await redisReachable()) {
     const waiting = queued('woken')
     await a.create(waiting, { exclusive: false })
     t.equal(onA, 2, 'told at once, here')
-    await eventually(() => onB === 2, 1_000)
+    await eventually(() => onB === 2, 10_000)
     t.same(await b.claim(lease(OTHER), new Date().toISOString(), 10), [], 'its session is busy')
     await a.finish(holder.record.runId, [], cancelledEnd(), HOUR, OWNER)
     t.equal(onA, 3)
-    await eventually(() => onB === 3, 1_000)
+    await eventually(() => onB === 3, 10_000)
     t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [waiting.record.runId])
     await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN', cancelledEnd(), HOUR)
     t.equal(onB, 4)
-    await eventually(() => onA === 4, 1_000)
+    await eventually(() => onA === 4, 10_000)
     await sleep(50)
     t.same([onA, onB], [4, 4], 'nobody hears its own message twice')
 
