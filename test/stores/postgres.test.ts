@@ -565,7 +565,7 @@ if (await pgReachable()) {
     await store.probe()
     t.equal(store.ownsConnection, false, 'a pool you pass is yours to end')
     const stop = store.watch('r1', () => {})
-    await eventually(() => pool.totalCount - pool.idleCount === 1, 2_000)
+    await eventually(() => pool.totalCount - pool.idleCount === 1, 10_000)
     stop()
     await store.close()
     await store.close()
