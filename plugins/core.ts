@@ -41,7 +41,7 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   // onClose runs after the drain (a preClose hook): nothing in flight uses the stores any more
   fastify.addHook('onClose', async () => {
     service.stopPurging()
-    service.worker.stop()
+    await service.worker.stop()
     await service.webhooks?.stop()
     await service.audit.writer.flush()
     await closeOwnedStores(settings.stores, settings.storeTimeoutMs, fastify.log)

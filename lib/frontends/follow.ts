@@ -1,5 +1,7 @@
-import type { RunStore } from '../stores/types.js'
-import type { RunEvent } from '../protocols/run-events.js'
+import type { RunStore, StoredEvent } from '../stores/types.js'
+import { loggedEvent, wholeLog } from '../protocols/run-events.js'
+import type { LoggedEvent, RunEvent } from '../protocols/run-events.js'
+import { endsRun } from '../runs/events.js'
 import { PAGE_BYTES, nextPageSize } from '../runs/follow.js'
 
 /** Events read from the store at a time, at most (the pages of `followRun` hold about PAGE_BYTES): for a task's whole log. */
@@ -7,18 +9,19 @@ const PAGE = 256
 /** A follower's first page, before the run's events are known (the next ones hold about PAGE_BYTES). */
 const FIRST_PAGE = 16
 
-export function isTerminal (type: string): boolean {
-  return type === 'run.completed' || type === 'run.failed'
+function parsed (stored: StoredEvent): RunEvent {
+  return { seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) }
 }
 
 /**
  * A run's stored events with seq greater than `after`, then live ones as the store is told of them (on this
- * instance or another sharing it), until the terminal event; pull-based, so a slow reader never makes anyone hold
+ * instance or another sharing it), until the terminal event that ends the run (an attempt's end that more events
+ * follow, in a run resumed under its id, comes marked `goesOn`); pull-based, so a slow reader never makes anyone hold
  * more than a page. It also ends when the run is gone (purged, ephemeral) and when `signal` aborts: a generator's
  * `return()` waits for a pending `next()`, so only the signal releases a follower waiting for the run's next event.
  * A page holds about PAGE_BYTES of events, whatever their size.
  */
-export async function * followRun (store: RunStore, runId: string, after: number, signal?: AbortSignal): AsyncGenerator<RunEvent, void, undefined> {
+export async function * followRun (store: RunStore, runId: string, after: number, signal?: AbortSignal): AsyncGenerator<LoggedEvent, void, undefined> {
   let news = false
   let wake: (() => void) | null = null
   const notify = (): void => {
@@ -35,10 +38,12 @@ export async function * followRun (store: RunStore, runId: string, after: number
       const asked = size
       const page = await store.events(runId, after, asked)
       if (page.length > 0) size = nextPageSize(page, PAGE_BYTES)
-      for (const stored of page) {
+      for (const [i, stored] of page.entries()) {
         after = stored.seq
-        yield { seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) }
-        if (isTerminal(stored.type)) return
+        // a terminal event that ends a full page: whether the log goes on after it is read before it is given
+        const end = endsRun(page, i, page.length < asked) ?? (await store.events(runId, after, 1)).length === 0
+        yield loggedEvent(parsed(stored), end)
+        if (end) return
       }
       if (signal?.aborted === true) return
       if (page.length === asked) continue
@@ -52,12 +57,12 @@ export async function * followRun (store: RunStore, runId: string, after: number
   }
 }
 
-/** Every event of the run stored so far (a task's state, an approval's place in the log). */
-export async function storedEvents (store: RunStore, runId: string): Promise<RunEvent[]> {
+/** Every event of the run stored so far (a task's state, an approval's place in the log), marked as followRun marks them. */
+export async function storedEvents (store: RunStore, runId: string): Promise<LoggedEvent[]> {
   const events: RunEvent[] = []
   for (;;) {
     const page = await store.events(runId, events.length === 0 ? 0 : events.at(-1)!.seq, PAGE)
-    for (const stored of page) events.push({ seq: stored.seq, type: stored.type, data: JSON.parse(stored.data) })
-    if (page.length < PAGE) return events
+    for (const stored of page) events.push(parsed(stored))
+    if (page.length < PAGE) return wholeLog(events)
   }
 }

@@ -1,15 +1,19 @@
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../core/service.js'
-import type { RunEvent } from '../protocols/run-events.js'
+import { endsTheRun } from '../protocols/run-events.js'
+import type { LoggedEvent, RunEvent } from '../protocols/run-events.js'
 import type { AgentRun, RunListener, RunOutcome } from '../runs/run.js'
 import { SseStream } from '../runs/sse.js'
 import { cancelRun } from './runs.js'
-import { followRun, isTerminal } from './follow.js'
+import { followRun } from './follow.js'
 
-/** A run spoken in a front end's protocol: SSE text per event, and whether the response must end. */
+/**
+ * A run spoken in a front end's protocol: SSE text per event, and whether the response must end. An event read from
+ * the log may be an attempt's end that the run goes on after (`goesOn`): news, not the end.
+ */
 export interface Projection {
-  push(event: RunEvent, approvalDecided?: boolean): string
+  push(event: LoggedEvent, approvalDecided?: boolean): string
   readonly ended: boolean
 }
 
@@ -122,7 +126,8 @@ export class ProjectedStream implements RunListener {
       if (projection === null) {
         if (learnable(event.type)) delivered.push(event)
         const through = options.deliveredThrough!(event)
-        if (!through && !isTerminal(event.type)) continue
+        // (the run ended before it reached the event it was delivered through: the end is what there is to show)
+        if (!through && !endsTheRun(event)) continue
         projection = this.#projection = options.projection(delivered)
         if (through) continue
       }

@@ -20,7 +20,7 @@ import {
 } from '@a2a-js/sdk/errors'
 import { isCustomEventType } from './run-events.js'
 import type {
-  Approval, ApprovalEventData, RunCompletedData, RunEvent, RunFailedData, TextDeltaData
+  Approval, ApprovalEventData, LoggedEvent, RunCompletedData, RunEvent, RunFailedData, TextDeltaData
 } from './run-events.js'
 
 export const A2A_VERSION_HEADER = 'a2a-version'
@@ -91,8 +91,13 @@ export class A2ATaskProjection {
     return task
   }
 
-  push (event: RunEvent): StreamResponse[] {
+  /**
+   * An attempt's end that the run goes on after (`goesOn`, read from the log of a run resumed under its id) is
+   * progress, as `run.requeued` is: the task keeps working rather than reach a terminal state it could not leave.
+   */
+  push (event: LoggedEvent): StreamResponse[] {
     this.#lastSeq = event.seq
+    if (event.goesOn === true) return [this.#progress(event)]
     switch (event.type) {
       case 'run.started':
         return [this.#status(TaskState.TASK_STATE_WORKING, undefined)]
@@ -125,11 +130,15 @@ export class A2ATaskProjection {
         if (event.type.startsWith('tool.call') && event.type !== 'tool.call') return []
         if (event.type === 'tool.call' || event.type === 'tool.result' || event.type === 'approval.decided' ||
           event.type === 'run.requeued' || isCustomEventType(event.type)) {
-          // Progress the A2A client may show: the event itself, as data in a working status message.
-          return [this.#status(TaskState.TASK_STATE_WORKING, this.#message(event.seq, [dataPart({ type: event.type, data: event.data ?? null })]))]
+          return [this.#progress(event)]
         }
         return []
     }
+  }
+
+  /** Progress the A2A client may show: the event itself, as data in a working status message. */
+  #progress (event: RunEvent): StreamResponse {
+    return this.#status(TaskState.TASK_STATE_WORKING, this.#message(event.seq, [dataPart({ type: event.type, data: event.data ?? null })]))
   }
 
   #message (seq: number, parts: Part[]): Message {
@@ -168,14 +177,18 @@ export class A2ATaskProjection {
 export interface A2ARunPort {
   /** Starts a run of the agent with this input, in the session (a new one when absent). */
   start (request: { input: unknown, sessionId?: string }): Promise<{ runId: string, sessionId: string | null }>
-  /** The caller's run: its session and its events so far; null when unknown, expired or someone else's. */
-  read (runId: string): Promise<{ sessionId: string | null, events: RunEvent[] } | null>
   /**
-   * Events with seq > `after`, then live ones until the terminal event, then it ends. It must also end
-   * when `signal` aborts: a generator's return() waits for a pending next(), so only the signal can
-   * release a follower that waits for an event when the client goes away.
+   * The caller's run: its session and its events so far (an attempt's end that more events follow marked `goesOn`);
+   * null when unknown, expired or someone else's.
    */
-  follow (runId: string, after: number, signal: AbortSignal | undefined): AsyncIterable<RunEvent>
+  read (runId: string): Promise<{ sessionId: string | null, events: LoggedEvent[] } | null>
+  /**
+   * Events with seq > `after`, then live ones until the terminal event that ends the run (an attempt's end that the
+   * run goes on after comes marked `goesOn`), then it ends. It must also end when `signal` aborts: a generator's
+   * return() waits for a pending next(), so only the signal can release a follower that waits for an event when the
+   * client goes away.
+   */
+  follow (runId: string, after: number, signal: AbortSignal | undefined): AsyncIterable<LoggedEvent>
   cancel (runId: string): Promise<void>
   /** Compare-and-set on the approval being pending, as POST /v1/approvals/:id. */
   decide (approvalId: string, decision: { approved: boolean, comment?: string }): Promise<void>

@@ -4,7 +4,7 @@
 import type { Event as CoreEvent, Interrupt } from '@ag-ui/core'
 import { isCustomEventType, outputText } from './run-events.js'
 import type {
-  ApprovalEventData, RunCompletedData, RunEvent, RunFailedData, RunStartedData, TextDeltaData,
+  ApprovalEventData, LoggedEvent, RunCompletedData, RunEvent, RunFailedData, RunStartedData, TextDeltaData,
   ToolCallData, ToolCallDeltaData, ToolResultData
 } from './run-events.js'
 
@@ -84,8 +84,11 @@ export class AgUiProjection {
     return this.#ended
   }
 
-  /** The SSE text for one event ('' when it maps to nothing). */
-  push (event: RunEvent): string {
+  /**
+   * The SSE text for one event ('' when it maps to nothing). An attempt's end that the run goes on after (`goesOn`,
+   * read from the log of a run resumed under its id) is a CUSTOM event, not the AG-UI run's end.
+   */
+  push (event: LoggedEvent): string {
     if (this.#ended) return ''
     // the common case, a delta of the message already open: its frame by concatenation, the same bytes as
     // JSON.stringify({ type, messageId, delta })
@@ -114,8 +117,14 @@ export class AgUiProjection {
     return event
   }
 
-  #map (event: RunEvent, out: AgUiEvent[]): void {
+  #map (event: LoggedEvent, out: AgUiEvent[]): void {
     const id = `${this.#runId}:${event.seq}`
+    if (event.goesOn === true) {
+      // the attempt's messages and tool calls end with it; the next attempt opens its own
+      this.#closeAll(out)
+      out.push({ type: 'CUSTOM', name: event.type, value: event.data })
+      return
+    }
     switch (event.type) {
       case 'run.started':
         return

@@ -1,9 +1,9 @@
 // A run projected onto the Vercel AI SDK UI message stream, version 1: what `useChat`'s
 // DefaultChatTransport reads (CONTRACT §17). Pure: events in, SSE text out.
 import type { UIMessageChunk } from 'ai'
-import { isCustomEventType, outputText } from './run-events.js'
+import { isCustomEventType, outputText, wholeLog } from './run-events.js'
 import type {
-  ApprovalEventData, RunCompletedData, RunEvent, RunFailedData, RunStartedData, TextDeltaData,
+  ApprovalEventData, LoggedEvent, RunCompletedData, RunEvent, RunFailedData, RunStartedData, TextDeltaData,
   ToolCallData, ToolCallDeltaData, ToolResultData
 } from './run-events.js'
 
@@ -89,15 +89,17 @@ export class UiMessageStreamProjection {
   /**
    * The SSE text for one event ('' when it maps to nothing). `approvalDecided`: the event is an
    * `approval.requested` already decided (a replay that reads the decision from the approval store rather
-   * than from the events that follow), so it does not end the response.
+   * than from the events that follow), so it does not end the response. An attempt's end that the run goes on
+   * after (`goesOn`, read from the log of a run resumed under its id) is news, not the end.
    */
-  push (event: RunEvent, approvalDecided = false): string {
+  push (event: LoggedEvent, approvalDecided = false): string {
     return this.#project(event, approvalDecided)
   }
 
   /**
    * The SSE text for events already in the run's log, as for a resume from the first event. An approval
-   * whose decision is also in `events` does not end the response: the client has nothing left to answer.
+   * whose decision is also in `events` does not end the response: the client has nothing left to answer; nor does
+   * an attempt's end that more events follow.
    */
   replay (events: readonly RunEvent[]): string {
     const decided = new Set<string>()
@@ -105,14 +107,14 @@ export class UiMessageStreamProjection {
       if (event.type === 'approval.decided') decided.add((event.data as ApprovalEventData).approval.id)
     }
     let text = ''
-    for (const event of events) {
+    for (const event of wholeLog(events)) {
       const decidedLater = event.type === 'approval.requested' && decided.has((event.data as ApprovalEventData).approval.id)
       text += this.#project(event, decidedLater)
     }
     return text
   }
 
-  #project (event: RunEvent, approvalDecidedLater: boolean): string {
+  #project (event: LoggedEvent, approvalDecidedLater: boolean): string {
     if (this.#ended) return ''
     // the common case, a delta of the part already open: its frame by concatenation, the same bytes as
     // JSON.stringify({ type, id, delta })
@@ -134,7 +136,8 @@ export class UiMessageStreamProjection {
     return text
   }
 
-  #map (event: RunEvent, chunks: UIMessageChunk[], approvalDecidedLater: boolean): void {
+  #map (event: LoggedEvent, chunks: UIMessageChunk[], approvalDecidedLater: boolean): void {
+    if (event.goesOn === true) return this.#news(event, chunks)
     switch (event.type) {
       case 'run.started':
       case 'checkpoint.saved':
@@ -252,12 +255,17 @@ export class UiMessageStreamProjection {
         return
       }
       default:
-        // run.requeued is news to the reader (a new attempt follows), like any custom event.
-        if (event.type === 'run.requeued' || isCustomEventType(event.type)) {
-          this.#close(chunks)
-          chunks.push({ type: `data-${event.type}`, data: event.data ?? null })
-        }
+        if (event.type === 'run.requeued' || isCustomEventType(event.type)) this.#news(event, chunks)
     }
+  }
+
+  /**
+   * A data part of the event's own: a custom event, and what tells the reader a new attempt follows (run.requeued,
+   * an attempt's end that the run goes on after).
+   */
+  #news (event: RunEvent, chunks: UIMessageChunk[]): void {
+    this.#close(chunks)
+    chunks.push({ type: `data-${event.type}`, data: event.data ?? null })
   }
 
   /**

@@ -48,3 +48,22 @@ export function agentEventProblem (type: string, data: unknown): string | null {
   }
   return null
 }
+
+/** The two event types that end an attempt of a run: its end too, unless the run goes on (see endsRun). */
+export function isTerminal (type: string): boolean {
+  return type === 'run.completed' || type === 'run.failed'
+}
+
+/**
+ * Where a run's log ends, for every reader of it (followers, replays, the front ends): at a terminal event that
+ * nothing follows. A run resumed under its id (`resumeRunId`) goes on after an attempt's terminal event
+ * (`run.requeued { reason: 'RESUMED' }`, then its next attempt), so that one is not the end. For `events[index]`, read
+ * in order from the log: true when it ends the run, false when it does not (not a terminal event, or one that events
+ * follow), undefined when that is not known yet — a terminal event last of `events` that may not hold all the log
+ * had (`complete` false: a page read in full); the next read tells.
+ */
+export function endsRun (events: ReadonlyArray<{ type: string }>, index: number, complete: boolean): boolean | undefined {
+  if (!isTerminal(events[index]!.type)) return false
+  if (index < events.length - 1) return false
+  return complete ? true : undefined
+}

@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../core/service.js'
 import type { RunRecord, StoredEvent } from '../stores/types.js'
+import { endsRun } from './events.js'
 import { SseStream, formatSseEvent } from './sse.js'
 
 /** Events read from the store at a time, at most: what a follower holds beyond its socket's buffer. */
@@ -16,10 +17,6 @@ export function nextPageSize (page: readonly StoredEvent[], bytes: number): numb
   let largest = 1
   for (const event of page) largest = Math.max(largest, event.data.length)
   return Math.max(1, Math.min(PAGE, Math.floor(bytes / largest)))
-}
-
-function terminal (type: string): boolean {
-  return type === 'run.completed' || type === 'run.failed'
 }
 
 const FOLLOWER = Symbol('fastify-agents.follower')
@@ -45,7 +42,7 @@ export class RunFollower {
   readonly #stream: SseStream
   #after: number
   #page = FIRST_PAGE
-  /** whether the last event written was a terminal one (the end, unless the log goes on: see #read) */
+  /** whether the last event written was a terminal one that ended a full page: the end, unless the log goes on */
   #afterTerminal = false
   #unwatch: (() => void) | null = null
   #pumping = false
@@ -121,8 +118,7 @@ export class RunFollower {
         return
       }
       this.#page = nextPageSize(events, Math.min(PAGE_BYTES, bound / 4))
-      // The end of the stream is a terminal event with nothing after it: a resumed run's log goes on past an earlier
-      // attempt's end. A page read short has all there was: its last event, terminal, is the end.
+      // a page read short has all there was (see endsRun)
       const whole = events.length < asked
       for (let next = 0; next < events.length;) {
         next = this.#write(events, next, room, whole)
@@ -155,8 +151,9 @@ export class RunFollower {
     for (; next < events.length && (next === from || held + text.length < room); next++) {
       const event = events[next]!
       this.#after = event.seq
-      this.#afterTerminal = terminal(event.type)
-      if (this.#afterTerminal && whole && next === events.length - 1) {
+      const end = endsRun(events, next, whole)
+      this.#afterTerminal = end === undefined
+      if (end === true) {
         this.#stream.write(text)
         this.#finish(formatSseEvent({ seq: event.seq, type: event.type, json: event.data }))
         return -1

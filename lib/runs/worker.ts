@@ -1,10 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { randomId } from '../core/ids.js'
 import type { AgentServiceCore } from '../core/service.js'
-import { iso } from '../stores/common.js'
+import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
 import { withGiven } from './sessions.js'
+import { cancelledEnd } from './start.js'
 
 export const DEFAULT_RUN_LEASE_MS = 30_000
 export const DEFAULT_RUN_CONCURRENCY = 64
@@ -80,10 +81,15 @@ export class RunWorker {
     this.#unwatchQueue = null
   }
 
-  stop (): void {
+  /**
+   * No more timers or claims; resolves once the claim on its way is done (what it brought in has started), so that
+   * nothing is claimed here after: a run queued then is left to the instances that claim.
+   */
+  async stop (): Promise<void> {
     this.stopClaiming()
     for (const timer of this.#timers) clearInterval(timer)
     this.#timers = []
+    await this.#claimed
   }
 
   /** Claims queued detachable runs while this instance has room (one claim at a time; a call meanwhile asks again). */
@@ -259,15 +265,17 @@ export class RunWorker {
     const store = settings.runStore
     const resumable = settings.agents.get(record.agent)?.resumable === true
     if (!cancelRequested && detachable && resumable && record.attempt < settings.maxRunAttempts) {
-      const requeued = await store.requeue(record.runId, { lapsedBefore: now }, 'INSTANCE_LOST')
+      // (a cancel asked for since it was found lapsed: the requeue ends it cancelled instead)
+      const requeued = await store.requeue(record.runId, { lapsedBefore: now }, 'INSTANCE_LOST', cancelledEnd(), settings.runRetentionMs)
       if (requeued !== null) {
-        this.#log?.info({ runId: record.runId, attempt: requeued.attempt }, 'run requeued: its instance was lost')
+        if (requeued.status === 'queued') this.#log?.info({ runId: record.runId, attempt: requeued.attempt }, 'run requeued: its instance was lost')
+        else this.#log?.warn({ runId: record.runId, code: 'CANCELLED' }, 'run ended: its instance was lost')
         await this.#told(requeued)
       }
       return
     }
     const error = cancelRequested
-      ? { code: 'CANCELLED', message: 'The run was cancelled' }
+      ? { ...CANCELLED_ERROR }
       : { code: 'INSTANCE_LOST', message: record.attempt >= settings.maxRunAttempts && detachable && resumable ? `The instance running the run was lost, after ${record.attempt} attempts` : 'The instance running the run was lost' }
     const end = { status: cancelledOrFailed(error.code), endedAt: iso(Date.now()), error }
     const ended = await store.abandon(record.runId, now, end, settings.runRetentionMs)
@@ -296,8 +304,11 @@ export class RunWorker {
       // its last events first: the log goes on, without a gap, where the next attempt picks it up
       await (run.options.sink as RunLog | null)?.flush()
       try {
-        const requeued = await settings.runStore.requeue(run.runId, { owner: this.owner }, 'SHUTDOWN')
-        if (requeued !== null) await this.#told(requeued)
+        // (a run whose cancel was asked for ends cancelled instead, its 202 kept: its quota slot is given back)
+        const requeued = await settings.runStore.requeue(run.runId, { owner: this.owner }, 'SHUTDOWN', cancelledEnd(), settings.runRetentionMs)
+        if (requeued === null) return
+        if (requeued.status !== 'queued') await this.#service.quotas?.release(requeued.principal, requeued.runId)
+        await this.#told(requeued)
       } catch (err) {
         // its lease lapses, and another instance requeues it then
         this.#log?.warn({ err, runId: run.runId }, 'could not hand a run off at shutdown')

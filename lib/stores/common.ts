@@ -306,6 +306,16 @@ export function runningEnd (cancelRequested: boolean, traceId: string, events: r
 }
 
 /**
+ * How a requeue (a hand-off at a drain, recovery once a lease lapsed) ends a run whose cancel was asked for first:
+ * a 202 on cancel promises that the run ends CANCELLED, so instead of going back to the queue (where nothing would
+ * remember the cancel) it ends so, its last event `run.failed` CANCELLED. null: the requeue goes on. Stores apply it
+ * in the requeue's own compare-and-set, as they apply runningEnd in a finish.
+ */
+export function cancelledRequeue (cancelRequested: boolean, record: { lastSeq: number, traceId: string }, end: RunEnd): { events: StoredEvent[], end: RunEnd } | null {
+  return cancelRequested ? cancelledFinish(record.traceId, [endedBeforeStartEvent(record, end)], end) : null
+}
+
+/**
  * How many of a batch's events (seqs from `first`, in order) the log holds already, given its `lastSeq`: those a
  * retried write brings again.
  */

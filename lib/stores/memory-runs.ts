@@ -1,7 +1,7 @@
 // The in-process run store: records and event logs of one instance, watched in-process.
 import { RunLeaseLostError, RunLogGapError } from '../core/errors.js'
 import {
-  checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, requeuedEvent,
+  cancelledRequeue, checkCount, checkLimit, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, requeuedEvent,
   runningEnd, storeClosedError, toMs, unheldEvents
 } from './common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -255,10 +255,12 @@ export class MemoryRunStore implements RunStore {
     return 'owner' in condition ? stored.lease.owner === condition.owner : stored.lease.until < condition.lapsedBefore
   }
 
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
     this.#check()
     const stored = this.#live(runId)
     if (!this.#lapsedOrOwned(stored, condition)) return null
+    const ending = cancelledRequeue(stored.cancelRequested, stored.record, cancelled)
+    if (ending !== null) return this.#endWith(stored, ending, retentionMs)
     const attempt = stored.record.attempt + 1
     this.#appendTo(stored, [requeuedEvent(stored.record, attempt, reason)])
     const { startedAt: _startedAt, ...kept } = stored.record
@@ -276,10 +278,14 @@ export class MemoryRunStore implements RunStore {
     this.#check()
     const stored = this.#live(runId)
     if (!this.#lapsedOrOwned(stored, { lapsedBefore })) return null
-    const ending = runningEnd(stored.cancelRequested, stored.record.traceId, [endedBeforeStartEvent(stored.record, end)], end)
+    return this.#endWith(stored, runningEnd(stored.cancelRequested, stored.record.traceId, [endedBeforeStartEvent(stored.record, end)], end), retentionMs)
+  }
+
+  /** Ends a running run with its last events, and tells its watchers. */
+  #endWith (stored: StoredRun, ending: { events: readonly StoredEvent[], end: RunEnd }, retentionMs: number): RunRecord {
     this.#appendTo(stored, ending.events)
     this.#end(stored, ending.end, retentionMs)
-    this.#hub.events(runId, stored.record.lastSeq)
+    this.#hub.events(stored.record.runId, stored.record.lastSeq)
     return { ...stored.record }
   }
 
@@ -370,11 +376,7 @@ export class MemoryRunStore implements RunStore {
     const stored = this.#owned(runId, owner)
     if (stored === undefined) return null
     // cancel and finish are one compare-and-set: a cancel requested first wins
-    const ending = runningEnd(stored.cancelRequested, stored.record.traceId, events, end)
-    this.#appendTo(stored, ending.events)
-    this.#end(stored, ending.end, retentionMs)
-    this.#hub.events(runId, stored.record.lastSeq)
-    return { ...stored.record }
+    return this.#endWith(stored, runningEnd(stored.cancelRequested, stored.record.traceId, events, end), retentionMs)
   }
 
   async get (runId: string): Promise<RunRecord | null> {

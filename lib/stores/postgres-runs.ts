@@ -7,7 +7,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import type { Pool, PoolClient } from 'pg'
 import { RunLeaseLostError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
+  cancelledRequeue, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
   requeuedEvent, runningEnd, toMs, unheldEvents
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
@@ -320,17 +320,22 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     return held ? row : null
   }
 
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
     this.check()
     if (!storable(runId, false)) return null
-    const requeued = await this.#transaction(async (client): Promise<RunRow | null> => {
+    const requeued = await this.#transaction(async (client): Promise<RunRow | { ended: Ended } | null> => {
       const row = await this.#leased(client, runId, condition)
       if (row === null) return null
+      // read under the run's lock: a cancel asked for now waits for the transaction, and finds the run requeued
+      const ending = cancelledRequeue(row.cancel_requested, toRecord(row), cancelled)
+      // (locked and running, with its events following its log: it ends)
+      if (ending !== null) return { ended: (await this.#end(client, runId, 'running', ending.events, ending.end, retentionMs, null))! }
       const event = requeuedEvent(toRecord(row), row.attempt + 1, reason)
       const { rows: [requeued] } = await client.query<RunRow>(this.#sql.requeue, [runId, event.seq, event.type, event.data])
       return requeued!
     })
     if (requeued === null) return null
+    if ('ended' in requeued) return this.#ended(requeued.ended)
     this.#hub.events(runId, requeued.last_seq)
     this.#notifyQueue()
     return toRecord(requeued)

@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { RunLeaseLostError, RunLogConflictError, RunLogGapError } from '../core/errors.js'
 import {
-  cancelledFinish, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, toMs
+  cancelledFinish, cancelledRequeue, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, requeuedEvent, toMs
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
@@ -301,13 +301,15 @@ return { redis.call('HGETALL', key), freed }
 
 // A running run goes back to the queue (its next attempt, its session kept, no lease) with the event given.
 // ARGV: prefix, runId, channel, tag, condition ('owner' or 'lapsed', as END's), its value, lastSeq and attempt as
-// read, the event. Returns the hash, 'again' when the run changed since it was read, nil when the condition fails.
+// read, the event. Returns the hash, 'again' when the run changed since it was read, 'cancel' when its cancel was
+// asked for (nothing written: the caller ends it cancelled, see cancelledRequeue), nil when the condition fails.
 const REQUEUE = new RedisScript(LUA_COMMON + `
 local id = ARGV[2]
 local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'owner', 'leaseUntil', 'lastSeq', 'attempt', 'seq')
+local run = redis.call('HMGET', key, 'status', 'owner', 'leaseUntil', 'lastSeq', 'attempt', 'seq', 'cancel')
 if not held(run[1], run[2], run[3], ARGV[5], ARGV[6]) then return nil end
 if tonumber(run[4]) ~= tonumber(ARGV[7]) or tonumber(run[5]) ~= tonumber(ARGV[8]) then return 'again' end
+if run[7] == '1' then return 'cancel' end
 redis.call('RPUSH', eventsKey(id), ARGV[9])
 local last = tonumber(run[4]) + 1
 redis.call('HSET', key, 'status', 'queued', 'attempt', tonumber(run[5]) + 1, 'lastSeq', last, 'detachable', '1')
@@ -636,12 +638,17 @@ export class RedisRunStore extends RedisStore implements RunStore {
     })
   }
 
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
     return this.#onLease(runId, condition, async (client, record, leased) => {
       const event = requeuedEvent(record, record.attempt + 1, reason)
       const result = await REQUEUE.run(client, [
         this.prefix, runId, this.channel, this.#tag, ...leased, record.lastSeq, record.attempt, encodeEvent(event)
-      ]) as string[] | 'again' | null
+      ]) as string[] | 'again' | 'cancel' | null
+      if (result === 'cancel') {
+        // its cancel stays asked for: ended under the same condition, or read again should the run move meanwhile
+        const ending = cancelledRequeue(true, record, cancelled)!
+        return this.#endLeased(client, runId, leased, ending.events, ending.end, retentionMs)
+      }
       if (result === 'again' || result === null) return result === 'again' ? undefined : null
       this.#hub.events(runId, event.seq)
       this.#notifyQueue()
@@ -650,11 +657,14 @@ export class RedisRunStore extends RedisStore implements RunStore {
   }
 
   async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    return this.#onLease(runId, { lapsedBefore }, async (client, record, leased) => {
-      const ended = await this.#end(client, runId, 'running', leased, [endedBeforeStartEvent(record, end)], end, retentionMs)
-      // refused: the owner wrote meanwhile
-      return ended !== null && 'refusal' in ended ? undefined : ended
-    })
+    return this.#onLease(runId, { lapsedBefore }, (client, record, leased) =>
+      this.#endLeased(client, runId, leased, [endedBeforeStartEvent(record, end)], end, retentionMs))
+  }
+
+  /** Ends a running run under its lease's condition (see #end); undefined when its owner wrote meanwhile (read again). */
+  async #endLeased (client: Redis, runId: string, leased: LeaseCondition, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): Promise<RunRecord | null | undefined> {
+    const ended = await this.#end(client, runId, 'running', leased, events, end, retentionMs)
+    return ended !== null && 'refusal' in ended ? undefined : ended
   }
 
   /**

@@ -5,7 +5,7 @@
 import type Database from 'better-sqlite3'
 import { RunLeaseLostError } from '../core/errors.js'
 import {
-  checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
+  cancelledRequeue, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
   requeuedEvent, runningEnd, toMs, unheldEvents, unrefInterval
 } from './common.js'
 import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
@@ -407,11 +407,13 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     return 'owner' in condition ? row.owner === condition.owner : row.lease_until < condition.lapsedBefore
   }
 
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null> {
+  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
     if (!storable(runId, true)) return null
     const done = this.#write((statements, now) => {
       const row = statements.run.get({ runId, now })
       if (!SqliteRunStore.#lapsedOrOwned(row, condition)) return null
+      const ending = cancelledRequeue(row.cancel_requested === 1, toRecord(row), cancelled)
+      if (ending !== null) return this.#end(statements, row, ending.events, ending.end, retentionMs)
       const attempt = row.attempt + 1
       const lastSeq = this.#append(statements, row, [requeuedEvent(toRecord(row), attempt, reason)])
       const record = toRecord(statements.requeue.get(attempt, lastSeq, runId)!)

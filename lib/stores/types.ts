@@ -343,10 +343,13 @@ export interface RunStore {
   /**
    * A running run goes back to the queue for its next attempt (compare-and-set): by its owner handing it off
    * (`{ owner }`), or by anyone once its lease lapsed (`{ lapsedBefore }`). It becomes queued and detachable,
-   * attempt + 1, without a lease, keeping its session; `run.requeued { attempt, reason }` is appended. null when
-   * the condition does not hold (someone else requeued or ended it first).
+   * attempt + 1, without a lease, keeping its session; `run.requeued { attempt, reason }` is appended. A run whose
+   * cancel was asked for first (`cancel` answered `requested`) is not requeued but ends cancelled, in the same
+   * compare-and-set, as `abandon` would end it (`cancelled` gives its `endedAt`; kept `retentionMs` more): its last
+   * event `run.failed` CANCELLED, its session given back (the returned record shows it) — as `cancelledRequeue` in
+   * stores/common.ts makes it. null when the condition does not hold (someone else requeued or ended it first).
    */
-  requeue(runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST'): Promise<RunRecord | null>
+  requeue(runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null>
   /**
    * Ends a run whose lease lapsed (compare-and-set on the lapse): `run.failed` with `end.error` is appended as its
    * last event, its session given back (a run whose cancel was asked for ends cancelled, as with `finish`). null

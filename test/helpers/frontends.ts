@@ -28,7 +28,8 @@ function waitFor (released: Promise<void>, ctx: RunContext): Promise<void> {
  * Inputs: `full` (reasoning, text, a custom event, a streamed tool call with its result, a failed tool call, a
  * checkpoint, more text), `mail` (asks approval to send a mail, then says what became of it; `mail-wait` then waits
  * until released; `mail-twice` asks twice, one after the other), `wait` (streams, then
- * waits until released), `fail` (streams, then throws), anything else is echoed.
+ * waits until released), `fail` (streams, then throws), `checkpoint-fail` (streams, checkpoints, then throws: a run
+ * to resume with `resumeRunId`; `checkpoint-wait-fail` waits until released before it throws), anything else is echoed.
  */
 export function scripted (): Scripted {
   const seen: Seen[] = []
@@ -80,6 +81,12 @@ export function scripted (): Scripted {
           return { output: 'tick tock' }
         case 'fail':
           yield 'Work'
+          throw new Error('boom')
+        case 'checkpoint-fail':
+        case 'checkpoint-wait-fail':
+          yield 'Work'
+          await ctx.checkpoint({ step: 'worked' })
+          if (input === 'checkpoint-wait-fail') await waitFor(released, ctx)
           throw new Error('boom')
         default:
           yield `echo: ${String(input)}`

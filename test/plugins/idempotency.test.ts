@@ -650,12 +650,12 @@ class FlakyStore extends MemoryIdempotencyStore {
   down = true
   completions = 0
   renewals = 0
-  /** how long a completion takes to fail or succeed */
-  delayMs = 0
+  /** while set, the completions after the first wait for it before they fail or succeed (in flight until then) */
+  held: Promise<void> | null = null
 
   override async complete (...args: Parameters<MemoryIdempotencyStore['complete']>): Promise<boolean> {
     this.completions++
-    if (this.delayMs > 0) await sleep(this.delayMs)
+    if (this.completions > 1 && this.held !== null) await this.held
     if (this.down) throw new Error('store down')
     return super.complete(...args)
   }
@@ -681,9 +681,11 @@ function flaky (t: Parameters<typeof build>[0], idempotency: Record<string, numb
 t.test('a completion the store refuses is retried, the lease renewed, until written: a retry replays, one run', async (t) => {
   const { service, worker, store, lines } = flaky(t)
   const first = await run(service, 'k')
+  const answeredAt = Date.now()
   t.equal(first.statusCode, 200, 'the answer does not wait for the store')
-  // past several leases: without the renewals a retry would take the key over and run the agent again
-  await sleep(250)
+  // past several leases (without the renewals a retry would take the key over and run the agent again), and the
+  // completion retried and the lease renewed meanwhile, by their timers, however late those fire
+  await eventually(() => Date.now() - answeredAt >= 250 && store.completions >= 3 && store.renewals > 3, 10_000, 'retried and renewed')
   t.ok(store.completions >= 3, `retried (${store.completions} attempts)`)
   const during = await run(service, 'k')
   t.equal(during.statusCode, 409, 'still in progress while the response is not written')
@@ -772,13 +774,18 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
   // closed while a retry is in flight: the last attempt is made, the retry's outcome changes nothing
   {
     const store = new FlakyStore()
-    store.delayMs = 60
     const log = logLines()
     const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    let release!: () => void
+    store.held = new Promise((resolve) => { release = resolve })
     t.equal((await run(service, 'k')).statusCode, 200)
     await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
     store.down = false
-    await service.app.close()
+    const closing = service.app.close()
+    // the retry still in flight when the close makes its last attempt
+    await eventually(() => store.completions === 3, 5_000, 'the last attempt')
+    release()
+    await closing
     await sleep(100)
     t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
     t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
@@ -786,12 +793,16 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
   // closed while a retry that fails is in flight: the last attempt fails too; no retry after
   {
     const store = new FlakyStore()
-    store.delayMs = 60
     const log = logLines()
     const { service } = idempotent(t, { idempotency: { store, lockLeaseMs: 60_000 }, logger: log.logger })
+    let release!: () => void
+    store.held = new Promise((resolve) => { release = resolve })
     t.equal((await run(service, 'k')).statusCode, 200)
     await eventually(() => store.completions === 2, 5_000, 'a retry in flight')
-    await service.app.close()
+    const closing = service.app.close()
+    await eventually(() => store.completions === 3, 5_000, 'the last attempt')
+    release()
+    await closing
     await sleep(200)
     t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
     t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
@@ -805,7 +816,7 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
   const answer = run(service, 'k')
   await eventually(() => w.runs === 1, 5_000, 'the run')
   const closing = service.app.close()
-  await sleep(20)
+  await eventually(() => service.app.agentService.drain.draining, 5_000, 'the close begun')
   w.release()
   t.equal((await answer).statusCode, 200)
   await closing

@@ -12,6 +12,7 @@ import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcT
 import type { Client } from '@a2a-js/sdk/client'
 import { LegacyJsonRpcTransport, isLegacyAgentCard, parseLegacyAgentCard } from '@a2a-js/sdk/compat/v0_3/client'
 import { loadA2a, useA2aLoader } from '../../lib/frontends/a2a.js'
+import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { auditEntries, build, eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 
@@ -193,6 +194,68 @@ t.test('CancelTask ends a running task; a resubscribed stream sees it end; a fai
   t.match(failed.metadata, { error: { code: 'AGENT_ERROR', message: 'Internal Server Error' } })
   await t.rejects(client.cancelTask({ tenant: '', id: failed.id, metadata: {} }), { name: 'TaskNotCancelableError' })
   await t.rejects(collect(client.resubscribeTask({ tenant: '', id: failed.id })), { name: 'UnsupportedOperationError' })
+})
+
+t.test('a task resumed with resumeRunId: a stream that reads its first attempt\'s end and the resume at once goes on to the second attempt\'s end', async (t) => {
+  const helper = scripted()
+  const store = new MemoryRunStore()
+  const { service, url } = await listen(t, { agents: { helper: helper.agent }, runStore: store, auth: { strategy: 'api-key', keys: [KEYS.alice, KEYS.bob] } })
+  const client = await v1Client(`${url}/v1/a2a/helper`)
+  const submitted = await client.sendMessage(request([part('checkpoint-wait-fail')], {}, true)) as Task
+  const taskId = submitted.id
+  await eventually(async () => await service.app.agentService.settings.checkpointStore.load(taskId) !== null, 5_000, 'its checkpoint')
+  // the stream's follower (the watcher of the task's run from now on) has its first read held until the log has
+  // the first attempt's end and the second attempt's start
+  let following = false
+  let held: { reached: () => void, released: Promise<void> } | null = null
+  let release!: () => void
+  const reached = new Promise<void>((resolve) => {
+    held = { reached: resolve, released: new Promise((resolve) => { release = resolve }) }
+  })
+  t.teardown(() => release())
+  const watch = store.watch.bind(store)
+  store.watch = (runId, listener) => {
+    if (runId === taskId) following = true
+    return watch(runId, listener)
+  }
+  const events = store.events.bind(store)
+  store.events = async (...args) => {
+    const hold = held
+    if (following && args[0] === taskId && hold !== null) {
+      held = null
+      hold.reached()
+      await hold.released
+    }
+    return await events(...args)
+  }
+  const stream = client.resubscribeTask({ tenant: '', id: taskId })[Symbol.asyncIterator]()
+  t.same(shape([(await stream.next()).value as StreamResponse]), ['task:TASK_STATE_WORKING'], 'the task as it stands')
+  const rest = (async () => {
+    const responses: StreamResponse[] = []
+    for (let next = await stream.next(); next.done !== true; next = await stream.next()) responses.push(next.value)
+    return responses
+  })()
+  await reached
+  helper.release()
+  await eventually(async () => (await store.get(taskId))?.status === 'failed', 5_000, 'the first attempt\'s end')
+  const resumed = fetch(`${url}/v1/agents/helper/runs`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': KEYS.alice }, body: JSON.stringify({ input: 'wait', resumeRunId: taskId })
+  })
+  await eventually(async () => (await events(taskId, 0, 100)).some((e) => e.type === 'message.delta' && e.data.includes('tick')), 5_000, 'the second attempt streaming')
+  release()
+  helper.release()
+  const responses = await rest
+  t.same(shape(responses), [
+    'status:TASK_STATE_WORKING', 'status:TASK_STATE_WORKING', 'status:TASK_STATE_WORKING',
+    'artifact:["tick"]+', 'artifact:[" tock"]+', 'artifact:["tick tock"]!', 'status:TASK_STATE_COMPLETED'
+  ], 'the first attempt\'s end and the resume as progress, then the second attempt to its end')
+  t.match(responses[0]!.payload!.value, { status: { message: { parts: [{ content: { value: { type: 'run.failed', data: { error: { code: 'AGENT_ERROR' } } } } }] } } })
+  t.match(responses[1]!.payload!.value, { status: { message: { parts: [{ content: { value: { type: 'run.requeued', data: { attempt: 2, reason: 'RESUMED' } } } }] } } })
+  t.equal((await resumed).status, 200)
+  const task = await client.getTask({ tenant: '', id: taskId })
+  t.equal(task.status!.state, TaskState.TASK_STATE_COMPLETED)
+  t.equal(outputOf(task), 'tick tock')
+  t.notOk('error' in task.metadata!, 'the first attempt\'s error is not the completed task\'s')
 })
 
 t.test('a client that leaves a stream does not stop its task', async (t) => {

@@ -193,6 +193,35 @@ t.test('abortRun() ends the AG-UI run and cancels the service\'s run; a failed r
   t.ok(reported)
 })
 
+t.test('a run resumed with resumeRunId: the answer to its second attempt\'s interrupt streams the rest of that attempt', async (t) => {
+  const said = complaints(t)
+  const { url, app, seen: runs } = await serve(t)
+  const { agent, seen, subscriber } = agentOn(url, 'checkpoint-fail')
+  await agent.runAgent({ runId: 'client-run-1' }, subscriber)
+  t.match(seen.at(-1), { type: 'RUN_ERROR', code: 'AGENT_ERROR' }, 'its first attempt failed')
+  const { runId } = runs[0]!
+  // resumed under its id (in its thread's session) through the run API: its second attempt asks for an approval
+  const resumed = fetch(`${url}/v1/agents/helper/runs`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': KEYS.alice }, body: JSON.stringify({ input: 'mail', resumeRunId: runId })
+  })
+  const [approval] = await eventually(async () => {
+    const pending = await app.agentService.settings.approvalStore.listPending({ runId })
+    return pending.length > 0 && pending
+  }, 5_000, 'the second attempt\'s approval')
+
+  // the interrupt answered (by the approval's id): the rest of the run from the log, past the first attempt's end
+  seen.length = 0
+  const second = await agent.runAgent({ runId: 'client-run-2', resume: [{ interruptId: approval!.id, status: 'resolved', payload: { approved: true } }] }, subscriber)
+  t.same(said, [], 'the client stripped nothing and warned of nothing')
+  t.match(seen[0], { type: 'RUN_STARTED', runId: 'client-run-2', metadata: { runId } })
+  t.notOk(seen.some((event) => event.type === 'RUN_ERROR'), 'not the first attempt\'s end')
+  t.match(seen[1], { type: 'CUSTOM', name: 'approval.decided', value: { approval: { status: 'approved' } } })
+  t.match(seen.at(-1), { type: 'RUN_FINISHED', runId: 'client-run-2', outcome: { type: 'success' } })
+  t.equal(second.result, 'sent')
+  t.equal((await resumed).status, 200)
+  t.equal(runs.length, 2, 'two attempts of one run')
+})
+
 t.test('requests the route refuses', async (t) => {
   const { app } = await serve(t)
   const headers = { 'x-api-key': KEYS.alice }

@@ -5,10 +5,11 @@ import { mock } from 'node:test'
 import t from 'tap'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
+import { cancelledEnd } from '../../lib/runs/start.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 import { build, eventually, parseSse, sleep } from '../helper.js'
-import { cancelAskedBeforeDeath } from '../helpers/recovery.js'
+import { cancelAskedAtHandOff, cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
 
@@ -306,7 +307,7 @@ t.test('a renewal that finds a run no longer this instance\'s stops it here', as
   const stream = app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, stream: true, onDisconnect: 'continue' } })
   const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
   // another instance took it over: the store says so
-  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST', cancelledEnd(), 3_600_000)
   await eventually(() => aborted !== null)
   t.match(aborted, { code: 'INSTANCE_LOST', message: 'The run was taken over by another instance' })
   const body = parseSse((await stream).body)
@@ -390,7 +391,7 @@ t.test('a run whose next events the store refuses as another instance\'s stops h
   const runId = await eventually(async () => (await store.list({ limit: 1 })).runs[0]?.runId)
   await eventually(async () => (await store.get(runId))?.lastSeq === 1)
   // another instance took it over (its lease seemed lapsed), before this one's renewal could tell
-  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  await store.requeue(runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST', cancelledEnd(), 3_600_000)
   held.release()
   await eventually(() => aborted !== null)
   t.match(aborted, { code: 'INSTANCE_LOST' })
@@ -550,9 +551,65 @@ t.test('a lapsed run whose cancel was asked for ends cancelled; scans never over
   t.equal(most, 1, 'one scan at a time')
 })
 
+t.test('a cancel asked for just after recovery found its resumable run lapsed: the requeue ends it cancelled', async (t) => {
+  const store = new MemoryRunStore()
+  keepAlive(t)
+  let ran = 0
+  const steady: Agent = { resumable: true, async run () { ran++; return { output: 'ran again' } } }
+  const { app } = build(t, { runStore: store, runLeaseMs: LEASE_MS, agents: { steady } })
+  const lost = queuedRecord('lost', 'steady', null)
+  await store.create({ ...lost, record: { ...lost.record, status: 'running', startedAt: lost.record.createdAt }, lease: { owner: 'gone', until: Date.now() - 1 } }, { exclusive: false })
+  const lapsed = store.lapsed.bind(store)
+  store.lapsed = async (...args) => {
+    const found = await lapsed(...args)
+    // found without a cancel, which lands before the scan requeues it
+    if (found.some((run) => run.record.runId === 'lost' && !run.cancelRequested)) t.match(await store.cancel('lost', cancelledEnd(), 60_000), { outcome: 'requested' })
+    return found
+  }
+  await app.ready()
+  const ended = await eventually(async () => {
+    const record = await store.get('lost')
+    return record !== null && record.status !== 'running' && record.status !== 'queued' && record
+  }, LEASE_MS + 5_000, 'the lapsed run ended')
+  t.match(ended, { status: 'cancelled', attempt: 1, error: { code: 'CANCELLED' } })
+  t.same((await events(app, 'lost')).map((e) => e.event), ['run.failed'], 'no run.requeued')
+  t.equal(ran, 0, 'never run again')
+})
+
 t.test('a cancel asked for before its instance died wins over recovery, for a resumable agent\'s run too: cancelled, not requeued', async (t) => {
   keepAlive(t)
   await cancelAskedBeforeDeath(t, new MemoryRunStore())
+})
+
+t.test('a cancel answered 202 while a drain hands its run off: the run ends cancelled, not requeued', async (t) => {
+  const store = new MemoryRunStore()
+  await cancelAskedAtHandOff(t, [store, store])
+})
+
+t.test('a worker stopped while a claim is on its way resolves once it is done: nothing is claimed here after', async (t) => {
+  const store = new MemoryRunStore()
+  const held = gate()
+  const claim = store.claim.bind(store)
+  let claims = 0
+  store.claim = async (...args) => {
+    claims++
+    await held.promise
+    return claim(...args)
+  }
+  const { app } = build(t, { runStore: store })
+  // the worker starts at ready with a claim, held on its way
+  await app.ready()
+  t.equal(claims, 1)
+  let stopped = false
+  const stopping = app.agentService.worker.stop().then(() => { stopped = true })
+  await new Promise((resolve) => setImmediate(resolve))
+  t.notOk(stopped, 'stop() waits for the claim on its way')
+  held.release()
+  await stopping
+  await store.create(queuedRecord('after-stop', 'echo', null), { exclusive: false })
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(claims, 1, 'no claim after stop()')
+  t.match(await store.get('after-stop'), { status: 'queued' }, 'left to the instances that claim')
 })
 
 t.test('a claimed run\'s log: a write the store refuses is counted; a takeover found while it finishes stops writing', async (t) => {
@@ -592,7 +649,7 @@ t.test('a claimed run\'s log: a write the store refuses is counted; a takeover f
   const second = (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', payload: { input: null, background: true } })).json()
   await eventually(() => runs.has(second.runId))
   worker.stopClaiming()
-  await store.requeue(second.runId, { owner: worker.owner }, 'INSTANCE_LOST')
+  await store.requeue(second.runId, { owner: worker.owner }, 'INSTANCE_LOST', cancelledEnd(), 3_600_000)
   again.release()
   await eventually(() => !runs.has(second.runId))
   t.same((await store.events(second.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued'], 'nothing of this instance\'s after the takeover')
@@ -618,7 +675,7 @@ t.test('a run requeued while its copy still runs here is claimed back: the copy 
   await app.ready()
   const queued = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true } })).json()
   await eventually(() => calls === 1)
-  await store.requeue(queued.runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST')
+  await store.requeue(queued.runId, { owner: app.agentService.worker.owner }, 'INSTANCE_LOST', cancelledEnd(), 3_600_000)
   await eventually(async () => (await store.get(queued.runId))?.status === 'completed')
   t.match(aborted, { code: 'INSTANCE_LOST' })
   t.match(await store.get(queued.runId), { attempt: 2, result: { output: 'second' } })
@@ -640,7 +697,7 @@ t.test('a takeover found while a run finishes: nothing of its end is written her
   store.append = async (runId, events, owner) => {
     if (events.some((e) => e.type === 'message.delta')) {
       await hold.promise
-      await store.requeue(runId, { owner }, 'INSTANCE_LOST')
+      await store.requeue(runId, { owner }, 'INSTANCE_LOST', cancelledEnd(), 3_600_000)
     }
     return await append(runId, events, owner)
   }

@@ -12,6 +12,7 @@ import {
 import type { UIMessage, UIMessageChunk } from 'ai'
 import agentService from '../../index.js'
 import { conversationSessionId } from '../../lib/frontends/runs.js'
+import { cancelledEnd } from '../../lib/runs/start.js'
 import { auditEntries, eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 
@@ -403,7 +404,7 @@ t.test('a run handed to its next attempt mid-stream (a drain, a lapsed lease): t
   const { runId } = seen[0]!
   // what a drain does with a run that can go on elsewhere: back to the queue, stopped here without an end
   const { runStore } = app.agentService.settings
-  t.ok(await runStore.requeue(runId, { owner: app.agentService.worker.owner }, 'SHUTDOWN'))
+  t.ok(await runStore.requeue(runId, { owner: app.agentService.worker.owner }, 'SHUTDOWN', cancelledEnd(), 3_600_000))
   app.agentService.runs.get(runId)!.detach('SHUTDOWN')
   // this instance has room: it claims the run for its next attempt
   await eventually(() => seen.length === 2)
@@ -416,6 +417,47 @@ t.test('a run handed to its next attempt mid-stream (a drain, a lapsed lease): t
   t.same(message.parts.map((part) => part.type), ['text', 'data-run.requeued', 'text'])
   t.match(message.parts[1], { data: { attempt: 2, reason: 'SHUTDOWN' } })
   t.match(message.parts[2], { text: 'tick tock' })
+})
+
+t.test('a run resumed with resumeRunId: a reloaded page follows it past its first attempt\'s end, and answers its second attempt\'s approval', async (t) => {
+  const { url, seen } = await serve(t)
+  const first = chatWith(url, { id: 'again' })
+  await first.chat.sendMessage({ text: 'checkpoint-fail' })
+  t.equal(first.chat.status, 'error', 'its first attempt failed')
+  const { runId } = seen[0]!
+  // resumed under its id (in its chat's session) through the run API: its second attempt asks for an approval
+  const resumed = fetch(`${url}/v1/agents/helper/runs`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': KEYS.alice }, body: JSON.stringify({ input: 'mail', resumeRunId: runId })
+  })
+  await eventually(() => seen.length === 2)
+  t.equal(seen[1]!.runId, runId, 'the same run, its second attempt')
+
+  // the page reloads: its resume reads the run from its start, past the first attempt's end, to the request
+  const reloaded = chatWith(url, { id: 'again', messages: [first.chat.messages[0]!] })
+  await reloaded.chat.resumeStream()
+  t.equal(reloaded.chat.error, undefined)
+  const asked = assistant(reloaded.chat)
+  t.equal(asked.id, runId, 'one message: the run')
+  t.same(asked.parts.map((part) => part.type), ['text', 'data-run.failed', 'data-run.requeued', 'tool-draft', 'text', 'step-start', 'dynamic-tool'])
+  t.match(asked.parts[1], { data: { error: { code: 'AGENT_ERROR' } } }, 'the first attempt\'s end, as news')
+  t.match(asked.parts[2], { data: { attempt: 2, reason: 'RESUMED' } })
+  const approvalPart = asked.parts.at(-1) as { state: string, approval: { id: string } }
+  t.equal(approvalPart.state, 'approval-requested')
+
+  // its answer streams the rest of the second attempt
+  const next = reloaded.finished()
+  await reloaded.chat.addToolApprovalResponse({ id: approvalPart.approval.id, approved: true })
+  await next
+  t.equal(reloaded.chat.status, 'ready')
+  t.equal(reloaded.chat.error, undefined)
+  const message = assistant(reloaded.chat)
+  t.equal(message.id, runId)
+  t.same(message.parts.map((part) => part.type), ['text', 'data-run.failed', 'data-run.requeued', 'tool-draft', 'text', 'step-start', 'dynamic-tool', 'text'],
+    'the same message goes on: nothing of it again')
+  t.match(message.parts.at(-2), { type: 'dynamic-tool', state: 'output-available', output: { approved: true } })
+  t.match(message.parts.at(-1), { type: 'text', text: ' Sent.' })
+  t.equal((await resumed).status, 200)
+  t.equal(seen.length, 2, 'two attempts of one run')
 })
 
 t.test('every chat id the route accepts can be resumed: 101 to 128 characters, any Unicode the URL holds', async (t) => {

@@ -412,8 +412,12 @@ t.test('a connection-bound run is pulled only while its client keeps up; ctx.emi
   socket.write(`POST /v1/agents/firehose/runs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`)
   socket.pause()
   await eventually(() => pulled > 10)
-  await sleep(300)
-  const settled = pulled
+  // the socket's buffers fill, at the machine's pace: pulled until they are full, then not for as long as one looks
+  const settled = await eventually(async () => {
+    const before = pulled
+    await sleep(300)
+    return pulled === before && pulled
+  }, 20_000, 'the pulls stopped')
   await sleep(300)
   t.equal(pulled, settled, 'not pulled while the client reads nothing')
   t.ok(pulled < 200, `pulled ${pulled} deltas of 64 KiB: about what the socket buffers hold`)
@@ -623,7 +627,7 @@ t.test('a follower told of news while a read that found nothing is out reads aga
   // the read after the first delta found nothing, and is held: the second delta comes meanwhile
   await reached
   says[1]!()
-  await sleep(20)
+  await eventually(async () => (await store.get(runId))!.lastSeq >= 3, 5_000, 'the second delta stored')
   release()
   await answer
   const body = parseSse((await following).body)

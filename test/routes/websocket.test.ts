@@ -229,8 +229,10 @@ t.test('a connection closed while its run is being set up: the run starts only t
       return { output: null }
     }
   }
+  let creating = false
   class SlowSessions extends MemorySessionStore {
     override async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+      creating = true
       await sleep(100)
       return super.create(session, ttlMs)
     }
@@ -238,7 +240,8 @@ t.test('a connection closed while its run is being set up: the run starts only t
   const { service, url } = await listen(t, { agents: { watched }, websocket: true, sessionStore: new SlowSessions() })
   const ws = await openWs(url)
   ws.send({ type: 'run.start', agent: 'watched', input: 1 })
-  await sleep(20)
+  // the client leaves while its run's session is being created
+  await eventually(() => creating, 5_000, 'the session on its way')
   ws.socket.close()
   await ws.closed
   await eventually(() => signalled)

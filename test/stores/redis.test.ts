@@ -300,7 +300,28 @@ if (await redisReachable()) {
   t.test('runs: a change nobody published is found by the poll; a dropped subscriber subscribes again', async (t) => {
     const prefix = withRedisPrefix(t, admin)
     const name = `fa-test-${process.pid}-${Date.now()}`
-    const client = new Redis(redisUrl(), { connectionName: name })
+    // the store's polls (pipelines): held (not sent) while `pollsHeld` is set, counted while on their way
+    let polling = 0
+    let pollsHeld: Promise<void> | null = null
+    const client = new Proxy(new Redis(redisUrl(), { connectionName: name }), {
+      get (target, property) {
+        if (property === 'pipeline') {
+          return () => {
+            const pipeline = target.pipeline()
+            const exec = pipeline.exec.bind(pipeline)
+            return Object.assign(pipeline, {
+              exec: async () => {
+                await pollsHeld
+                polling++
+                try { return await exec() } finally { polling-- }
+              }
+            })
+          }
+        }
+        const value = Reflect.get(target, property) as unknown
+        return typeof value === 'function' ? value.bind(target) : value
+      }
+    })
     t.teardown(() => client.quit())
     const store = new RedisRunStore(client, { prefix, pollIntervalMs: 100 })
     const other = new RedisRunStore(admin, { prefix })
@@ -312,22 +333,28 @@ if (await redisReachable()) {
     const stop = store.watch(run.record.runId, (change) => { if (change.kind === 'events') changes.push(change.lastSeq); else cancels++ })
     t.teardown(stop)
     await admin.hset(`${prefix}run:${run.record.runId}`, 'lastSeq', '7', 'cancel', '1')
-    await eventually(() => changes.includes(7) && cancels === 1, 1_000)
+    await eventually(() => changes.includes(7) && cancels === 1, 10_000)
 
     const subscribers = async (): Promise<string[]> => (await admin.client('LIST') as string).split('\n')
       .filter((line) => line.includes(`name=${name}`) && / sub=1 /.test(line)).map((line) => /id=(\d+)/.exec(line)![1]!)
-    const [id] = await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids }, 2_000)
+    const [id] = await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids }, 10_000)
     await admin.client('KILL', 'ID', id!)
-    await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids[0] !== id }, 3_000)
+    await eventually(async () => { const ids = await subscribers(); return ids.length === 1 && ids[0] !== id }, 10_000)
     const watched = newRun()
     await other.create(watched, { exclusive: false })
     const heard: number[] = []
     const stopToo = store.watch(watched.record.runId, (change) => { if (change.kind === 'events') heard.push(change.lastSeq) })
     t.teardown(stopToo)
-    const started = Date.now()
+    // no poll on its way nor any to come until it is heard: what is heard was published (whatever the machine's load)
+    let release!: () => void
+    pollsHeld = new Promise((resolve) => { release = resolve })
+    t.teardown(() => release())
+    await new Promise((resolve) => setImmediate(resolve))
+    await eventually(() => polling === 0, 10_000, 'no poll on its way')
     await other.append(watched.record.runId, [event(1)], OWNER)
-    await eventually(() => heard.includes(1), 1_000)
-    t.ok(Date.now() - started < 100, 'subscribed again: heard before the next poll')
+    await eventually(() => heard.includes(1), 10_000, 'heard while the polls are held')
+    release()
+    t.pass('subscribed again: heard by publication')
   })
 
   t.test('runs: cancel reads again when the run changes between its read and its write', async (t) => {
@@ -350,7 +377,7 @@ if (await redisReachable()) {
     race.once = async () => {
       await other.start(grows.record.runId, startedAt(), lease())
       await other.append(grows.record.runId, [event(1, 'run.started')], OWNER)
-      await other.requeue(grows.record.runId, { owner: OWNER }, 'SHUTDOWN')
+      await other.requeue(grows.record.runId, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR)
     }
     t.match(await store.cancel(grows.record.runId, cancelledEnd(), HOUR), { outcome: 'cancelled', record: { lastSeq: 3 } }, 'events came in meanwhile')
     t.same((await store.events(grows.record.runId, 0, 10)).map((e) => e.type), ['run.started', 'run.requeued', 'run.failed'])
@@ -387,7 +414,7 @@ if (await redisReachable()) {
     t.same(await leases(), [id, String(until + 1)])
 
     // back in the queue, keeping its session: started again by `start` (the session's lock names it already)
-    t.match(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN'), { status: 'queued', attempt: 2 })
+    t.match(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), { status: 'queued', attempt: 2 })
     t.same(await queue(), [id])
     t.same(await leases(), [])
     t.notOk(await admin.hexists(`${prefix}run:${id}`, 'owner'))
@@ -410,9 +437,9 @@ if (await redisReachable()) {
     unleased.lease = null
     await store.create(unleased, { exclusive: false })
     t.same(await leases(), [])
-    t.equal(await store.requeue(unleased.record.runId, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST'), null)
+    t.equal(await store.requeue(unleased.record.runId, { lapsedBefore: Date.now() + HOUR }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null)
     t.same(await store.lapsed(Date.now() + HOUR, 10), [])
-    t.equal(await store.requeue('lone \ud800 id', { owner: OWNER }, 'SHUTDOWN'), null)
+    t.equal(await store.requeue('lone \ud800 id', { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), null)
     t.equal(await store.abandon('lone \ud800 id', Date.now(), cancelledEnd(), HOUR), null)
 
     // what Redis holds but should not (a key changed by hand) is dropped, never claimed or reported
@@ -441,12 +468,18 @@ if (await redisReachable()) {
 
     const written = await lapsing()
     race.once = () => owner.append(written, [event(1)], OWNER)
-    t.match(await store.requeue(written, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), { status: 'queued', lastSeq: 2, attempt: 2 }, 'its owner wrote meanwhile')
+    t.match(await store.requeue(written, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), { status: 'queued', lastSeq: 2, attempt: 2 }, 'its owner wrote meanwhile')
     t.same((await store.events(written, 0, 10)).map((e) => e.type), ['message.delta', 'run.requeued'])
 
     const renewed = await lapsing()
     race.once = () => owner.renew(OWNER, [renewed], Date.now() + HOUR)
-    t.equal(await store.requeue(renewed, { lapsedBefore: Date.now() }, 'INSTANCE_LOST'), null, 'renewed meanwhile')
+    t.equal(await store.requeue(renewed, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), null, 'renewed meanwhile')
+
+    const cancelling = await lapsing()
+    race.once = () => owner.cancel(cancelling, cancelledEnd(), HOUR)
+    t.match(await store.requeue(cancelling, { lapsedBefore: Date.now() }, 'INSTANCE_LOST', cancelledEnd(), HOUR), { status: 'cancelled', attempt: 1, lastSeq: 1 },
+      'its cancel asked for meanwhile: ended cancelled')
+    t.same((await store.events(cancelling, 0, 10)).map((e) => e.type), ['run.failed'])
 
     const ending = await lapsing()
     race.once = () => owner.append(ending, [event(1)], OWNER)
@@ -468,9 +501,10 @@ if (await redisReachable()) {
     let onB = 0
     const stops = [a.watchQueue(() => { onA++ }), b.watchQueue(() => { onB++ })]
     t.teardown(() => { for (const stop of stops) stop() })
-    // each catches up once it is subscribed (whatever was queued before is claimed then); counted from there
-    await eventually(() => onA > 0 && onB > 0, 2_000)
-    await sleep(50)
+    // each catches up twice, when its connection is ready and once it is subscribed (whatever was queued before is
+    // claimed then), however long the machine takes; counted from there
+    await eventually(() => onA >= 2 && onB >= 2, 10_000)
+    t.same([onA, onB], [2, 2], 'no more catching up')
     onA = onB = 1
     const queued = (sessionId: string | null): NewRun => {
       const run = newRun({ status: 'queued', background: true, sessionId })
@@ -484,15 +518,15 @@ if (await redisReachable()) {
     const waiting = queued('woken')
     await a.create(waiting, { exclusive: false })
     t.equal(onA, 2, 'told at once, here')
-    await eventually(() => onB === 2, 1_000)
+    await eventually(() => onB === 2, 10_000)
     t.same(await b.claim(lease(OTHER), new Date().toISOString(), 10), [], 'its session is busy')
     await a.finish(holder.record.runId, [], cancelledEnd(), HOUR, OWNER)
     t.equal(onA, 3)
-    await eventually(() => onB === 3, 1_000)
+    await eventually(() => onB === 3, 10_000)
     t.same((await b.claim(lease(OTHER), new Date().toISOString(), 10)).map((r) => r.runId), [waiting.record.runId])
-    await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN')
+    await b.requeue(waiting.record.runId, { owner: OTHER }, 'SHUTDOWN', cancelledEnd(), HOUR)
     t.equal(onB, 4)
-    await eventually(() => onA === 4, 1_000)
+    await eventually(() => onA === 4, 10_000)
     await sleep(50)
     t.same([onA, onB], [4, 4], 'nobody hears its own message twice')
 
@@ -558,13 +592,13 @@ if (await redisReachable()) {
     const store = new RedisRunStore(admin, { prefix })
     t.equal(store.channel, `${prefix}runs`)
     const stop = store.watch('r1', () => {})
-    await sleep(50)
     const subscribedTo = async (): Promise<number> => ((await admin.pubsub('NUMSUB', store.channel)) as [string, number])[1]
+    await eventually(async () => await subscribedTo() === 1, 10_000, 'subscribed')
     t.equal(await subscribedTo(), 1)
     stop()
     await store.close()
     await store.close()
-    await eventually(async () => await subscribedTo() === 0, 2_000)
+    await eventually(async () => await subscribedTo() === 0, 10_000)
     t.equal(admin.status, 'ready')
     const closed = { code: 'FA_STORE_CLOSED' }
     await t.rejects(store.create(newRun(), { exclusive: false }), closed)
@@ -577,7 +611,7 @@ if (await redisReachable()) {
     await t.rejects(store.claim(lease(), new Date().toISOString(), 1), closed)
     await t.rejects(store.renew(OWNER, ['r1'], Date.now()), closed)
     await t.rejects(store.lapsed(Date.now(), 1), closed)
-    await t.rejects(store.requeue('r1', { owner: OWNER }, 'SHUTDOWN'), closed)
+    await t.rejects(store.requeue('r1', { owner: OWNER }, 'SHUTDOWN', cancelledEnd(), HOUR), closed)
     await t.rejects(store.abandon('r1', Date.now(), cancelledEnd(), HOUR), closed)
     await t.rejects(store.cancel('r1', cancelledEnd(), HOUR), closed)
     await t.rejects(store.list({ limit: 1 }), closed)

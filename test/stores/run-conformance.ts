@@ -643,13 +643,13 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(found.map((l) => l.record.runId), [id])
     t.match(found[0], { detachable: true, cancelRequested: false, record: { status: 'running', lastSeq: 1 } })
     t.same(await store.lapsed(now, 0), [], 'a limit of 0 finds nothing')
-    t.equal(await store.requeue(fresh.record.runId, { lapsedBefore: now }, 'INSTANCE_LOST'), null, 'a lease that has not lapsed stays')
-    t.equal(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN'), null, 'only its owner hands it off')
-    const requeued = await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST')
+    t.equal(await store.requeue(fresh.record.runId, { lapsedBefore: now }, 'INSTANCE_LOST', cancelled(), HOUR), null, 'a lease that has not lapsed stays')
+    t.equal(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN', cancelled(), HOUR), null, 'only its owner hands it off')
+    const requeued = await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST', cancelled(), HOUR)
     t.match(requeued, { runId: id, status: 'queued', attempt: 2, lastSeq: 2 })
     t.equal(requeued!.startedAt, undefined)
     t.same((await store.events(id, 1, 10)), [{ seq: 2, type: 'run.requeued', data: JSON.stringify({ attempt: 2, reason: 'INSTANCE_LOST' }) }])
-    t.equal(await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST'), null, 'once')
+    t.equal(await store.requeue(id, { lapsedBefore: now }, 'INSTANCE_LOST', cancelled(), HOUR), null, 'once')
     t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'session_busy', holder: id }, 'a requeued run keeps its session')
     await t.rejects(store.append(id, [event(3)], OWNER), { code: 'FA_RUN_LEASE_LOST' }, 'its old owner writes no more')
 
@@ -661,7 +661,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.claim(lease(OTHER), new Date().toISOString(), 10), [], 'claimed once')
 
     // handed off by its owner (a drain), then abandoned when its next lease lapses
-    t.match(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN'), { status: 'queued', attempt: 3, lastSeq: 4 })
+    t.match(await store.requeue(id, { owner: OTHER }, 'SHUTDOWN', cancelled(), HOUR), { status: 'queued', attempt: 3, lastSeq: 4 })
     const thirdLease = lease(OWNER, 10 * 60_000)
     const third = await store.claim(thirdLease, new Date().toISOString(), 10)
     t.equal(third.length, 1)
@@ -674,6 +674,44 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.events(id, 4, 10)), [{ seq: 5, type: 'run.failed', data: JSON.stringify({ error: { code: 'INSTANCE_LOST', message: 'lost' }, traceId: 'd'.repeat(32) }) }])
     t.equal(await store.abandon(id, later, end, HOUR), null, 'once')
     t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'created' }, 'its session is free again')
+  })
+
+  t.test('runs: a requeue of a run whose cancel was asked for ends it cancelled instead (a drain\'s hand-off, recovery)', async (t) => {
+    const store = await open(t, factory)
+    const traceId = 'f'.repeat(32)
+    const cancelledEvent = (seq: number): StoredEvent => event(seq, 'run.failed', { error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId })
+    // handed off by its owner (a drain) after its cancel was answered 202
+    const handed = newRun({ sessionId: 'handed-session', traceId })
+    handed.detachable = true
+    await store.create(handed, { exclusive: true })
+    const id = handed.record.runId
+    await store.append(id, [event(1, 'run.started')], OWNER)
+    t.match(await store.cancel(id, cancelled(), HOUR), { outcome: 'requested' })
+    const ended = await store.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelled(), HOUR)
+    t.match(ended, { runId: id, status: 'cancelled', attempt: 1, lastSeq: 2, error: { code: 'CANCELLED', message: 'The run was cancelled' } })
+    t.ok(ended!.endedAt, 'ended')
+    t.same(await store.get(id), ended)
+    t.same(await store.events(id, 0, 10), [event(1, 'run.started'), cancelledEvent(2)], 'no run.requeued: its last event the one a cancelled run sends')
+    t.same(await store.claim(lease(OTHER), new Date().toISOString(), 10), [], 'nothing queued: never run again')
+    t.equal(await store.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelled(), HOUR), null, 'once')
+    t.match(await store.cancel(id, cancelled(), HOUR), { outcome: 'ended', record: { status: 'cancelled' } })
+    t.same(await store.create(newRun({ sessionId: 'handed-session' }), { exclusive: true }), { outcome: 'created' }, 'its session given back')
+
+    // found lapsed (recovery), its cancel asked for after it was found
+    const lapsing = newRun({ traceId })
+    lapsing.lease = lease(OWNER, 60_000)
+    lapsing.detachable = true
+    await store.create(lapsing, { exclusive: false })
+    const now = lapsing.lease.until + 1
+    t.match(await store.lapsed(now, 10), [{ cancelRequested: false }])
+    await store.cancel(lapsing.record.runId, cancelled(), HOUR)
+    t.match(await store.requeue(lapsing.record.runId, { lapsedBefore: now }, 'INSTANCE_LOST', cancelled(), HOUR), { status: 'cancelled', attempt: 1, lastSeq: 1 })
+    t.same(await store.events(lapsing.record.runId, 0, 10), [cancelledEvent(1)])
+    t.same(await store.lapsed(now, 10), [], 'no longer running')
+
+    // kept for the retention given, as any ended run
+    t.ok(await store.purge(Date.now() + 2 * HOUR, 100) >= 2)
+    t.equal(await store.get(id), null)
   })
 
   t.test('runs: claim takes queued detachable runs, oldest first, whose session is free; each goes to one claimer', async (t) => {

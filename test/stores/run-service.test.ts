@@ -14,7 +14,7 @@ import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import type { RunStore } from '../../lib/stores/types.js'
-import { cancelAskedBeforeDeath } from '../helpers/recovery.js'
+import { cancelAskedAtHandOff, cancelAskedBeforeDeath } from '../helpers/recovery.js'
 import { pgReachable, pgUrl, redisReachable, redisUrl, requireService, withPgSchema, withRedisPrefix } from '../helpers/services.js'
 
 const deltas: Agent = {
@@ -196,6 +196,12 @@ for (const backend of backends) {
       const [store] = await backend.stores(t)
       t.teardown(() => store.close?.())
       await cancelAskedBeforeDeath(t, store)
+    })
+
+    t.test('a cancel answered 202 while a drain hands its run off: the run ends cancelled, not requeued', async (t) => {
+      const stores = await backend.stores(t)
+      t.teardown(async () => { await stores[0].close?.(); await stores[1].close?.() })
+      await cancelAskedAtHandOff(t, stores)
     })
 
     t.test('a resumed run has one history: its log reads on past the first attempt\'s end, for followers live or late', async (t) => {

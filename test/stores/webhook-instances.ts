@@ -25,6 +25,10 @@ export async function deliveredOnceAcrossInstances (t: Test, stores: [WebhookSto
   })))).sort()
   const total = runIds.length
   await eventually(() => hook.deliveries.filter((d) => refused.has(d.id)).length >= 2 * total, 20_000, 'every event delivered')
+  // an attempt is recorded once its answer is in: every one of them, by whichever instance made it
+  const counted = (): number => instances.reduce((sum, { app }) => sum + [...app.agentService.stats.webhookDeliveries().values()].reduce((a, b) => a + b, 0), 0)
+  await eventually(async () => counted() >= 2 * total && (await stores[0].attempts({ limit: 500 })).attempts.length >= 2 * total, 20_000, 'every attempt recorded')
+  // and nothing more comes
   await sleep(500)
 
   const counts = hook.counts()

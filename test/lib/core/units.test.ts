@@ -130,8 +130,7 @@ t.test('SSE heartbeat: one timer for every stream, a ": ping" comment each inter
   beat.add(stream)
   beat.add(stream)
   t.equal(beat.size, 1)
-  await sleep(80)
-  t.ok(writes.filter((w) => w === ': ping\n\n').length >= 2, `pinged (${writes.length})`)
+  t.ok(await eventually(() => writes.filter((w) => w === ': ping\n\n').length >= 2, 5_000), `pinged (${writes.length})`)
   beat.delete(stream)
   t.equal(beat.size, 0)
   const before = writes.length
@@ -157,32 +156,41 @@ t.test('SSE heartbeat: a stream whose socket took nothing of what waits for it i
     socket: { get bytesWritten () { return bytesWritten } }
   }
   const stream = new SseStream(raw as never, {})
+  // counted beats, and a socket that takes some of what waits before each one while `taking` says so
+  let beats = 0
+  let taking = false
+  const beatStream = stream.beat.bind(stream)
+  stream.beat = () => {
+    beats++
+    if (taking) bytesWritten += 10
+    beatStream()
+  }
   beat.add(stream)
-  await sleep(50)
+  await eventually(() => beats >= 3, 5_000)
   t.notOk(destroyed, 'nothing waits: pings go on')
   writableLength = 1000
-  bytesWritten = 10
-  await sleep(15)
-  bytesWritten = 20
-  await sleep(15)
+  taking = true
+  const from = beats
+  await eventually(() => beats >= from + 3, 5_000)
   t.notOk(destroyed, 'the socket is taking what waits')
-  t.ok(await eventually(() => destroyed, 2_000), 'a socket that took nothing for an interval is cut')
+  taking = false
+  t.ok(await eventually(() => destroyed, 5_000), 'a socket that took nothing for an interval is cut')
   beat.delete(stream)
   const socketless = new SseStream({ ...raw, socket: null, writableLength: 5, destroy: () => { destroyed = true } } as never, {})
   destroyed = false
   beat.add(socketless)
   // two beats at the least (timers run late on a loaded machine)
-  t.ok(await eventually(() => destroyed, 2_000), 'a response without a socket any more is cut too')
+  t.ok(await eventually(() => destroyed, 5_000), 'a response without a socket any more is cut too')
   beat.delete(socketless)
   // a response that ended while its stream was still on the heartbeat: nothing is written to it, nothing cut
   let written = 0
   const ended = new SseStream({ ...raw, writableEnded: true, write: () => { written++; return true }, destroy: () => { destroyed = true } } as never, {})
   destroyed = false
   const beatOnce = ended.beat.bind(ended)
-  let beats = 0
+  beats = 0
   ended.beat = () => { beats++; beatOnce() }
   beat.add(ended)
-  await eventually(() => beats >= 2, 2_000)
+  await eventually(() => beats >= 2, 5_000)
   beat.delete(ended)
   t.same({ written, destroyed }, { written: 0, destroyed: false }, 'an ended response gets no ping')
 })
@@ -193,17 +201,26 @@ t.test('the core purges expired runs in bounded batches, and logs a purge that f
   const store = app.agentService.settings.runStore
   const batches: number[] = []
   let fail = false
+  let purging = 0
+  let most = 0
   store.purge = async (_now, batch) => {
     batches.push(batch)
-    if (fail) throw new Error('store down')
-    await sleep(30)
-    return 0
+    purging++
+    most = Math.max(most, purging)
+    try {
+      if (fail) throw new Error('store down')
+      // six of the purge's 5 ms intervals
+      await sleep(30)
+      return 0
+    } finally {
+      purging--
+    }
   }
   const warnings: unknown[] = []
   app.agentService.stopPurging()
   app.agentService.startPurging({ warn: (o: unknown) => warnings.push(o) } as never, 5)
-  await sleep(50)
-  t.ok(batches.length >= 1 && batches.length <= 3, `one purge at a time (${batches.length})`)
+  await eventually(() => batches.length >= 3, 5_000)
+  t.equal(most, 1, `one purge at a time (${batches.length})`)
   t.equal(batches[0], 1000)
   fail = true
   // the next purge after the store fails is logged (however long a loaded machine takes to get to it)

@@ -30,12 +30,6 @@ const chatty: Agent = {
     yield { type: 'other.custom', data: {} }
   }
 }
-const slow: Agent = {
-  async run (_input, ctx) {
-    await new Promise((resolve) => { const timer = setTimeout(resolve, 1_500); ctx.signal.addEventListener('abort', () => { clearTimeout(timer); resolve(null) }) })
-    return { output: 'slept' }
-  }
-}
 
 function tune (t: Test, changes: Partial<WebhookTuning>): void {
   t.teardown(useWebhookTuning(changes))
@@ -44,7 +38,7 @@ function tune (t: Test, changes: Partial<WebhookTuning>): void {
 function service (t: Test, hook: Receiver, options: Partial<AgentServiceOptions> = {}, logs?: Array<Record<string, unknown>>): ReturnType<typeof build> {
   const logger = logs === undefined ? false : { level: 'info', stream: { write: (line: string) => { logs.push(JSON.parse(line) as Record<string, unknown>) } } }
   return build(t, {
-    agents: { echo, approver, failing, chatty, slow },
+    agents: { echo, approver, failing, chatty },
     webhooks: { url: hook.url, secret: hook.secret },
     adminApi: { enabled: true },
     logger,
@@ -216,16 +210,36 @@ t.test('a drain stops the claims; the attempt on its way goes on', async (t) => 
   tune(t, { maxInFlight: 1, attemptTimeoutMs: 300, pollMs: 20 })
   const hook = await receiver(t, () => 'hang')
   const store = new MemoryWebhookStore()
-  const svc = service(t, hook, { webhookStore: store })
+  let claims = 0
+  const outbox: WebhookStore = {
+    enqueue: (deliveries) => store.enqueue(deliveries),
+    claim: (...args) => { claims++; return store.claim(...args) },
+    record: (...args) => store.record(...args),
+    attempts: (query) => store.attempts(query),
+    purge: (now, batch) => store.purge(now, batch)
+  }
+  // the run the drain waits for ends once the attempt's timeout has come (however late a loaded machine's timer)
+  let release!: () => void
+  const released = new Promise<void>((resolve) => { release = resolve })
+  t.teardown(() => release())
+  const held: Agent = { async run () { await released; return { output: 'released' } } }
+  const svc = service(t, hook, { webhookStore: outbox, agents: { echo, held } })
   await svc.app.inject(run('echo', 'one'))
   await svc.app.inject(run('echo', 'two'))
   await eventually(() => hook.deliveries.length === 1, 10_000, 'the first attempt on its way')
-  const slowRun = svc.app.inject(run('slow'))
+  const heldRun = svc.app.inject(run('held'))
   await eventually(() => svc.app.agentService.runs.ids().length === 1, 10_000, 'a run in flight')
-  const closing = svc.close(5_000)
-  await sleep(600)
-  t.equal(hook.deliveries.length, 1, 'its timeout came, and nothing was claimed after it')
-  await slowRun
+  const closing = svc.close(60_000)
+  await eventually(() => svc.app.agentService.drain.draining, 10_000, 'the drain begun')
+  const claimsAtDrain = claims
+  const recorded = await eventually(async () => (await store.attempts({ limit: 10 })).attempts[0], 10_000, 'the attempt recorded')
+  t.match(recorded, { attempt: 1, status: null, error: 'no answer within 300 ms', outcome: 'retried' }, 'its timeout came during the drain')
+  // the claim a finished attempt makes room for would go out in the same tick
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(claims, claimsAtDrain, 'nothing was claimed after the drain began')
+  t.equal(hook.deliveries.length, 1, 'nothing attempted after it')
+  release()
+  await heldRun
   await closing
   t.equal(hook.deliveries.length, 1)
   const { attempts } = await store.attempts({ limit: 10 })

@@ -11,7 +11,7 @@ import { cancelRun, conversationSessionId, decideAnswers, decisionError } from '
 import type { Agent } from '../../../lib/core/types.js'
 import { MemoryApprovalStore } from '../../../lib/stores/memory.js'
 import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'
-import type { ApprovalRecord, RunRecord, StoredEvent } from '../../../lib/stores/types.js'
+import type { ApprovalRecord, RunRecord, RunStore, StoredEvent } from '../../../lib/stores/types.js'
 import { build, eventually, listen, principalFromHeader } from '../../helper.js'
 
 function record (runId: string): RunRecord {
@@ -45,6 +45,25 @@ t.test('followRun and storedEvents: logs longer than a page, a signal, a run tha
   t.match(await next, { value: { seq: 601, type: 'run.completed', data: { output: 1 } } }, 'page after page, then live')
   t.match(await live.next(), { done: true }, 'the terminal event ends it')
   t.same(await all(followRun(store, 'nope', 0)), [], 'a run the store does not have ends at once')
+})
+
+t.test('followRun and storedEvents: a run resumed under its id is read on past an attempt\'s end, which comes marked goesOn', async (t) => {
+  // an attempt's end that ends the follower's full first page (16 events): whether the log goes on is read then
+  const firstAttempt = [...events(1, 15), { seq: 16, type: 'run.failed', data: '{"error":{"code":"AGENT_ERROR","message":"boom"}}' }]
+  const resumed = [...firstAttempt, { seq: 17, type: 'run.requeued', data: '{"attempt":2,"reason":"RESUMED"}' }, { seq: 18, type: 'run.completed', data: '{"output":1}' }]
+  const over = (log: StoredEvent[]): RunStore => ({
+    events: async (_runId: string, after: number, limit: number) => log.filter((event) => event.seq > after).slice(0, limit),
+    watch: () => () => {},
+    get: async () => record('resumed')
+  }) as unknown as RunStore
+  const followed = await all(followRun(over(resumed), 'resumed', 0))
+  t.same(followed.map((event) => event.seq), Array.from({ length: 18 }, (_, i) => i + 1), 'to the last attempt\'s end')
+  t.same(followed.filter((event) => event.goesOn === true).map((event) => event.seq), [16], 'the first attempt\'s end: goesOn')
+  const whole = await storedEvents(over(resumed), 'resumed')
+  t.same(whole.filter((event) => event.goesOn === true).map((event) => event.seq), [16], 'read whole: the same')
+  const ended = await all(followRun(over(firstAttempt), 'resumed', 0))
+  t.equal(ended.length, 16, 'nothing after it: the end')
+  t.notOk('goesOn' in ended.at(-1)!)
 })
 
 t.test('decideAnswers: a run\'s answered approvals, earliest first; a failing store is not "not found"', async (t) => {

@@ -217,6 +217,28 @@ t.test('edge events: requeue, a custom event without data, a tool result for a c
   t.equal(pieces[4], '', 'reserved types that are no built-in are left out')
 })
 
+t.test('a run resumed under its id: an attempt\'s end that the run goes on after (goesOn) is a CUSTOM event, what it left open closed', async (t) => {
+  const events = log([
+    started(),
+    ['message.delta', { text: 'a' }],
+    ['tool.call.delta', { toolCallId: 'c', name: 'n', delta: '{}' }],
+    failed('AGENT_ERROR', 'boom'),
+    ['run.requeued', { attempt: 2, reason: 'RESUMED' }],
+    started(2),
+    ['message.delta', { text: 'b' }],
+    completed('b')
+  ]).map((event) => event.type === 'run.failed' ? { ...event, goesOn: true as const } : event)
+  const pieces = projected(events, { threadId: THREAD, runId: 'r' })
+  const verifiedEvents = await verified(pieces)
+  t.same(verifiedEvents.map((event) => event.type), [
+    'RUN_STARTED', 'TEXT_MESSAGE_START', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_END', 'TOOL_CALL_START', 'TOOL_CALL_ARGS',
+    'TOOL_CALL_END', 'CUSTOM', 'CUSTOM', 'TEXT_MESSAGE_START', 'TEXT_MESSAGE_CONTENT', 'TEXT_MESSAGE_END', 'RUN_FINISHED'
+  ], 'the client\'s verifier takes it: one AG-UI run, to the last attempt\'s end')
+  t.match(verifiedEvents[7], { name: 'run.failed', value: { error: { code: 'AGENT_ERROR', message: 'boom' } } })
+  t.match(verifiedEvents[8], { name: 'run.requeued', value: { attempt: 2, reason: 'RESUMED' } })
+  t.match(verifiedEvents.at(-1), { outcome: { type: 'success' }, result: 'b' })
+})
+
 t.test('a run whose log starts with its terminal event, an approval without reason, and the end', async (t) => {
   const only = new AgUiProjection({ threadId: THREAD, runId: 'r' })
   t.same(only.head(), AG_UI_HEADERS)

@@ -242,6 +242,32 @@ t.test('a requeued run: the new attempt continues the same message; an unknown f
   })
 })
 
+t.test('a run resumed under its id: an attempt\'s end that the run goes on after is news, pushed marked goesOn or replayed', async (t) => {
+  const resumed = { attempt: 2, reason: 'RESUMED' }
+  const events = log([
+    started(), ['message.delta', { text: 'a' }], failed('AGENT_ERROR', 'boom'), ['run.requeued', resumed], started(2),
+    ['message.delta', { text: 'b' }], completed('b')
+  ])
+  const marked = events.map((event) => event.type === 'run.failed' ? { ...event, goesOn: true as const } : event)
+  t.equal(projected([], { replay: events }).join(''), projected(marked).join(''), 'a replay of the log tells it as a follower does')
+  await both(t, marked, [
+    START,
+    { type: 'text-start', id: 'text-2' },
+    { type: 'text-delta', id: 'text-2', delta: 'a' },
+    { type: 'text-end', id: 'text-2' },
+    { type: 'data-run.failed', data: { error: { code: 'AGENT_ERROR', message: 'boom' }, traceId: TRACE_ID } },
+    { type: 'data-run.requeued', data: resumed },
+    { type: 'text-start', id: 'text-6' },
+    { type: 'text-delta', id: 'text-6', delta: 'b' },
+    { type: 'text-end', id: 'text-6' },
+    { type: 'finish', finishReason: 'stop', messageMetadata: { usage: USAGE } }
+  ], (t, chat) => {
+    t.equal(chat.status, 'ready')
+    t.equal(chat.error, undefined, 'the first attempt\'s failure is not the chat\'s')
+    t.same(assistant(chat).parts.map((part) => part.type), ['text', 'data-run.failed', 'data-run.requeued', 'text'])
+  })
+})
+
 t.test('events the chat has no use for are left out; a custom event without data carries null', async (t) => {
   const pieces = projected(log([started(), ['approval.unknown', {}], ['ping', undefined], ['tool.progress', { p: 1 }]]))
   t.same(pieces.slice(1), ['', `data: ${JSON.stringify({ type: 'data-ping', data: null })}\n\n`, ''])
