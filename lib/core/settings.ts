@@ -8,11 +8,11 @@ import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
 import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS } from '../runs/worker.js'
 import { InvalidOptionsError } from './errors.js'
 import { toHealthProbe } from './health-probe.js'
-import { compileInputValidator } from './validation.js'
+import { compileAgentSchemas } from './agent-schemas.js'
+import type { CompiledAgentSchemas } from './agent-schemas.js'
 import { resolveWebhooks, webhookProblems } from './webhook-options.js'
 import type { WebhookSettings } from './webhook-options.js'
 import type { QuotaSettings } from './quotas.js'
-import type { InputValidator } from './validation.js'
 import type { HealthProbe } from './health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
 import { memoryStores } from '../stores/memory.js'
@@ -46,8 +46,8 @@ export interface AdminApiSettings {
 /** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
 export interface Settings {
   readonly agents: ReadonlyMap<string, Agent>
-  /** each agent with an `input` schema: its validator, compiled once */
-  readonly agentInputs: ReadonlyMap<string, InputValidator>
+  /** each agent with an `input` or `output` schema: its input's validator and both as JSON Schema, made once */
+  readonly agentSchemas: ReadonlyMap<string, CompiledAgentSchemas>
   readonly auditStore: AuditStore
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore
@@ -169,22 +169,12 @@ function authProblems (auth: unknown): string[] {
   return problems
 }
 
-/** An agent's schemas and flags (its run() is checked with the options); compiles its input validator into `inputs`. */
-function agentProblems (name: string, agent: Agent | null | undefined, inputs: Map<string, InputValidator>): string[] {
+/** An agent's schemas and flags (its run() is checked with the options); its compiled schemas go into `compiled`. */
+function agentProblems (name: string, agent: Agent | null | undefined, compiled: Map<string, CompiledAgentSchemas>): string[] {
   if (typeof agent !== 'object' || agent === null) return []
   const path = `/agents/${pointerSegment(name)}`
-  const problems: string[] = []
-  if (agent.input !== undefined) {
-    try {
-      inputs.set(name, compileInputValidator(agent.input))
-    } catch (error) {
-      problems.push(`${path}/input is not a valid schema: ${(error as Error).message}`)
-    }
-  }
-  // only documented (OpenAPI): checked against the meta-schema, never compiled
-  if (agent.output !== undefined && !ajv.validateSchema(agent.output)) {
-    problems.push(`${path}/output is not a valid schema: ${ajv.errorsText(ajv.errors)}`)
-  }
+  const { schemas, problems } = compileAgentSchemas(path, agent.input, agent.output)
+  if (agent.input !== undefined || agent.output !== undefined) compiled.set(name, schemas)
   if (agent.resumable !== undefined && typeof agent.resumable !== 'boolean') problems.push(`${path}/resumable must be boolean`)
   return problems
 }
@@ -198,10 +188,10 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   const problems: string[] = []
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
-  const agentInputs = new Map<string, InputValidator>()
+  const agentSchemas = new Map<string, CompiledAgentSchemas>()
   for (const [name, agent] of Object.entries(options.agents ?? {})) {
     if (!agentName.test(name)) problems.push(`/agents/${pointerSegment(name)} is not a valid agent name (${AgentNamePattern})`)
-    problems.push(...agentProblems(name, agent, agentInputs))
+    problems.push(...agentProblems(name, agent, agentSchemas))
   }
 
   let adminApi = options.adminApi
@@ -280,7 +270,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),
-    agentInputs,
+    agentSchemas,
     auditStore,
     sessionStore: withDeadline(given.sessionStore, storeMethods.sessionStore, 'sessionStore'),
     // waitForDecision waits for a person, as long as the approval allows: it has no deadline
