@@ -46,7 +46,9 @@ function valueOf (result: StandardSchemaV1.Result<unknown>, name: string): unkno
   if (!result.issues) return result.value
   // the first issue, as Ajv reports the first error: the library's message (its words), after the path it names
   const issue = result.issues[0]
-  const path = name + (issue?.path ?? []).map((key) => `/${segment(key)}`).join('')
+  // (not path.map(): ArkType's path is an Array subclass whose map() makes a path of its own)
+  let path = name
+  for (const key of issue?.path ?? []) path += `/${segment(key)}`
   throw new InputValidationError(`${path} is invalid: ${issue?.message ?? 'the schema refused it'}`)
 }
 
