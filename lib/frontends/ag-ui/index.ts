@@ -3,12 +3,11 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
 import { Value } from '@sinclair/typebox/value'
-import { AgentNotFoundError, InputValidationError } from '../../core/errors.js'
-import { requestContextOf } from '../../core/request-context.js'
-import { ProjectedStream } from '../stream.js'
-import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestsOf } from '../runs.js'
+import { InputValidationError } from '../../core/errors.js'
+import { requestsOf } from '../runs.js'
+import { continueTurn, openConversation, startTurn } from '../conversation.js'
+import type { Conversation, ConversationProtocol } from '../conversation.js'
 import { AG_UI_HEADERS, AgUiProjection, parseInterruptId } from './events.js'
-import { prepareRun } from '../../runs/start.js'
 import { AgUiApprovalAnswer, AgUiStreamDescription, RunAgentInput } from '../../../schemas/ag-ui.js'
 import type { AgUiMessage, AgUiResumeEntry } from '../../../schemas/ag-ui.js'
 import { AgentParams } from '../../../schemas/agents.js'
@@ -28,6 +27,8 @@ const documentStream: SwaggerTransform = ({ schema, url }) => ({
     }
   }
 })
+
+const AG_UI: ConversationProtocol = { kind: 'ag-ui', headers: AG_UI_HEADERS, cancelOnClose: true }
 
 /** The last user message's text: its content, or the text parts of its content. */
 function inputOf (messages: AgUiMessage[]): string {
@@ -64,25 +65,23 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
   const service = fastify.agentService
   const { settings } = service
 
-  async function resume (request: FastifyRequest, reply: FastifyReply, input: RunAgentInput, owner: { sessionId: string, principal: string, agent: string }): Promise<FastifyReply> {
+  function resume (request: FastifyRequest, reply: FastifyReply, input: RunAgentInput, conversation: Conversation): Promise<FastifyReply> {
     const interrupted = new Map<string, string | undefined>()
     const answers = input.resume!.map((entry, i) => {
       const { approvalId, agUiRunId } = parseInterruptId(entry.interruptId)
       interrupted.set(approvalId, agUiRunId)
       return { id: approvalId, decision: decisionOf(entry, i) }
     })
-    // the first one asked: where the AG-UI run that the client's answer continues was interrupted
-    const approval = (await decideAnswers(service, answers, owner))[0]!
-    service.audit.note(request, { runId: approval.runId })
-    // HttpAgent sends no parentRunId: the interrupt's id names the AG-UI run it interrupted (the service run's id
-    // when the client answered with a bare approval id)
-    const parentRunId = input.parentRunId ?? interrupted.get(approval.id) ?? approval.runId
-    new ProjectedStream(service, request, reply, AG_UI_HEADERS, true).follow(approval.runId, {
-      after: 0,
-      deliveredThrough: requestsOf([approval.id]),
-      projection: (delivered) => new AgUiProjection({ threadId: input.threadId, runId: input.runId, parentRunId, delivered })
+    return continueTurn(service, request, reply, AG_UI, conversation, answers, ([approval]) => {
+      // the first one asked: where the AG-UI run that the client's answer continues was interrupted. HttpAgent sends
+      // no parentRunId: the interrupt's id names the AG-UI run it interrupted (the service run's id when the client
+      // answered with a bare approval id)
+      const parentRunId = input.parentRunId ?? interrupted.get(approval!.id) ?? approval!.runId
+      return {
+        deliveredThrough: requestsOf([approval!.id]),
+        projection: (delivered) => new AgUiProjection({ threadId: input.threadId, runId: input.runId, parentRunId, delivered })
+      }
     })
-    return reply
   }
 
   fastify.post('/agents/:name/ag-ui', {
@@ -100,28 +99,15 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
       response: { 200: { type: 'string', description: AgUiStreamDescription }, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
     }
   }, async (request, reply) => {
-    const name = request.params.name
-    if (!settings.agents.has(name)) throw new AgentNotFoundError(name)
-    const caller = requestContextOf(request)
     const input = request.body
-    const sessionId = conversationSessionId('ag-ui', caller.principal, name, input.threadId)
-    service.audit.note(request, { agent: name, sessionId })
-    if (input.resume !== undefined && input.resume.length > 0) return resume(request, reply, input, { sessionId, principal: caller.principal, agent: name })
-    const text = inputOf(input.messages)
-    await ensureSession(service, sessionId, name, caller.principal, { threadId: input.threadId })
-    const run = await prepareRun({
-      service,
-      agent: name,
-      request: { input: text, sessionId, onDisconnect: 'continue', multitask: 'interrupt' },
-      caller,
-      log: request.log,
-      auditedRequest: request,
+    const conversation = openConversation(service, request, AG_UI, request.params.name, input.threadId)
+    if (input.resume !== undefined && input.resume.length > 0) return resume(request, reply, input, conversation)
+    return startTurn(service, request, reply, AG_UI, conversation, {
+      input: inputOf(input.messages),
       inputPath: 'body/messages/content',
-      signal: clientGone(reply.raw)
+      metadata: { threadId: input.threadId },
+      projection: new AgUiProjection({ threadId: input.threadId, runId: input.runId })
     })
-    new ProjectedStream(service, request, reply, AG_UI_HEADERS, true).attach(run, new AgUiProjection({ threadId: input.threadId, runId: input.runId }))
-    run.start()
-    return reply
   })
 }
 

@@ -2,13 +2,13 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
-import { AgentNotFoundError, InputValidationError } from '../../core/errors.js'
-import { requestContextOf } from '../../core/request-context.js'
+import { InputValidationError } from '../../core/errors.js'
 import type { AgentServiceCore } from '../../service/service.js'
 import { ProjectedStream } from '../stream.js'
-import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestsOf, runInProgress } from '../runs.js'
+import { requestsOf, runInProgress } from '../runs.js'
+import { continueTurn, openConversation, startTurn } from '../conversation.js'
+import type { Conversation, ConversationProtocol } from '../conversation.js'
 import { UI_MESSAGE_STREAM_HEADERS, UiMessageStreamProjection } from './ui-message-stream.js'
-import { prepareRun } from '../../runs/start.js'
 import { ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../../../schemas/chat.js'
 import type { UiMessage } from '../../../schemas/chat.js'
 import { errorResponses } from '../../../schemas/common.js'
@@ -27,6 +27,8 @@ const documentStream: SwaggerTransform = ({ schema, url }) => ({
     }
   }
 })
+
+const CHAT: ConversationProtocol = { kind: 'chat', headers: UI_MESSAGE_STREAM_HEADERS, cancelOnClose: false }
 
 interface ApprovalAnswer { id: string, approved: boolean, reason: string | undefined }
 
@@ -89,23 +91,15 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
   const decided = approvalDecided(service)
   const maxIdLength = routeParamLimit(fastify)
 
-  function stream (request: FastifyRequest, reply: FastifyReply): ProjectedStream {
-    return new ProjectedStream(service, request, reply, UI_MESSAGE_STREAM_HEADERS, false)
-  }
-
   /** The rest of the run after the approvals a chat request answers, decided first (only the chat's own). */
-  async function continueAfter (request: FastifyRequest, reply: FastifyReply, answers: ApprovalAnswer[], owner: { sessionId: string, principal: string, agent: string }): Promise<FastifyReply> {
-    const approvals = await decideAnswers(service, answers.map(({ id, approved, reason }) => ({ id, decision: { approved, comment: reason } })), owner)
-    const { runId } = approvals[0]!
-    service.audit.note(request, { runId })
-    stream(request, reply).follow(runId, {
-      after: 0,
+  function continueAfter (request: FastifyRequest, reply: FastifyReply, answers: ApprovalAnswer[], conversation: Conversation): Promise<FastifyReply> {
+    const decisions = answers.map(({ id, approved, reason }) => ({ id, decision: { approved, comment: reason } }))
+    return continueTurn(service, request, reply, CHAT, conversation, decisions, (approvals) => ({
       // the client answered the requests of one response at once (a step's approvals): it has them all
       deliveredThrough: requestsOf(approvals.map((approval) => approval.id)),
       projection: (delivered) => new UiMessageStreamProjection({ delivered }),
       approvalDecided: decided
-    })
-    return reply
+    }))
   }
 
   fastify.post('/agents/:name/chat', {
@@ -123,35 +117,19 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
       response: { 200: { type: 'string', description: UiMessageStreamDescription }, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
     }
   }, async (request, reply) => {
-    const name = request.params.name
-    if (!settings.agents.has(name)) throw new AgentNotFoundError(name)
-    const caller = requestContextOf(request)
     const body = request.body
-    checkResumable(body.id, maxIdLength)
-    const sessionId = conversationSessionId('chat', caller.principal, name, body.id)
-    service.audit.note(request, { agent: name, sessionId })
+    const conversation = openConversation(service, request, CHAT, request.params.name, body.id, (id) => checkResumable(id, maxIdLength))
     const index = body.messages.length - 1
     const last = body.messages[index]!
     if (last.role === 'assistant') {
       const answers = approvalAnswers(last)
-      if (answers.length > 0) return continueAfter(request, reply, answers, { sessionId, principal: caller.principal, agent: name })
+      if (answers.length > 0) return continueAfter(request, reply, answers, conversation)
     }
     if (last.role !== 'user') throw new InputValidationError(`body/messages/${index} must be a user message, or an assistant message with approval responses`)
     const input = textOf(last, index)
-    await ensureSession(service, sessionId, name, caller.principal, { chatId: body.id })
-    const run = await prepareRun({
-      service,
-      agent: name,
-      request: { input, sessionId, onDisconnect: 'continue', multitask: 'interrupt' },
-      caller,
-      log: request.log,
-      auditedRequest: request,
-      inputPath: `body/messages/${index}/parts/text`,
-      signal: clientGone(reply.raw)
+    return startTurn(service, request, reply, CHAT, conversation, {
+      input, inputPath: `body/messages/${index}/parts/text`, metadata: { chatId: body.id }, projection: new UiMessageStreamProjection()
     })
-    stream(request, reply).attach(run, new UiMessageStreamProjection())
-    run.start()
-    return reply
   })
 
   fastify.get('/agents/:name/chat/:id/stream', {
@@ -172,15 +150,12 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     }
   }, async (request, reply) => {
     const { name, id } = request.params
-    if (!settings.agents.has(name)) throw new AgentNotFoundError(name)
-    const { principal } = requestContextOf(request)
-    const sessionId = conversationSessionId('chat', principal, name, id)
-    service.audit.note(request, { agent: name, sessionId })
+    const { caller: { principal }, sessionId } = openConversation(service, request, CHAT, name, id)
     const run = await runInProgress(service, sessionId, principal)
     if (run === null) return reply.code(204).send()
     service.audit.note(request, { runId: run.runId })
     const throughApprovals = request.query.approvals === 'wait'
-    stream(request, reply).follow(run.runId, { after: 0, projection: () => new UiMessageStreamProjection({ throughApprovals }), approvalDecided: decided })
+    new ProjectedStream(service, request, reply, CHAT.headers, CHAT.cancelOnClose).follow(run.runId, { after: 0, projection: () => new UiMessageStreamProjection({ throughApprovals }), approvalDecided: decided })
     return reply
   })
 }
