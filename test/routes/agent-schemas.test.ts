@@ -12,7 +12,7 @@ import { toStandardJsonSchema } from '@valibot/to-json-schema'
 import { type } from 'arktype'
 import { buildOpenApiDocument } from '../../app/openapi.js'
 import type { AgentService } from '../../app/service.js'
-import { resolveSettings } from '../../lib/core/settings.js'
+import { resolveSettings } from '../../lib/service/settings.js'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { build, echo, eventually, listen, sleep } from '../helper.js'
@@ -177,6 +177,7 @@ t.test('a schema that cannot be checked or shown is an invalid option naming it 
   t.match(problems({ typo: { input: { $schema: draft2020, type: 'string', frobnicate: true }, run } }), /frobnicate/, 'as strict as draft-07: an unknown keyword is refused')
   t.match(problems({ typo: { output: { $schema: draft2020, type: 12 }, run } }), /^invalid options: \/agents\/typo\/output is not a valid schema: data\/type must be/)
   t.match(problems({ old: { input: { $schema: 'http://json-schema.org/draft-04/schema#', type: 'string' }, run } }), /\/agents\/old\/input is not a valid schema: no schema with key or ref "http:\/\/json-schema.org\/draft-04\/schema#"/)
+  t.match(problems({ old: { output: { $schema: 'http://json-schema.org/draft-04/schema#', type: 'string' }, run } }), /\/agents\/old\/output is not a valid schema: no schema with key or ref/, 'named, not thrown as it is')
   t.equal(problems({ fine: { input: { $schema: `${draft2020}#`, type: 'string' }, output: { $schema: draft2020, type: 'string' }, run } }), 'accepted')
   t.equal(problems({ fine: { output: kinds.zod, run }, typed: { input: kinds.arktype, output: kinds.valibot, run } }), 'accepted')
 })
