@@ -145,12 +145,15 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   const agents = (): AdminAgentList => ({
     agents: [...settings.agents].map(([name, agent]) => {
       const figures = stats.agent(name)
-      return {
+      const item: AdminAgentList['agents'][number] = {
         name,
         description: agent.description ?? '',
         metadata: agent.metadata ?? {},
         stats: { runs: figures.runs, failed: figures.failed, inFlight: figures.inFlight, tokens: figures.tokens }
       }
+      // as plain JSON, as the OpenAPI document gives it (a TypeBox schema's symbols dropped)
+      if (agent.input !== undefined) item.input = JSON.parse(JSON.stringify(agent.input)) as unknown
+      return item
     })
   })
 

@@ -41,6 +41,7 @@ export const AdminAgentList = Type.Object({
     name: Type.String(),
     description: Type.String(),
     metadata: Metadata,
+    input: Type.Optional(Type.Unknown({ description: 'the JSON Schema of its input, when it has one (the console\'s playground shapes its input by it)' })),
     stats: AdminAgentStats
   }))
 }, { title: 'AdminAgentList' })
