@@ -120,11 +120,14 @@ const when = (iso) => iso ? new Date(iso).toLocaleString() : ''
 const short = (id) => id ? String(id).slice(0, 8) : ''
 const bytes = (n) => (n / 1048576).toFixed(1) + ' MiB'
 const json = (value) => JSON.stringify(value)
+/** A run's id in a table: its start, the whole of it on hover (and in its events' view). */
+const runCode = (runId) => h('code', { title: runId, 'data-run': runId, text: short(runId) })
 
 /** What an event says, in a line: text for text, the name and arguments of a tool, who decided an approval. */
 function describe (type, data) {
   try {
     switch (type) {
+      case 'run.started': return data.agent + ', attempt ' + data.attempt + (data.sessionId ? ', session ' + short(data.sessionId) : '') + ', trace ' + data.traceId
       case 'message.delta': case 'reasoning.delta': return data.text
       case 'tool.call': return data.name + ' ' + json(data.input)
       case 'tool.result': return data.name + (data.isError ? ' failed: ' : ' → ') + json(data.output)
@@ -224,7 +227,7 @@ function drawAgents (agents) {
 function drawRuns (runs) {
   if (!changed('runs', runs.map((r) => [r.runId, r.status, r.startedAt]))) return
   $('#runs-body').replaceChildren(table('Runs in progress', ['Run', 'Agent', 'Status', 'Principal', 'Started', 'Actions'],
-    runs.map((r) => [h('code', { title: r.runId, text: r.runId }), r.agent, r.status, r.principal, when(r.startedAt || r.createdAt),
+    runs.map((r) => [runCode(r.runId), r.agent, r.status, r.principal, when(r.startedAt || r.createdAt),
       h('span', { class: 'actions' },
         h('button', { type: 'button', 'aria-label': 'Follow run ' + r.runId + ' of ' + r.agent, onclick: () => follow(r.runId), text: 'Follow' }),
         h('button', { type: 'button', class: 'danger', 'aria-label': 'Cancel run ' + r.runId + ' of ' + r.agent, onclick: () => cancel(r), text: 'Cancel' }))])))
@@ -393,7 +396,7 @@ const history = pager('history', async (cursor) => {
     limit: 20, cursor, runId: form.runId.value.trim(), agent: form.agent.value.trim(), status: form.status.value, principal: form.principal.value.trim()
   }))
   $('#history-body').replaceChildren(table('Run history', ['Run', 'Agent', 'Status', 'Principal', 'Created', 'Ended', 'Error', 'Log'],
-    page.runs.map((r) => [h('code', { title: r.runId, text: r.runId }), r.agent, h('span', { class: 'state ' + r.status, text: r.status }), r.principal,
+    page.runs.map((r) => [runCode(r.runId), r.agent, h('span', { class: 'state ' + r.status, text: r.status }), r.principal,
       when(r.createdAt), when(r.endedAt), r.error ? r.error.code + ': ' + r.error.message : '',
       h('button', { type: 'button', class: 'secondary', 'aria-label': 'Events of run ' + r.runId, onclick: () => showEvents(r.runId), text: 'Events' })])))
   return page.nextCursor
