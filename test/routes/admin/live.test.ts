@@ -2,6 +2,7 @@
 // connection, snapshots at every interval, ended by its time, the client or the server's close), run history by
 // principal and id, and a run's events from its log.
 import t from 'tap'
+import { Type } from '@sinclair/typebox'
 import { MemoryApprovalStore } from '../../../lib/stores/memory.js'
 import type { Agent } from '../../../lib/core/types.js'
 import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'
@@ -12,6 +13,7 @@ const auth = { authorization: `Bearer ${TOKEN}` }
 
 /** Waits for a decision, then answers with it. */
 const asker: Agent = {
+  input: Type.String({ minLength: 1 }),
   async run (_input, ctx) {
     const decision = await ctx.requestApproval({ action: 'deploy', payload: { to: 'prod' } })
     return { output: decision.approved }
@@ -53,6 +55,7 @@ t.test('the live feed: snapshots at every interval, one audit entry for the conn
   t.notOk('result' in last.runs[0], 'runs without their results')
   t.match(last.approvals, [{ id: pending.id, action: 'deploy', payload: { to: 'prod' } }])
   t.same(last.agents.map((a: { name: string }) => a.name), ['echo', 'asker'])
+  t.same(last.agents.map((a: { input?: unknown }) => a.input), [undefined, { type: 'string', minLength: 1 }], 'the input\'s JSON Schema, when there is one')
   t.equal(last.health.status, 'ok')
   t.equal(last.stats.runs.inFlight, 1)
 
@@ -201,4 +204,20 @@ t.test('liveIntervalMs and liveFeedMs are checked', async (t) => {
   const service = build(t, { adminApi: { enabled: true } })
   await service.app.ready()
   t.match(service.app.agentService.settings.adminApi, { liveIntervalMs: 2000, liveFeedMs: 60_000 })
+})
+
+t.test('the console page: served without a token under a strict CSP, no inline script or handler, no markup from data', async (t) => {
+  const service = build(t, { adminApi: { enabled: true, bearerToken: TOKEN } })
+  const page = await service.app.inject({ url: '/admin/console' })
+  t.equal(page.statusCode, 200)
+  t.match(page.headers['content-security-policy'], /^default-src 'self';/)
+  t.notMatch(page.headers['content-security-policy'], /unsafe-inline|unsafe-eval/)
+  const html = page.body
+  t.same([...html.matchAll(/<script\b([^>]*)>([^<]*)<\/script>/g)].map((m) => [/\bsrc="/.test(m[1]!), m[2]]), [[true, '']], 'one script, loaded from its own path')
+  t.notMatch(html, /\son[a-z]+=/i, 'no inline event handler')
+  for (const id of ['history', 'playground', 'confirm', 'cluster-figures', 'operator']) t.match(html, `id="${id}"`)
+  const script = (await service.app.inject({ url: '/admin/console/app.js' })).body
+  t.notMatch(script, /innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/, 'text goes in as text')
+  t.match(script, /ADMIN \+ '\/live'/, 'the live feed, not polls')
+  t.notMatch(script, /setInterval/, 'nothing polled')
 })
