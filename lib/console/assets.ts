@@ -26,6 +26,7 @@ table { border-collapse: collapse; width: 100%; font-size: .9rem; }
 th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { color: var(--muted); font-weight: 600; }
 td code { word-break: break-all; }
+td code[data-run] { word-break: normal; white-space: nowrap; }
 .empty { color: var(--muted); }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .15rem 1rem; margin: 0; }
 dt { color: var(--muted); }

@@ -164,7 +164,8 @@ function sparkline (label, series, unit) {
   const latest = series.map((s) => s.name + ' ' + (s.values.at(-1) ?? 0).toFixed(2) + ' ' + unit).join(', ')
   svg.setAttribute('aria-label', label + ': ' + latest)
   for (const s of series) {
-    const points = s.values.map((v, i) => (i * width / (HISTORY - 1)).toFixed(1) + ',' + (height - 2 - (v / max) * (height - 4)).toFixed(1))
+    // the samples so far fill the width (then the last HISTORY of them)
+    const points = s.values.map((v, i) => (i * width / Math.max(1, s.values.length - 1)).toFixed(1) + ',' + (height - 2 - (v / max) * (height - 4)).toFixed(1))
     const line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline')
     line.setAttribute('points', points.join(' '))
     line.setAttribute('class', 'line ' + s.className)
