@@ -1,7 +1,7 @@
 import type { SwaggerOptions } from '@fastify/swagger'
 import type { TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import type { Settings } from '../lib/core/settings.js'
+import type { Settings } from '../lib/service/settings.js'
 import { packageVersion as version } from '../lib/core/version.js'
 
 type Json = Record<string, any> // eslint-disable-line @typescript-eslint/no-explicit-any

@@ -4,7 +4,7 @@ import {
   RunSessionMismatchError, SessionBusyError, SessionNotFoundError
 } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import type { Agent, TraceContext } from '../core/types.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord, RunSpec } from '../stores/types.js'

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'

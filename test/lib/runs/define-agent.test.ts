@@ -4,7 +4,7 @@ import t from 'tap'
 import { Type } from '@sinclair/typebox'
 import { defineAgent } from '../../../index.js'
 import type { Agent, AgentServiceOptions } from '../../../index.js'
-import { resolveSettings } from '../../../lib/core/settings.js'
+import { resolveSettings } from '../../../lib/service/settings.js'
 import { echo } from '../../helper.js'
 
 const Question = Type.Object({ q: Type.String(), limit: Type.Optional(Type.Integer({ minimum: 1 })) }, { additionalProperties: false })
