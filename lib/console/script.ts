@@ -222,7 +222,8 @@ function drawAgents (agents) {
   if (!changed('agents', agents)) return
   $('#agents-body').replaceChildren(table('Agents', ['Agent', 'Description', 'Runs', 'Failed', 'In flight', 'Tokens'],
     agents.map((a) => [h('span', { class: 'agent-name', text: a.name }), a.description, a.stats.runs, a.stats.failed, a.stats.inFlight, a.stats.tokens.total])))
-  playAgents(agents)
+  // the playground's choice is redrawn only when the agents themselves change (an open list stays open)
+  if (changed('play-agents', agents.map((a) => [a.name, a.description, a.input]))) playAgents(agents)
 }
 
 function drawRuns (runs) {

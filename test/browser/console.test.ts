@@ -272,7 +272,16 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   t.equal(decidedEvent.data.approval.decision.decidedBy, 'Pat Player', 'the operator\'s name on the stored decision')
   await page.locator('#playground').screenshot({ path: join(artifacts, 'console-playground-done.png') })
 
-  // bad input is the service's 400, shown; a stopped run is cancelled
+  // Stop closes the stream: the run is cancelled
+  await page.getByRole('button', { name: 'Run', exact: true }).click()
+  await page.waitForSelector('#play-events li.inline-approval')
+  await page.getByRole('button', { name: 'Stop', exact: true }).click()
+  await page.waitForSelector('#play-state:text-is("stopped")')
+  t.ok(await page.isEnabled('#play-run'))
+  await eventually(async () => (await adminGet('/runs?agent=planner&status=cancelled')).runs.length === 1 || undefined)
+  t.equal(await page.textContent('#cluster-approvals'), '0', 'its approval went with it')
+
+  // bad input is the service's 400, shown
   await page.fill('#play-input', '{ "city": 1 }')
   await page.getByRole('button', { name: 'Run', exact: true }).click()
   await page.waitForSelector('#play-error:text-matches("400 FST_ERR_VALIDATION")')
