@@ -142,7 +142,7 @@ function page (adminPrefix: string, apiPrefix: string): string {
 <section id="runs" aria-labelledby="runs-title"><h2 id="runs-title">Runs in progress</h2>
 <p class="section-error" role="alert"></p><div id="runs-body" class="table-wrap"></div>
 <h3 id="follow-title" aria-live="polite">Not following a run</h3>
-<div class="actions"><button type="button" id="stop-follow" class="secondary">Stop following</button></div>
+<div class="actions"><button type="button" id="stop-follow" class="secondary" hidden>Stop following</button></div>
 <ol id="follow-log" class="log" aria-labelledby="follow-title"></ol></section>
 ${pagedSection('history', 'Run history', '<form id="history-filters" class="filters" aria-label="Run history filters">' +
   '<div><label for="history-run">Run id</label><input id="history-run" name="runId" maxlength="128"></div>' +

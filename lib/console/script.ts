@@ -314,6 +314,7 @@ async function follow (runId) {
   following = controller
   const log = $('#follow-log')
   $('#follow-title').textContent = 'Following run ' + runId
+  $('#stop-follow').hidden = false
   log.replaceChildren()
   try {
     const res = await fetch(API + '/runs/' + encodeURIComponent(runId) + '/events', { headers: { ...bearer(credentials.service), accept: 'text/event-stream' }, signal: controller.signal })
@@ -642,7 +643,11 @@ $('#audit-filters').addEventListener('submit', (event) => { event.preventDefault
 $('#refresh-sessions').addEventListener('click', () => sessions.reload())
 $('#refresh-webhooks').addEventListener('click', () => webhooks.reload())
 $('#refresh-checkpoints').addEventListener('click', () => guarded($('#checkpoints'), loadCheckpoints))
-$('#stop-follow').addEventListener('click', () => { following?.abort(); $('#follow-title').textContent = 'Not following a run' })
+$('#stop-follow').addEventListener('click', () => {
+  following?.abort()
+  $('#follow-title').textContent = 'Not following a run'
+  $('#stop-follow').hidden = true
+})
 $('#play-form').addEventListener('submit', play)
 $('#play-agent').addEventListener('change', choose)
 $('#play-stop').addEventListener('click', () => playing?.abort())

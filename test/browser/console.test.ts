@@ -130,6 +130,9 @@ t.test('the console in Chromium: agents and stats, an approval decided, a run fo
   await page.waitForSelector('#follow-log li:has-text("run.completed")')
   t.equal(((await (await followed).json()) as { output: unknown }).output, 'tick tock')
   await page.screenshot({ path: join(artifacts, 'console-follow.png'), fullPage: true })
+  await page.getByRole('button', { name: 'Stop following' }).click()
+  t.equal(await page.textContent('#follow-title'), 'Not following a run')
+  t.ok(await page.isHidden('#stop-follow'), 'nothing to stop any more')
 
   // a run cancelled from the page, after a confirmation: kept running when the operator says so, or presses Escape
   const cancelled = run('ticker', 'b')
@@ -261,6 +264,9 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   t.match(await page.textContent('#play-events'), /tool\.call\s*search_hotels \{"city":"Lisbon"\}/)
   t.match(await page.textContent('#play-events'), /<b>Hotel<\/b> Bristol/, 'tool output shown as text, not markup')
   t.equal(await page.$$eval('#play-events b', (nodes) => nodes.length), 0)
+  await page.waitForSelector('#cluster-approvals:text-is("1")')
+  await page.waitForSelector('#cluster-running:text-is("1")')
+  t.pass('the cluster figures count the waiting run and its approval')
   await page.screenshot({ path: join(artifacts, 'console-playground.png'), fullPage: true })
   await page.getByRole('button', { name: 'Approve book-hotel in the playground' }).click()
   await page.waitForSelector('#play-state:text-is("completed")')
@@ -279,7 +285,8 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   await page.waitForSelector('#play-state:text-is("stopped")')
   t.ok(await page.isEnabled('#play-run'))
   await eventually(async () => (await adminGet('/runs?agent=planner&status=cancelled')).runs.length === 1 || undefined)
-  t.equal(await page.textContent('#cluster-approvals'), '0', 'its approval went with it')
+  await page.waitForSelector('#cluster-approvals:text-is("0")')
+  t.pass('its approval went with it')
 
   // bad input is the service's 400, shown
   await page.fill('#play-input', '{ "city": 1 }')
