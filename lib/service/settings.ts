@@ -35,10 +35,16 @@ export const DEFAULT_AUDIT_RETENTION_MS = 30 * 24 * 60 * 60_000
 export const DEFAULT_APPROVAL_RETENTION_MS = 7 * 24 * 60 * 60_000
 export const DEFAULT_BODY_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_JSON_DEPTH = 64
+export const DEFAULT_LIVE_INTERVAL_MS = 2000
+/** a minute: an open console tab costs one audit entry a minute (docs/operations.md, the operator console) */
+export const DEFAULT_LIVE_FEED_MS = 60_000
 
 export interface AdminApiSettings {
   readonly prefix: string
   readonly bearerToken: string | null
+  /** the live feed's snapshot interval, and how long one of its connections (one audit entry) lasts */
+  readonly liveIntervalMs: number
+  readonly liveFeedMs: number
   readonly auditStore: AuditStore
   readonly checkpointStore: CheckpointStore
 }
@@ -320,6 +326,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
       ? Object.freeze({
         prefix: admin.prefix ?? DEFAULT_ADMIN_PREFIX,
         bearerToken: admin.bearerToken ?? null,
+        liveIntervalMs: admin.liveIntervalMs ?? DEFAULT_LIVE_INTERVAL_MS,
+        liveFeedMs: admin.liveFeedMs ?? DEFAULT_LIVE_FEED_MS,
         // the admin API reads what the service writes, whichever option named the store
         auditStore: admin.auditStore === undefined ? auditStore : withDeadline(admin.auditStore, storeMethods.auditStore, 'adminApi.auditStore'),
         checkpointStore: admin.checkpointStore === undefined ? checkpointStore : withDeadline(admin.checkpointStore, storeMethods.checkpointStore, 'adminApi.checkpointStore')
