@@ -7,6 +7,10 @@ import { packageVersion as version } from '../lib/core/version.js'
 type Json = Record<string, any> // eslint-disable-line @typescript-eslint/no-explicit-any
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
 
+function pascal (text: string): string {
+  return text.split(/[^A-Za-z0-9]+/).filter((part) => part !== '').map((part) => part[0]!.toUpperCase() + part.slice(1)).join('')
+}
+
 /** A value for `schema` from its own examples or default, an object's from its properties'; undefined when none is given. */
 function givenExample (schema: TSchema): unknown {
   const given = (schema.examples as unknown[] | undefined)?.[0] ?? schema.default

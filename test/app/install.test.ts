@@ -10,6 +10,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { emptyProject, pack, registryReachable, root, shell } from '../helpers/pack.js'
 
+const offline = await registryReachable() ? false : 'the npm registry cannot be reached'
 t.setTimeout(900_000)
 
 const readme = readFileSync(join(root, 'README.md'), 'utf8')
@@ -92,11 +93,7 @@ const tsconfig = {
   files: ['index.ts']
 }
 
-t.test('each install line as written, in order, then an app using them type-checks and runs', async (t) => {
-  if (!await registryReachable()) {
-    t.skip('the npm registry cannot be reached')
-    return
-  }
+t.test('each install line as written, in order, then an app using them type-checks and runs', { skip: offline }, async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'fa-install-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   const { tarball } = await pack(dir)

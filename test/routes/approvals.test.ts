@@ -151,7 +151,7 @@ t.test('bad requests: 400 in the contract shape, 404 for unknown ids', async (t)
   }
   const form = await app.inject({ method: 'POST', url: '/v1/approvals/a1', payload: 'approved=true', headers: { 'content-type': 'text/plain' } })
   t.equal(form.statusCode, 415)
-  t.match(form.json(), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', message: 'Unsupported Media Type: text/plain: send the body as JSON, with Content-Type: application/json' }, 'a 415 says what to send')
+  t.match(form.json(), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', message: 'Unsupported Media Type: send the body as JSON, with Content-Type: application/json' }, 'a 415 says what to send')
   t.equal((await app.inject({ method: 'GET', url: '/v1/approvals/a1' })).json().status, 'pending', 'none of them decided it')
 
   t.equal((await app.inject({ method: 'GET', url: `/v1/approvals/${'x'.repeat(129)}` })).statusCode, 414, 'Fastify: maxParamLength')
