@@ -23,10 +23,26 @@ function givenExample (schema: TSchema): unknown {
   return Object.keys(value).length > 0 ? value : undefined
 }
 
+/**
+ * The schema with a word as the default of each free string (no pattern, format or enum), as long as its lengths
+ * allow: Value.Create fills strings with spaces, and `minLength: 1` read as `" "` in Swagger UI.
+ */
+function withWords<T> (schema: T): T {
+  if (typeof schema !== 'object' || schema === null) return schema
+  if (Array.isArray(schema)) return schema.map(withWords) as T
+  // a spread keeps TypeBox's symbol keys (Kind), which Value.Create reads
+  const copy: Json = { ...schema }
+  for (const key of Object.keys(copy)) copy[key] = withWords(copy[key])
+  if (copy.type === 'string' && copy.default === undefined && copy.pattern === undefined && copy.format === undefined && copy.enum === undefined && copy.const === undefined) {
+    copy.default = 'example'.padEnd(copy.minLength ?? 0, 'x').slice(0, copy.maxLength)
+  }
+  return copy as T
+}
+
 /** An input the agent's schema accepts, for the example body: from the schema's examples, else one TypeBox makes. */
 function exampleInput (schema: TSchema | undefined): unknown {
   if (schema === undefined) return 'hello'
-  for (const make of [() => givenExample(schema), () => Value.Create(schema)]) {
+  for (const make of [() => givenExample(schema), () => Value.Create(withWords(schema))]) {
     try {
       const value = make()
       if (value !== undefined && Value.Check(schema, value)) return value

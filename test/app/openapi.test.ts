@@ -242,7 +242,7 @@ t.test('the documented example bodies work when tried', async (t) => {
   t.ok(service)
 })
 
-t.test('operation ids of colliding agent names and of a route plugin mounted twice, inputs without an example', async (t) => {
+t.test('operation ids of colliding agent names, inputs without an example, words in the examples made', async (t) => {
   const digits = { input: Type.String({ pattern: '^[0-9]{3}$' }), async run () { return { output: 1 } } }
   const opaque = { input: Type.Unsafe<string>({ type: 'string' }), async run () { return { output: 1 } } }
   const counter = { input: Type.Object({ n: Type.Integer() }), async run () { return { output: 1 } } }
@@ -252,6 +252,23 @@ t.test('operation ids of colliding agent names and of a route plugin mounted twi
   t.equal(document.paths['/v1/agents/a.b/runs'].post.operationId, 'runABAgent2', 'numbered, never the same twice')
   t.equal(document.paths['/v1/agents/a-b/runs'].post.requestBody.content['application/json'].example, undefined, 'no example rather than one that fails')
   t.equal(document.paths['/v1/agents/a.b/runs'].post.requestBody.content['application/json'].example, undefined)
+
+  // TypeBox makes " " for minLength: 1, which reads as nothing in Swagger UI
+  const named = {
+    input: Type.Object({
+      name: Type.String({ minLength: 1 }),
+      code: Type.String({ minLength: 12, maxLength: 12 }),
+      tag: Type.String({ maxLength: 3 }),
+      tags: Type.Array(Type.String({ minLength: 2 }), { minItems: 1 }),
+      kind: Type.Union([Type.Literal('a'), Type.Literal('b')]),
+      given: Type.String({ default: 'Ada' })
+    }),
+    async run () { return { output: 1 } }
+  }
+  const words = await buildOpenApiDocument({ agents: { named } }) as Json
+  t.same(words.paths['/v1/agents/named/runs'].post.requestBody.content['application/json'].example, {
+    input: { name: 'example', code: 'examplexxxxx', tag: 'exa', tags: ['example'], kind: 'a', given: 'Ada' }
+  }, 'a word wherever a free string goes, within its lengths')
 })
 
 t.test('building the document leaves the stores of the options alone', async (t) => {

@@ -70,9 +70,10 @@ export interface Outcome {
 
 /** A shell command line, as a user types it, in `cwd`; its exit code and output (never a rejection). */
 export async function shell (line: string, cwd: string, timeout = 300_000): Promise<Outcome> {
-  // npm's own settings for this project only: no audit or funding requests, nothing from the runner's npm_config_*
+  // npm's own settings for this project only: no audit or funding requests, nothing from the runner's npm_config_*;
+  // yes to npx's "Ok to proceed?", which a person answers at the prompt
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)))
-  return run('sh', ['-c', line], { cwd, timeout, maxBuffer: 64 * 1024 * 1024, env: { ...env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' } })
+  return run('sh', ['-c', line], { cwd, timeout, maxBuffer: 64 * 1024 * 1024, env: { ...env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false', npm_config_yes: 'true' } })
     .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code?: number | string, stdout?: string, stderr?: string }) => ({
       code: typeof error.code === 'number' ? error.code : 1,
       stdout: error.stdout ?? '',
