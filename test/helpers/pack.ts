@@ -73,8 +73,9 @@ export async function shell (line: string, cwd: string, timeout = 300_000): Prom
   // npm's own settings for this project only: no audit or funding requests, nothing from the runner's npm_config_*;
   // yes to npx's "Ok to proceed?", which a person answers at the prompt
   // and nothing of the test runner's (its NODE_OPTIONS loaders break a user's tsc)
-  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(npm_|NODE_OPTIONS$|TAP|_TAPJS)/i.test(name)))
-  return run('sh', ['-c', line], { cwd, timeout, maxBuffer: 64 * 1024 * 1024, env: { ...env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false', npm_config_yes: 'true' } })
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(npm_|TAP|_TAPJS)/i.test(name)))
+  // (the runner adds its loaders to the NODE_OPTIONS of every child it sees start: sh drops them before the line)
+  return run('sh', ['-c', `unset NODE_OPTIONS; ${line}`], { cwd, timeout, maxBuffer: 64 * 1024 * 1024, env: { ...env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false', npm_config_yes: 'true' } })
     .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code?: number | string, stdout?: string, stderr?: string }) => ({
       code: typeof error.code === 'number' ? error.code : 1,
       stdout: error.stdout ?? '',
