@@ -13,6 +13,7 @@ import * as aiTest from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
+import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
 import { build, eventually, listen, parseSse } from '../helper.js'
 import { openSse, openWs } from '../helpers/streams.js'
@@ -289,6 +290,35 @@ t.test('needsApproval, approved: the service approval is asked, the tool runs, t
     { role: 'assistant', content: [{ type: 'text', text: 'I will delete it. ' }, { type: 'tool-call', toolCallId: 'del_1', toolName: 'deleteFile' }] },
     { role: 'tool', content: [{ type: 'tool-result', toolCallId: 'del_1', output: { type: 'text', value: 'deleted /tmp/report.txt' } }] }
   ])
+})
+
+t.test('a result shaped as ai 6 names it (fullStream, response.messages) is read the same', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const deleteFile = tool({
+    description: 'Deletes a file',
+    inputSchema: z.object({ path: z.string() }),
+    needsApproval: true,
+    execute: async ({ path }) => { deleted.push(path); return `deleted ${path}` }
+  })
+  const files = aiSdkAgent({
+    run: (input, ctx) => {
+      const result = streamText({ model, tools: { deleteFile }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
+      // what ai 6's StreamTextResult has (ai 7 has them too, but for response.messages): no `stream`, no `responseMessages`
+      const response = 'responseMessages' in result
+        ? Promise.resolve(result.responseMessages).then((messages) => ({ messages }))
+        : (result as unknown as StreamTextOutputV6).response
+      return { fullStream: result.fullStream, response }
+    }
+  })
+  const { app } = build(t, { agents: { files } })
+  const run = runStream(app, 'files', 'Delete the report')
+  await decide(app, { approved: true })
+  const events = eventsOf((await run).body)
+  t.same(events.map(([type]) => type), ['message.delta', 'tool.call', 'approval.requested', 'approval.decided', 'tool.result', 'message.delta', 'run.completed'])
+  t.match(events.at(-1)![1], { output: 'I will delete it. Done: deleted /tmp/report.txt.' }, 'the continuation carried the response messages')
+  t.same(deleted, ['/tmp/report.txt'])
 })
 
 t.test('needsApproval, rejected: the tool is denied and the model is told why', async (t) => {
