@@ -134,7 +134,7 @@ t.test('each install line as written, in order, then an app using them type-chec
   t.same(JSON.parse(ran.stdout), {
     outputs: { greeter: 'Hello, Ada', writer: 'from the model', grapher: 'from the graph' },
     refused: 400,
-    openai: nodeMajor >= 22 ? 'v4' : 'v3',
+    openai: nodeMajor >= 22 ? 'v4' : 'v3', // the provider spec of that ai's providers
     useChat: 'function'
   }, 'every agent answers, a typed input is checked; the provider and useChat of that ai load')
   const drivers = await shell(`${JSON.stringify(process.execPath)} --input-type=module -e "import('pg').then(() => import('ioredis')).then(() => console.log('loaded'))"`, project)

@@ -127,7 +127,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const results = JSON.parse((await run(process.execPath, ['check.mjs'], { cwd: consumer })).stdout) as Record<string, unknown>
   t.same(results, {
     loaded: true,
-    sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3',
+    sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3@12',
     postgresStores: 'postgresStores() needs the optional dependency pg: npm install pg',
     redisStores: 'redisStores() needs the optional dependency ioredis: npm install ioredis',
     pg: 'absent',
