@@ -17,9 +17,9 @@ import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
-import { ServiceMetrics } from '../lib/core/metrics.js'
+import { ServiceMetrics } from '../lib/service/metrics.js'
 import { consoleAssets } from '../lib/console/assets.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export interface AdminApiPluginOptions {
   /**

@@ -8,7 +8,7 @@ import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, Quot
 import { WebhooksOptions } from './webhooks.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
-// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
+// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/service/settings.ts) names the
 // methods an object must have, so a store without `append` is reported like any other bad value.
 function withMethods<T> (methods: readonly string[], description: string): TUnsafe<T> {
   return Type.Unsafe<T>({ type: 'object', 'x-methods': methods, description })

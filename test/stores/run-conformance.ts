@@ -591,6 +591,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
       t.same(await store.start(value, new Date().toISOString(), lease()), { outcome: 'gone' })
       t.same(await store.reopen(newRun({ runId: value }), { exclusive: true }), { outcome: 'not_found' })
       t.equal(await store.finish(value, [], cancelled(), HOUR, OWNER), null)
+      t.equal(await store.delete(value), false)
       await store.append(value, [event(1)], OWNER)
     }
     const events: StoredEvent[] = [event(1, 'custom.nul\u0000'), event(1, 'custom.lone\ud800'), { seq: 1, type: 'custom.x', data: '"raw \ud800"' }]
