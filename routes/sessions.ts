@@ -33,6 +33,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     config: { access: 'run' },
     bodyLimit: settings.bodyLimit,
     schema: {
+      operationId: 'createSession',
       summary: 'Create a session',
       tags: ['sessions'],
       body: CreateSessionRequest,
@@ -52,6 +53,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.get('/sessions/:id', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getSession',
       summary: 'Get a session with its messages',
       tags: ['sessions'],
       params: SessionParams,
@@ -62,6 +64,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.get('/sessions/:id/runs', {
     config: { access: 'run' },
     schema: {
+      operationId: 'listSessionRuns',
       summary: 'A session\'s runs, most recent first',
       tags: ['sessions', 'runs'],
       params: SessionParams,
@@ -77,6 +80,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.delete('/sessions/:id', {
     config: { access: 'run' },
     schema: {
+      operationId: 'deleteSession',
       summary: 'Delete a session',
       tags: ['sessions'],
       params: SessionParams,

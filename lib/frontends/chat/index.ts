@@ -106,6 +106,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'chatWithAgent',
       summary: 'Chat with an agent (AI SDK UI message stream)',
       description: 'What `useChat` (DefaultChatTransport) sends: `{ id, messages, trigger, messageId }`. The last user ' +
         'message\'s text is the run\'s input, the chat\'s session (named by `id` in the caller\'s own space) its history; ' +
@@ -135,6 +136,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
   fastify.get('/agents/:name/chat/:id/stream', {
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'resumeChatStream',
       summary: 'Resume a chat\'s stream',
       description: 'What `useChat({ resume: true })` asks on load: 204 when the chat has no run in progress, else that ' +
         'run\'s stream from its start (the same message id), then live. At an approval still pending it ends, as the chat ' +
