@@ -72,14 +72,12 @@ export async function roundTrips (pkgDir, { runs = RUNS, log = console.log } = {
     return { perRun, rows }
   } finally {
     await service.close(0)
+    // stores given a Pool are not closed by the service: closed here, their listeners' clients given back
+    await Promise.all([...Object.values(stores).map((store) => store.close?.()), stores.idempotency.store.close()])
     await pool.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
     counter.restore()
     await pool.end()
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
-  await roundTrips(process.argv[2])
-  // the pool of a store given a Pool is never ended by it, nor its listeners: done here
-  process.exit(0)
-}
+if (import.meta.url === `file://${process.argv[1]}`) await roundTrips(process.argv[2])

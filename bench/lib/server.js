@@ -209,6 +209,8 @@ async function serviceOptions (preset) {
     case 'runs-sqlite': return { runStore: lib.sqliteStores(preset.file).runStore }
     case 'runs-postgres': return { runStore: lib.postgresStores(preset.url, { schema: preset.schema }).runStore }
     case 'runs-redis': return { runStore: lib.redisStores(preset.url, { prefix: preset.prefix }).runStore }
+    // every store on PostgreSQL (issue 26's JSON run)
+    case 'all-postgres': return lib.postgresStores(preset.url, { schema: preset.schema })
     default: throw new Error(`unknown preset ${preset.name}`)
   }
 }
