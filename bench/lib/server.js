@@ -227,7 +227,8 @@ function nullRunStore () {
     reopen: async () => ({ outcome: 'not_found' }),
     start: async () => ({ outcome: 'gone' }),
     append: async () => {},
-    finish: none,
+    // ended as asked: the run's terminal event is sent
+    finish: async (_runId, _events, end) => ({ status: end.status }),
     get: none,
     spec: none,
     events: async () => [],
@@ -237,6 +238,7 @@ function nullRunStore () {
     listBySession: async () => ({ runs: [], nextCursor: null }),
     list: async () => ({ runs: [], nextCursor: null }),
     purge: async () => 0,
+    delete: async () => false,
     claim: async () => [],
     renew: async (_owner, runIds) => [...runIds],
     lapsed: async () => [],
