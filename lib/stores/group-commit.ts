@@ -26,6 +26,12 @@ export interface GroupCommitOptions<I, R> {
    * synchronous and so never in flight; default `'microtask'`: it goes at once, and what comes meanwhile gathers.
    */
   start?: 'microtask' | 'tick'
+  /**
+   * How long a group gathers before it is written (default 0: only what came while the last one was in flight),
+   * unless an urgent call (a run's end) is waiting: a store whose every write costs much whatever it holds (SQLite
+   * writes its pages to its log at each commit) is written less often, with more in each write.
+   */
+  windowMs?: number
 }
 
 /**
@@ -37,6 +43,10 @@ export class GroupCommit<I, R> {
   readonly #maxWeight: number
   #queue: Array<Waiting<I, R>> = []
   #busy = false
+  /** an urgent call waits: the window ends now */
+  #urgent = false
+  /** ends the window's wait at once */
+  #wake: (() => void) | null = null
   /** groups written: tests and the bench count writes by it */
   writes = 0
 
@@ -45,10 +55,14 @@ export class GroupCommit<I, R> {
     this.#maxWeight = options.maxWeight ?? 256
   }
 
-  /** Queues an item; resolves with its result once its group is written. */
-  add (item: I): Promise<R> {
+  /** Queues an item; resolves with its result once its group is written. `urgent`: the window does not wait for more. */
+  add (item: I, urgent = false): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.#queue.push({ item, resolve, reject })
+      if (urgent) {
+        this.#urgent = true
+        this.#wake?.()
+      }
       if (this.#busy) return
       this.#busy = true
       if (this.#options.start === 'tick') setImmediate(() => { void this.#drain() })
@@ -59,6 +73,18 @@ export class GroupCommit<I, R> {
   /** Writes groups until nothing waits. */
   async #drain (): Promise<void> {
     while (this.#queue.length > 0) {
+      const windowMs = this.#options.windowMs ?? 0
+      if (windowMs > 0 && !this.#urgent) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, windowMs)
+          this.#wake = () => {
+            clearTimeout(timer)
+            resolve()
+          }
+        })
+        this.#wake = null
+      }
+      this.#urgent = false
       const group = this.#take()
       this.writes++
       try {

@@ -30,6 +30,8 @@ const BACKEND = 'SQLite'
 const POLL_MS = 250
 /** Queued runs read per step of a claim, at least (runs whose session is busy are stepped over). */
 const CLAIM_PAGE = 32
+/** How long the log's writes gather before their transaction (a run's end does not wait): see #group. */
+const GROUP_WINDOW_MS = 20
 /** Events inserted per statement: a batch of n is about log2(n) + n/32 statements (as the audit store does). */
 const INSERT_ROWS = 32
 
@@ -249,13 +251,15 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
   /**
-   * The log's writes (append, finish) of one turn of the event loop, every run's, go in one transaction (each in a
-   * savepoint of its own): better-sqlite3 writes synchronously, so the group is what a turn brings.
+   * The log's writes (append, finish), every run's, go in one transaction (each in a savepoint of its own) every
+   * GROUP_WINDOW_MS, a run's end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in
+   * flight to gather behind, and each commit writes every page it changed to the WAL (one per run's log at least).
    */
   readonly #group = new GroupCommit<Grouped, unknown>({
     write: (items) => this.#writeGroup(items),
     key: (item) => item.runId,
-    start: 'tick'
+    start: 'tick',
+    windowMs: GROUP_WINDOW_MS
   })
 
   constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
@@ -305,9 +309,9 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     })
   }
 
-  /** One run's log write, in the next group's transaction. */
-  async #grouped<T> (runId: string, write: (statements: Statements, now: number) => { value: T, heard?: Heard }): Promise<T> {
-    return await this.#group.add({ runId, write }) as T
+  /** One run's log write, in the next group's transaction (`urgent`: at the end of this turn). */
+  async #grouped<T> (runId: string, write: (statements: Statements, now: number) => { value: T, heard?: Heard }, urgent = false): Promise<T> {
+    return await this.#group.add({ runId, write }, urgent) as T
   }
 
   #tell (heard: Heard): void {
@@ -604,7 +608,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       const ending = runningEnd(owned.cancel_requested === 1, owned.trace_id, events, end)
       const { record, heard } = this.#end(statements, owned, ending.events, ending.end, retentionMs)
       return { value: record, heard }
-    })
+    }, true)
   }
 
   async get (runId: string): Promise<RunRecord | null> {
