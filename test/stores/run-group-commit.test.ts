@@ -315,3 +315,26 @@ t.test('GroupCommit: by weight, and at the end of the turn', async (t) => {
   t.ok(settled)
   t.same(written, [[12], [4, 5], [6]], 'one heavy call alone; the rest up to the weight')
 })
+
+t.test('GroupCommit: a window gathers more; an urgent call ends it at once', async (t) => {
+  const written: string[][] = []
+  const group = new GroupCommit<{ key: string }, null>({
+    write: (items) => {
+      written.push(items.map((item) => item.key))
+      return items.map(() => null)
+    },
+    key: (item) => item.key,
+    start: 'tick',
+    windowMs: 60_000
+  })
+  const first = group.add({ key: 'a' })
+  await sleep(20)
+  t.same(written, [], 'the window gathers')
+  const b = group.add({ key: 'b' })
+  const end = group.add({ key: 'c' }, true)
+  await Promise.all([first, b, end])
+  t.same(written, [['a', 'b', 'c']], 'an urgent call ends the window: everything gathered goes with it')
+  // urgent before the first write began: no window at all
+  await Promise.all([group.add({ key: 'd' }, true), group.add({ key: 'e' })])
+  t.same(written.at(-1), ['d', 'e'])
+})
