@@ -446,12 +446,12 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     return items.map((item) => appended.get(item.runId) ?? null)
   }
 
-  /** Appends a batch that follows the log of a run `owner` runs, in one statement: its new lastSeq, null when it does not. */
-  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number | null> {
+  /** Appends a batch that follows the log of a run `owner` runs (checked under its lock), in one statement: its new lastSeq. */
+  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number> {
     const { rows: [appended] } = await q.query<{ last_seq: number }>(this.#sql.append, [
       runId, events.length, events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
     ])
-    return appended?.last_seq ?? null
+    return appended!.last_seq
   }
 
   /** The run, locked; undefined when it is unknown (or past its retention). */
