@@ -103,6 +103,11 @@ interface Appending {
  * ids fit, with room to spare for the seqs and the brackets.
  */
 const NOTIFY_BYTES = 7_000
+/**
+ * How long a group of appends gathers before its statement, at least: what a statement costs both sides is mostly
+ * per statement and per run, so a run streaming a delta per tick is written a few deltas at a time.
+ */
+const GROUP_WINDOW_MS = 5
 const notifyWeight = (item: Appending): number => Buffer.byteLength(JSON.stringify(item.runId)) + 16
 
 /* c8 ignore next 3 */
@@ -130,7 +135,8 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     write: async (items) => this.#appendGroup(items),
     key: (item) => item.runId,
     weigh: notifyWeight,
-    maxWeight: NOTIFY_BYTES
+    maxWeight: NOTIFY_BYTES,
+    windowMs: GROUP_WINDOW_MS
   })
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {

@@ -514,7 +514,9 @@ export class RedisRunStore extends RedisStore implements RunStore {
    */
   readonly #appends = new GroupCommit<Appending, AppendResult>({
     write: async (items) => this.#appendGroup(items),
-    key: (item) => item.runId
+    key: (item) => item.runId,
+    // a script call costs mostly per call and per run: a run streaming a delta per tick is written a few at a time
+    windowMs: 5
   })
 
   constructor (source: RedisSource, options: RedisRunStoreOptions = {}) {

@@ -149,7 +149,7 @@ if (await redisReachable()) backends.push(redis)
 
 for (const backend of backends) {
   t.test(`${backend.name}: the appends that come while a write is in flight go in one write`, async (t) => {
-    const { store, twin, sent } = await backend.open(t)
+    const { store, twin, sent, hold } = await backend.open(t)
     const ids = await running(store, 8)
     // followers on another instance hear every run of the group
     const heard = new Map<string, number>()
@@ -157,10 +157,13 @@ for (const backend of backends) {
     await sleep(100)
     const writes = store.groupWrites
     const sentBefore = sent()
+    let release = (): void => {}
+    hold?.(new Promise<void>((resolve) => { release = resolve }))
     const first = store.append(ids[0]!, [event(1)], OWNER)
-    // the first is on its way (on SQLite, in the same turn of the loop: it waits for the turn's end with the rest)
-    await Promise.resolve()
+    // the first is on its way, its answer held (on SQLite nothing is in flight: the rest join it in its window)
+    if (hold !== undefined) await eventually(() => sent()! > sentBefore!, 5_000, 'the first write sent')
     const rest = ids.slice(1).map((id) => store.append(id, events(1, 2), OWNER))
+    release()
     await Promise.all([first, ...rest])
     const groups = backend.tick ? 1 : 2
     t.equal(store.groupWrites - writes, groups, `${groups} write(s) for 8 runs' appends`)
