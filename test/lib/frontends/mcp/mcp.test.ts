@@ -1,0 +1,195 @@
+// /v1/mcp through @modelcontextprotocol/sdk's own Client and StreamableHTTPClientTransport (docs/front-ends.md, "MCP"):
+// every agent a tool, a call a run (progress, cancel on close), a task a background run, an approval an elicitation.
+import t from 'tap'
+import { Type } from '@sinclair/typebox'
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
+import { approver, slow, storyteller } from '../../../../app/demo-agents.js'
+import type { Agent } from '../../../../lib/core/types.js'
+import { build, eventually, listen, principalFromHeader } from '../../../helper.js'
+import { mcpClient } from './helpers.js'
+
+const typed: Agent = {
+  description: 'Adds two numbers',
+  input: Type.Object({ a: Type.Number(), b: Type.Number() }, { additionalProperties: false }),
+  output: Type.Object({ sum: Type.Number() }),
+  async run (input) {
+    const { a, b } = input as { a: number, b: number }
+    return { output: { sum: a + b } }
+  }
+}
+
+const texty: Agent = {
+  input: Type.String({ minLength: 1 }),
+  async run (input) {
+    return { output: `got ${String(input)}` }
+  }
+}
+
+const failing: Agent = {
+  async run () {
+    throw Object.assign(new Error('the tool broke'), { code: 'BROKEN' })
+  }
+}
+
+const agents = { typed, texty, failing, storyteller, approver, slow }
+
+t.test('tools/list: one tool per agent, its schemas from the typed agent, tasks optional', async (t) => {
+  const { url } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url)
+  const { tools } = await client.listTools()
+  t.same(tools.map((tool) => tool.name), Object.keys(agents))
+  const byName = Object.fromEntries(tools.map((tool) => [tool.name, tool]))
+  t.match(byName.typed, {
+    description: 'Adds two numbers',
+    inputSchema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+    outputSchema: { type: 'object', properties: { sum: { type: 'number' } } },
+    execution: { taskSupport: 'optional' }
+  })
+  t.same(byName.texty!.inputSchema, { type: 'object', properties: { input: { type: 'string', minLength: 1 } }, required: ['input'] })
+  t.same(byName.storyteller!.inputSchema, { type: 'object', properties: { input: {} }, required: ['input'] })
+  t.equal(byName.storyteller!.outputSchema, undefined)
+  t.equal(byName.failing!.description, undefined)
+})
+
+t.test('tools/call: the run\'s deltas as progress notifications, its output as the result, its ids in _meta', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url)
+  const progress: Array<{ progress: number, message?: string | undefined }> = []
+  const result = await client.callTool({ name: 'storyteller', arguments: { input: 'a lighthouse' } }, undefined, { onprogress: (p) => { progress.push(p) } })
+  const text = (result.content as Array<{ text: string }>)[0]!.text
+  t.match(text, /^Once upon a time there was a lighthouse\./)
+  t.equal(result.isError, false)
+  t.equal(progress.map((p) => p.message).join(''), text, 'every delta, in order')
+  t.ok(progress.every((p, i) => i === 0 || p.progress > progress[i - 1]!.progress), 'progress increases')
+  const meta = result._meta as { runId: string, sessionId: string, traceId: string }
+  const record = await service.app.agentService.settings.runStore.get(meta.runId)
+  t.match(record, { status: 'completed', agent: 'storyteller', sessionId: meta.sessionId, traceId: meta.traceId, background: false })
+
+  const sum = await client.callTool({ name: 'typed', arguments: { a: 2, b: 3 } })
+  t.same(sum.structuredContent, { sum: 5 }, 'an object output is the structured content too')
+  t.same(sum.content, [{ type: 'text', text: '{"sum":5}' }])
+  t.same((await client.callTool({ name: 'texty', arguments: { input: 'x' } })).content, [{ type: 'text', text: 'got x' }])
+
+  const failed = await client.callTool({ name: 'failing', arguments: { input: null } })
+  t.equal(failed.isError, true)
+  t.match((failed.content as Array<{ text: string }>)[0]!.text, /^AGENT_ERROR: /)
+
+  const next = await client.callTool({ name: 'storyteller', arguments: { input: 'again' }, _meta: { sessionId: meta.sessionId } })
+  t.equal((next._meta as { sessionId: string }).sessionId, meta.sessionId, '_meta.sessionId continues one of the caller\'s sessions')
+})
+
+t.test('closing the request cancels the run, as a disconnect does', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url)
+  const calling = client.callTool({ name: 'slow', arguments: { input: { ms: 30_000 } } }).catch((err: unknown) => err)
+  const runId = await eventually(() => service.app.agentService.runs.ids()[0], 5_000, 'the run')
+  await client.close()
+  await calling
+  const record = await eventually(async () => {
+    const found = await service.app.agentService.settings.runStore.get(runId)
+    return found?.status === 'cancelled' ? found : undefined
+  }, 5_000, 'the run cancelled')
+  t.equal(record.error?.code, 'CANCELLED')
+})
+
+t.test('tasks through the SDK\'s experimental API: created at once, polled, awaited, listed, cancelled', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url)
+  const messages = []
+  for await (const message of client.experimental.tasks.callToolStream({ name: 'storyteller', arguments: { input: 'a task' } }, undefined, { task: { ttl: 60_000 } })) {
+    messages.push(message)
+  }
+  const created = messages[0]
+  t.equal(created?.type, 'taskCreated')
+  const taskId = created?.type === 'taskCreated' ? created.task.taskId : ''
+  t.match(created, { task: { status: 'working', ttl: 60_000, pollInterval: Number } })
+  const last = messages.at(-1)!
+  t.equal(last.type, 'result')
+  t.match(last.type === 'result' ? last.result : null, { isError: false, content: [{ type: 'text', text: /a task/ }] })
+  t.match(await service.app.agentService.settings.runStore.get(taskId), { background: true, status: 'completed' }, 'a task is a background run')
+
+  t.match(await client.experimental.tasks.getTask(taskId), { taskId, status: 'completed' })
+  const result = await client.experimental.tasks.getTaskResult(taskId, CallToolResultSchema)
+  t.match(result, { isError: false, _meta: { 'io.modelcontextprotocol/related-task': { taskId }, runId: taskId } })
+
+  const { task: long } = await client.request({ method: 'tools/call', params: { name: 'slow', arguments: { input: { ms: 30_000 } }, task: {} } }, CreateTaskResultSchema)
+  t.equal(long.ttl, service.app.agentService.settings.runRetentionMs, 'the ttl is runRetentionMs by default')
+  t.match(await client.experimental.tasks.listTasks(), { tasks: [{ taskId: long.taskId, status: 'working' }, { taskId, status: 'completed' }] }, 'most recent first')
+  t.match(await client.experimental.tasks.cancelTask(long.taskId), { taskId: long.taskId, status: 'cancelled' })
+  t.match(await client.experimental.tasks.getTask(long.taskId), { status: 'cancelled', statusMessage: /^CANCELLED: / })
+  await t.rejects(client.experimental.tasks.cancelTask(long.taskId), { code: -32602, message: /already cancelled/ })
+})
+
+t.test('an approval is an elicitation: accept decides it with the form, decline rejects it', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const asked: unknown[] = []
+  const { client } = await mcpClient(t, url, {
+    elicit: (request) => {
+      asked.push(request.params)
+      return { action: 'accept', content: { approved: true, comment: 'fine' } }
+    }
+  })
+  const result = await client.callTool({ name: 'approver', arguments: { input: { action: 'deploy' } } })
+  t.same(result.content, [{ type: 'text', text: 'Approved by someone: did deploy.' }])
+  t.match(asked, [{ mode: 'form', message: /approval to deploy/, requestedSchema: { properties: { approved: { type: 'boolean' }, comment: { type: 'string' } }, required: ['approved'] } }])
+  const [approval] = await service.app.agentService.settings.approvalStore.listPending()
+  t.equal(approval, undefined, 'nothing left pending')
+
+  const { client: declining } = await mcpClient(t, url, { elicit: () => ({ action: 'decline' }) })
+  const declined = await declining.callTool({ name: 'approver', arguments: { input: { action: 'drop' } } })
+  t.same(declined.content, [{ type: 'text', text: 'Not done (rejected): drop.' }])
+})
+
+t.test('an approval of a task: input_required, then tasks/result asks for it with the task\'s related-task _meta', async (t) => {
+  const { url } = await listen(t, { agents })
+  const asked: Array<Record<string, unknown>> = []
+  const { client } = await mcpClient(t, url, {
+    elicit: (request) => {
+      asked.push(request.params as Record<string, unknown>)
+      return { action: 'accept', content: { approved: false } }
+    }
+  })
+  const messages = []
+  for await (const message of client.experimental.tasks.callToolStream({ name: 'approver', arguments: { input: { action: 'ship' } } }, undefined, { task: {} })) {
+    messages.push(message)
+  }
+  t.match(messages.find((m) => m.type === 'taskStatus' && m.task.status === 'input_required'), { task: { statusMessage: 'ship' } })
+  const taskId = messages[0]!.type === 'taskCreated' ? messages[0].task.taskId : ''
+  t.match(messages.at(-1), { type: 'result', result: { content: [{ text: 'Not done (rejected): ship.' }] } })
+  t.match(asked, [{ _meta: { 'io.modelcontextprotocol/related-task': { taskId } } }])
+})
+
+t.test('cancel leaves the approval pending; a client without the capability is never asked', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url, { elicit: () => ({ action: 'cancel' }) })
+  const { client: plain } = await mcpClient(t, url)
+  const approvals = service.app.agentService.settings.approvalStore
+  for (const caller of [client, plain]) {
+    const calling = caller.callTool({ name: 'approver', arguments: { input: { action: 'wait' } } })
+    const [pending] = await eventually(async () => { const list = await approvals.listPending(); return list.length > 0 ? list : undefined }, 5_000, 'the approval')
+    await service.app.agentService.settings.approvalStore.decide(pending!.id, { approved: true, comment: null, decidedBy: 'ops', decidedAt: new Date().toISOString() })
+    t.same((await calling).content, [{ type: 'text', text: 'Approved by ops: did wait.' }], 'decided elsewhere')
+  }
+})
+
+t.test('another principal\'s task is indistinguishable from an unknown one', async (t) => {
+  const service = build(t, { agents })
+  principalFromHeader(service.app)
+  const { url } = await service.listen({ port: 0, host: '127.0.0.1' })
+  const { client: alice } = await mcpClient(t, url, { headers: { 'x-test-principal': 'alice' } })
+  const { client: bob } = await mcpClient(t, url, { headers: { 'x-test-principal': 'bob' } })
+  const { task } = await alice.request({ method: 'tools/call', params: { name: 'slow', arguments: { input: { ms: 30_000 } }, task: {} } }, CreateTaskResultSchema)
+  const errors = []
+  for (const id of [task.taskId, '00000000-0000-4000-8000-000000000000']) {
+    for (const call of [() => bob.experimental.tasks.getTask(id), () => bob.experimental.tasks.getTaskResult(id, CallToolResultSchema), () => bob.experimental.tasks.cancelTask(id)]) {
+      const err = await call().catch((e: unknown) => e) as McpError
+      t.ok(err instanceof McpError)
+      errors.push({ code: err.code, message: err.message.replace(id, '<id>') })
+    }
+  }
+  t.same(errors.slice(0, 3), errors.slice(3), 'the same errors for both')
+  t.match(errors[0], { code: -32602 })
+  t.same((await bob.experimental.tasks.listTasks()).tasks, [], 'bob lists none of alice\'s')
+  t.match((await alice.experimental.tasks.listTasks()).tasks, [{ taskId: task.taskId }])
+  await alice.experimental.tasks.cancelTask(task.taskId)
+})
