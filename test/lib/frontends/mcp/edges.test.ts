@@ -1,0 +1,114 @@
+// /v1/mcp at its edges: bad JSON-RPC is JSON-RPC's errors (never a 500, never a run), auth and JWT roles, the
+// option that turns it off, and a missing SDK.
+import t from 'tap'
+import { Type } from '@sinclair/typebox'
+import { McpError } from '@modelcontextprotocol/sdk/types.js'
+import { storyteller } from '../../../../app/demo-agents.js'
+import { loadMcp, useMcpLoader } from '../../../../lib/frontends/mcp/index.js'
+import type { Agent } from '../../../../lib/core/types.js'
+import { build, echo, listen } from '../../../helper.js'
+import { nowSeconds, signJwt } from '../../../helpers/jwt.js'
+import { mcpClient, post } from './helpers.js'
+
+const SECRET = 'a-secret-of-at-least-thirty-two-bytes!'
+const typed: Agent = {
+  input: Type.Object({ a: Type.Number() }, { additionalProperties: false }),
+  async run (input) { return { output: input } }
+}
+
+const INIT = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } })
+
+/** The JSON-RPC message of an answer: JSON, or the last `data:` of a stream. */
+function message (text: string): any {
+  const data = text.split('\n').filter((line) => line.startsWith('data: ')).at(-1)
+  return JSON.parse(data === undefined ? text : data.slice(6))
+}
+
+t.test('bad JSON-RPC: its error codes, never a 500, never a run', async (t) => {
+  const { url, service } = await listen(t, { agents: { typed, storyteller } })
+  const runs = service.app.agentService.settings.runStore
+  const notJson = await post(url, '{"jsonrpc":')
+  t.equal(notJson.status, 400)
+  t.match(JSON.parse(notJson.text), { jsonrpc: '2.0', id: null, error: { code: -32700 } })
+  t.match(JSON.parse((await post(url, '{"__proto__":{"x":1}}')).text), { error: { code: -32700 } }, 'what the service\'s parser refuses')
+  t.match(JSON.parse((await post(url, '{"hello":"world"}')).text), { error: { code: -32700 } }, 'JSON that is no JSON-RPC (the SDK\'s answer)')
+
+  const { client } = await mcpClient(t, url)
+  const codeOf = async (request: Promise<unknown>): Promise<number> => ((await request.catch((e: unknown) => e)) as McpError).code
+  t.equal(await codeOf(client.request({ method: 'nope/nothing', params: {} } as never, Type as never)), -32601, 'an unknown method')
+  t.equal(await codeOf(client.experimental.tasks.getTask(42 as never)), -32602, 'bad params')
+  t.equal(await codeOf(client.callTool({ name: 'typed', arguments: { a: 'one' } })), -32602, 'bad arguments')
+  const named = await client.callTool({ name: 'typed', arguments: { a: 'one' } }).catch((e: unknown) => e) as McpError
+  t.match(named.message, /arguments\/a/, 'naming the field')
+  t.equal(await codeOf(client.callTool({ name: 'storyteller', arguments: {} })), -32602, 'a wrapped input missing')
+  t.equal(await codeOf(client.callTool({ name: 'nobody', arguments: {} })), -32602, 'an unknown tool')
+  t.equal(await codeOf(client.callTool({ name: 'storyteller', arguments: { input: 'x' }, _meta: { sessionId: 7 } })), -32602, 'a session id that is no string')
+  t.equal(await codeOf(client.callTool({ name: 'storyteller', arguments: { input: 'x' }, _meta: { sessionId: 'nope' } })), -32602, 'an unknown session')
+  t.equal(await codeOf(client.request({ method: 'tools/call', params: { arguments: {} } } as never, Type as never)), -32602, 'a call without a name')
+  t.same((await runs.list({ limit: 10 })).runs, [], 'nothing ran')
+
+  const deep = await post(url, '['.repeat(200) + ']'.repeat(200))
+  t.equal(deep.status, 400, 'too deep for the service, as everywhere')
+  const nul = await post(url, '{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\\u0000"}}')
+  t.match(JSON.parse(nul.text), { code: 'FA_UNSTORABLE_TEXT' })
+  const noAccept = await fetch(new URL('/v1/mcp', url), { method: 'POST', headers: { 'content-type': 'application/json' }, body: INIT })
+  t.equal(noAccept.status, 406, 'the transport\'s own checks')
+  t.equal((await fetch(new URL('/v1/mcp', url))).status, 405, 'no stream of the server\'s own (stateless)')
+  t.equal((await fetch(new URL('/v1/mcp', url), { method: 'DELETE' })).headers.get('allow'), 'POST')
+})
+
+t.test('auth: 401 with WWW-Authenticate; JWT roles filter tools/list and calls', async (t) => {
+  const keyed = await listen(t, { agents: { echo }, auth: { strategy: 'api-key', keys: ['k'] } })
+  const refused = await post(keyed.url, INIT)
+  t.equal(refused.status, 401)
+  t.match(refused.headers.get('www-authenticate'), /^Bearer/)
+  const { client: withKey } = await mcpClient(t, keyed.url, { headers: { authorization: 'Bearer k' } })
+  t.same((await withKey.listTools()).tools.map((tool) => tool.name), ['echo'])
+
+  const { url } = await listen(t, { agents: { echo, storyteller }, auth: { strategy: 'jwt', secret: SECRET } })
+  const token = signJwt({ sub: 'alice', roles: ['agents:run:echo'], exp: nowSeconds() + 600 }, { alg: 'HS256', secret: SECRET })
+  const { client } = await mcpClient(t, url, { headers: { authorization: `Bearer ${token}` } })
+  t.same((await client.listTools()).tools.map((tool) => tool.name), ['echo'], 'only the agents the token may run')
+  t.match(await client.callTool({ name: 'echo', arguments: { input: 'hi' } }), { content: [{ text: 'hi' }] })
+  const forbidden = await client.callTool({ name: 'storyteller', arguments: { input: 'x' } }).catch((e: unknown) => e) as McpError
+  t.match(forbidden, { code: -32602, message: /Unknown tool: storyteller/ }, 'as unknown as a tool that is not there')
+  const none = signJwt({ sub: 'bob', roles: ['approvals:read'], exp: nowSeconds() + 600 }, { alg: 'HS256', secret: SECRET })
+  t.equal((await post(url, INIT, { authorization: `Bearer ${none}` })).status, 403, 'no agent to run at all')
+})
+
+t.test('a session id says whether the client can be asked; the initialize answer carries it', async (t) => {
+  const { url } = await listen(t, { agents: { echo } })
+  const plain = await post(url, INIT)
+  t.match(plain.headers.get('mcp-session-id'), /^[0-9a-f-]{36}$/)
+  const eliciting = await post(url, INIT.replace('"capabilities":{}', '"capabilities":{"elicitation":{}}'))
+  t.match(eliciting.headers.get('mcp-session-id'), /\.elicit$/, 'an empty elicitation capability is form mode')
+  const urlOnly = await post(url, INIT.replace('"capabilities":{}', '"capabilities":{"elicitation":{"url":{}}}'))
+  t.notMatch(urlOnly.headers.get('mcp-session-id'), /\.elicit$/, 'URL mode only: not asked')
+  t.match(message(plain.text), { result: { serverInfo: { name: 'fastify-agents' }, capabilities: { tools: {}, tasks: { requests: { tools: { call: {} } } } } } })
+  const ping = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'ping' }), { 'mcp-protocol-version': '2025-11-25' })
+  t.equal(ping.headers.get('mcp-session-id'), null, 'only initialize gives one')
+  const answer = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 'fa-approval:00000000-0000-4000-8000-000000000000', result: { action: 'accept', content: { approved: true } } }), { 'mcp-protocol-version': '2025-11-25' })
+  t.equal(answer.status, 202, 'an answer to an approval that is not the caller\'s changes nothing')
+})
+
+t.test('mcp: false turns /v1/mcp off', async (t) => {
+  const { app } = build(t, { mcp: false })
+  t.equal((await app.inject({ method: 'POST', url: '/v1/mcp', payload: INIT })).statusCode, 404)
+})
+
+t.test('without @modelcontextprotocol/sdk: 501 MCP_UNAVAILABLE naming the package; nothing else changes', async (t) => {
+  const restore = useMcpLoader(async () => {
+    throw Object.assign(new Error('Cannot find package \'@modelcontextprotocol/sdk\' imported from /x/server.js'), { code: 'ERR_MODULE_NOT_FOUND' })
+  })
+  t.teardown(restore)
+  const { app } = build(t)
+  const res = await app.inject({ method: 'POST', url: '/v1/mcp', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json' }, payload: INIT })
+  t.equal(res.statusCode, 501)
+  t.match(res.json(), { code: 'MCP_UNAVAILABLE', message: 'MCP needs the optional peer dependency @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk' })
+  t.equal((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 'x' } })).statusCode, 200)
+
+  useMcpLoader(async () => { throw new Error('a broken install') })
+  await t.rejects(loadMcp(), /a broken install/, 'an SDK that is there but fails to load says so')
+  restore()
+  t.ok((await loadMcp()).answerMcp, 'the real module loads again')
+})
