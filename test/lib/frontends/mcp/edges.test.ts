@@ -2,6 +2,8 @@
 // option that turns it off, and a missing SDK.
 import t from 'tap'
 import { Type } from '@sinclair/typebox'
+import SwaggerParser from '@apidevtools/swagger-parser'
+import { buildOpenApiDocument } from '../../../../app/openapi.js'
 import { McpError } from '@modelcontextprotocol/sdk/types.js'
 import { storyteller } from '../../../../app/demo-agents.js'
 import { loadMcp, useMcpLoader } from '../../../../lib/frontends/mcp/index.js'
@@ -111,4 +113,17 @@ t.test('without @modelcontextprotocol/sdk: 501 MCP_UNAVAILABLE naming the packag
   await t.rejects(loadMcp(), /a broken install/, 'an SDK that is there but fails to load says so')
   restore()
   t.ok((await loadMcp()).answerMcp, 'the real module loads again')
+})
+
+t.test('the OpenAPI document shows /v1/mcp: its JSON-RPC body, both answers, how to connect; gone with mcp: false', async (t) => {
+  const document = await buildOpenApiDocument({ agents: { echo } })
+  await SwaggerParser.validate(structuredClone(document) as never)
+  const paths = document.paths as Record<string, Record<string, { description?: string, requestBody?: unknown, responses: Record<string, { content?: Record<string, unknown> }> }>>
+  const post = paths['/v1/mcp']!.post!
+  t.ok(post.requestBody)
+  t.same(Object.keys(post.responses['200']!.content!).sort(), ['application/json', 'text/event-stream'])
+  t.match(post.description, /StreamableHTTPClientTransport/)
+  t.ok(paths['/v1/mcp']!.get && paths['/v1/mcp']!.delete)
+  const off = await buildOpenApiDocument({ agents: { echo }, mcp: false })
+  t.notOk((off.paths as Record<string, unknown>)['/v1/mcp'])
 })
