@@ -6,7 +6,7 @@ import { requestContextOf } from '../../core/request-context.js'
 import type { AgentServiceCore } from '../../core/service.js'
 import type { Agent } from '../../core/types.js'
 import { endsTheRun } from '../../protocols/run-events.js'
-import type { LoggedEvent, RunEvent } from '../../protocols/run-events.js'
+import type { LoggedEvent } from '../../protocols/run-events.js'
 import { prepareRun, queueRun } from '../../runs/start.js'
 import type { AgentRun } from '../../runs/run.js'
 import type { ApprovalRecord, RunRecord, RunStatus } from '../../stores/types.js'
@@ -184,42 +184,38 @@ export function taskOf (record: RunRecord, kept: McpKept, pending: ApprovalRecor
   return task
 }
 
-/** A live run's events (it ran here), then, when it goes on elsewhere (a drain's hand-off), its log's. */
-export async function * liveEvents (runs: McpRuns, run: AgentRun, signal: AbortSignal): AsyncGenerator<LoggedEvent, void, undefined> {
-  const queue: RunEvent[] = []
-  let detached = false
-  let wake: (() => void) | null = null
-  const notify = (): void => { wake?.() }
-  run.listen({
-    runEvent (event) {
-      queue.push(event)
-      notify()
-    },
-    runSettled (outcome) {
-      detached = outcome.status === 'detached'
-      notify()
+/**
+ * Starts the run and hands each of its events to `onEvent` as the run emits it (it runs here), then, when it goes on
+ * elsewhere (a drain's hand-off), as its log gives them; resolves with the event that ends it, or undefined when
+ * `signal` aborts first.
+ */
+export function watchRun (runs: McpRuns, run: AgentRun, signal: AbortSignal, onEvent: (event: LoggedEvent) => void): Promise<LoggedEvent | undefined> {
+  return new Promise((resolve, reject) => {
+    let last = 0
+    const stop = (): void => { resolve(undefined) }
+    signal.addEventListener('abort', stop, { once: true })
+    const end = (event: LoggedEvent | undefined): void => {
+      signal.removeEventListener('abort', stop)
+      resolve(event)
     }
-  })
-  signal.addEventListener('abort', notify)
-  let last = 0
-  try {
-    run.start()
-    for (;;) {
-      while (queue.length > 0) {
-        const event = queue.shift()!
+    run.listen({
+      runEvent (event) {
         last = event.seq
-        yield event
-        if (endsTheRun(event)) return
+        if (signal.aborted) return
+        onEvent(event)
+        if (endsTheRun(event)) end(event)
+      },
+      runSettled (outcome) {
+        if (outcome.status !== 'detached' || signal.aborted) return
+        void (async () => {
+          for await (const event of followRun(runs.service.settings.runStore, run.runId, last, signal)) {
+            onEvent(event)
+            if (endsTheRun(event)) return end(event)
+          }
+          end(undefined)
+        })().catch(reject)
       }
-      if (signal.aborted) return
-      if (detached) {
-        yield * followRun(runs.service.settings.runStore, run.runId, last, signal)
-        return
-      }
-      await new Promise<void>((resolve) => { wake = resolve })
-      wake = null
-    }
-  } finally {
-    signal.removeEventListener('abort', notify)
-  }
+    })
+    run.start()
+  })
 }

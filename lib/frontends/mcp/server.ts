@@ -15,9 +15,10 @@ import { randomId } from '../../core/ids.js'
 import type { AgentServiceCore } from '../../core/service.js'
 import { packageVersion } from '../../core/version.js'
 import { endsTheRun } from '../../protocols/run-events.js'
-import type { Approval, ApprovalEventData, LoggedEvent, RunCompletedData, RunFailedData, TextDeltaData } from '../../protocols/run-events.js'
+import type { Approval, ApprovalEventData, RunCompletedData, RunFailedData, TextDeltaData } from '../../protocols/run-events.js'
+import { SseStream } from '../../runs/sse.js'
 import { cancelRun } from '../runs.js'
-import { McpRuns, MissingInputError, liveEvents } from './runs.js'
+import { McpRuns, MissingInputError, watchRun } from './runs.js'
 import type { OwnedTask } from './runs.js'
 import type { McpToolResult } from './schemas.js'
 import { toolResult } from './tools.js'
@@ -71,6 +72,9 @@ class Exchange {
   readonly server = new Server(INFO, { capabilities: CAPABILITIES, jsonSchemaValidator: NO_VALIDATION })
   /** the decisions the request's elicitation answers make: the request is answered once they are made */
   readonly decisions: Array<Promise<void>> = []
+  /** the response's stream, once its head is out; what is sent before waits in `#early` */
+  #output: SseStream | null = null
+  #early = ''
 
   constructor (service: AgentServiceCore, request: FastifyRequest) {
     this.service = service
@@ -79,6 +83,23 @@ class Exchange {
     this.elicits = typeof session === 'string' && session.endsWith(ELICITS)
     this.server.fallbackRequestHandler = (message, extra) => this.#answer(message, extra)
     this.server.onerror = (err) => { request.log.debug({ err }, 'MCP') }
+  }
+
+  /** The response's stream is open: what was sent before goes first. */
+  open (output: SseStream): void {
+    this.#output = output
+    if (this.#early !== '') output.write(this.#early)
+    this.#early = ''
+  }
+
+  /**
+   * Writes a frame of the response's stream as the SDK's transport frames its messages (`event: message`, the JSON
+   * message as `data`), batched with the rest of the tick's: the progress of a call, one per delta, is the hot path
+   * (the transport's send() checks every message against four zod schemas; bench/README.md, "MCP").
+   */
+  #send (frame: string): void {
+    if (this.#output === null) this.#early += frame
+    else this.#output.write(frame)
   }
 
   async connect (): Promise<void> {
@@ -140,16 +161,16 @@ class Exchange {
     if (params.task !== undefined) return { task: await this.runs.queue(params.name, agent, params.arguments, sessionId, params.task.ttl) }
     const run = await this.runs.prepare(params.name, agent, params.arguments, sessionId)
     const token = params._meta?.progressToken as string | number | undefined
-    let end: LoggedEvent | undefined
-    for await (const event of liveEvents(this.runs, run, extra.signal)) {
+    const progress = token === undefined ? null : `event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":${JSON.stringify(token)},"progress":`
+    const end = await watchRun(this.runs, run, extra.signal, (event) => {
       if (event.type === 'message.delta') {
-        if (token !== undefined) await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: event.seq, message: (event.data as TextDeltaData).text } })
+        if (progress !== null) this.#send(`${progress}${event.seq},"message":${JSON.stringify((event.data as TextDeltaData).text)}}}\n\n`)
       } else if (event.type === 'approval.requested') {
-        await this.#elicit((event.data as ApprovalEventData).approval, extra.requestId)
-      } else if (endsTheRun(event)) {
-        end = event
+        this.#elicit((event.data as ApprovalEventData).approval, extra.requestId).catch((err: unknown) => {
+          this.runs.request.log.warn({ err }, 'could not ask for the approval')
+        })
       }
-    }
+    })
     if (end === undefined) {
       // the client left (its request closed): the run goes with it, wherever it runs now
       cancelRun(this.service, run.runId).catch(() => {})
@@ -233,14 +254,19 @@ function answeredApproval (message: JSONRPCMessage): string | null {
   return typeof id === 'string' && id.startsWith(ELICITATION_ID) ? id.slice(ELICITATION_ID.length) : null
 }
 
-/** The incoming request as the web-standard Request the SDK's transport reads. */
+/**
+ * The incoming request as the SDK's transport reads it: a web-standard Request when it must read the body (text that
+ * is not JSON: its parse error is the transport's to answer), else its method, URL and headers only (the transport
+ * reads nothing else of a request whose body it is given parsed, and a whole Request costs an AbortSignal).
+ */
 function webRequest (request: FastifyRequest, body: McpBody): Request {
   const headers = new Headers()
   for (const [name, value] of Object.entries(request.headers)) {
     if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value)
   }
-  // (a body that is not JSON goes as text: the transport answers it with JSON-RPC's parse error)
-  return new Request(`http://mcp.local${request.url}`, { method: 'POST', headers, body: body.parsed === undefined ? body.text : null })
+  const url = `http://mcp.local${request.url}`
+  if (body.parsed === undefined) return new Request(url, { method: 'POST', headers, body: body.text })
+  return { method: 'POST', url, headers } as Request
 }
 
 /** Answers a POST to /v1/mcp: the SDK's answer (JSON, or a stream of JSON-RPC messages) written to the reply. */
@@ -248,9 +274,11 @@ export async function answerMcp (service: AgentServiceCore, request: FastifyRequ
   const exchange = new Exchange(service, request)
   await exchange.connect()
   const raw = reply.raw
-  const close = (): void => { exchange.server.close().catch(() => {}) }
-  // the client leaving ends what its request waits for (a call's run is cancelled by its handler)
-  raw.once('close', close)
+  // the client leaving ends what its request waits for (a call's run is cancelled by its handler); an exchange that
+  // ended has nothing left to close
+  raw.once('close', () => {
+    if (!raw.writableFinished) exchange.server.close().catch(() => {})
+  })
   const response = await exchange.transport.handleRequest(webRequest(request, body), body.parsed === undefined ? undefined : { parsedBody: body.parsed })
   await Promise.all(exchange.decisions)
   reply.hijack()
@@ -267,15 +295,25 @@ export async function answerMcp (service: AgentServiceCore, request: FastifyRequ
     raw.end(text)
     return
   }
-  raw.writeHead(response.status, headers)
+  // the transport's stream, batched per tick with our own frames, and cut as every stream of the service is when
+  // its reader stays too far behind (maxStreamBufferBytes, the heartbeat)
+  const output = new SseStream(raw, headers)
   raw.flushHeaders()
+  service.heartbeat.add(output)
+  raw.once('close', () => { output.closed() })
+  exchange.open(output)
   const reader = response.body.getReader()
-  raw.once('close', () => { reader.cancel().catch(() => {}) })
+  raw.once('close', () => { if (!raw.writableFinished) reader.cancel().catch(() => {}) })
+  const decoder = new TextDecoder()
   for (;;) {
     const { done, value } = await reader.read()
     if (done) break
-    if (!raw.write(value)) await new Promise((resolve) => { raw.once('drain', resolve).once('close', resolve) })
+    output.write(decoder.decode(value, { stream: true }))
+    if (output.buffered > service.settings.maxStreamBufferBytes) {
+      service.stats.slowConsumers++
+      output.cut()
+    }
   }
-  raw.end()
-  close()
+  service.heartbeat.delete(output)
+  output.end()
 }
