@@ -88,7 +88,7 @@ class Exchange {
   /** The response's stream is open: what was sent before goes first. */
   open (output: SseStream): void {
     this.#output = output
-    if (this.#early !== '') output.write(this.#early)
+    if (this.#early !== '') this.write(this.#early)
     this.#early = ''
   }
 
@@ -99,7 +99,17 @@ class Exchange {
    */
   #send (frame: string): void {
     if (this.#output === null) this.#early += frame
-    else this.#output.write(frame)
+    else this.write(frame)
+  }
+
+  /** Writes to the response's stream; a reader too far behind (`maxStreamBufferBytes`) is cut, as on every stream. */
+  write (text: string): void {
+    const output = this.#output!
+    output.write(text)
+    if (output.buffered > this.service.settings.maxStreamBufferBytes) {
+      this.service.stats.slowConsumers++
+      output.cut()
+    }
   }
 
   async connect (): Promise<void> {
@@ -308,11 +318,7 @@ export async function answerMcp (service: AgentServiceCore, request: FastifyRequ
   for (;;) {
     const { done, value } = await reader.read()
     if (done) break
-    output.write(decoder.decode(value, { stream: true }))
-    if (output.buffered > service.settings.maxStreamBufferBytes) {
-      service.stats.slowConsumers++
-      output.cut()
-    }
+    exchange.write(decoder.decode(value, { stream: true }))
   }
   service.heartbeat.delete(output)
   output.end()

@@ -5,7 +5,8 @@ import { Type } from '@sinclair/typebox'
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { approver, slow, storyteller } from '../../../../app/demo-agents.js'
 import type { Agent } from '../../../../lib/core/types.js'
-import { build, eventually, listen, principalFromHeader } from '../../../helper.js'
+import { memoryStores } from '../../../../lib/stores/memory.js'
+import { build, echo, eventually, listen, principalFromHeader } from '../../../helper.js'
 import { mcpClient } from './helpers.js'
 
 const typed: Agent = {
@@ -192,4 +193,80 @@ t.test('another principal\'s task is indistinguishable from an unknown one', asy
   t.same((await bob.experimental.tasks.listTasks()).tasks, [], 'bob lists none of alice\'s')
   t.match((await alice.experimental.tasks.listTasks()).tasks, [{ taskId: task.taskId }])
   await alice.experimental.tasks.cancelTask(task.taskId)
+})
+
+t.test('a call whose run is taken over elsewhere (its lease lapsed) follows it in the log to its end', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const { client } = await mcpClient(t, url)
+  const calling = client.callTool({ name: 'slow', arguments: { input: { ms: 30_000 } } }, undefined, { onprogress: () => {} })
+  const core = service.app.agentService
+  const runId = await eventually(() => core.runs.ids()[0], 5_000, 'the run')
+  // what another instance does with a run whose lease lapsed: ends it in the store; this one stops it without an end
+  t.ok(await core.settings.runStore.abandon(runId, Date.now() + 60_000, {
+    status: 'failed', endedAt: new Date().toISOString(), error: { code: 'INSTANCE_LOST', message: 'taken over' }
+  }, 3_600_000))
+  core.runs.get(runId)!.detach('INSTANCE_LOST', true)
+  const result = await calling
+  t.equal(result.isError, true)
+  t.match((result.content as Array<{ text: string }>)[0]!.text, /^INSTANCE_LOST: /)
+})
+
+t.test('a store that fails: an internal error, its message hidden; a decision that cannot be made leaves the approval pending', async (t) => {
+  const stores = memoryStores()
+  const { url } = await listen(t, { agents, ...stores })
+  const { client } = await mcpClient(t, url, { elicit: () => ({ action: 'accept', content: { approved: true } }) })
+  const create = stores.runStore.create.bind(stores.runStore)
+  stores.runStore.create = async () => { throw new Error('the disk is full') }
+  const failed = await client.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e) as McpError
+  t.match(failed, { code: -32603, message: /: Internal error$/ })
+  stores.runStore.create = create
+
+  const decide = stores.approvalStore.decide.bind(stores.approvalStore)
+  let refused = 0
+  stores.approvalStore.decide = async (...args) => {
+    if (refused++ === 0) throw new Error('the approvals table is locked')
+    return decide(...args)
+  }
+  const calling = client.callTool({ name: 'approver', arguments: { input: { action: 'retry' } } })
+  const [pending] = await eventually(async () => { const list = await stores.approvalStore.listPending(); return refused > 0 && list.length > 0 ? list : undefined }, 5_000, 'the failed decision')
+  t.equal(pending!.status, 'pending', 'still pending')
+  await decide(pending!.id, { approved: true, comment: null, decidedBy: 'ops', decidedAt: new Date().toISOString() })
+  t.same((await calling).content, [{ type: 'text', text: 'Approved by ops: did retry.' }])
+})
+
+t.test('a quota refuses a call before it runs: a JSON-RPC error with our code; a reader too far behind is cut', async (t) => {
+  const { url, service } = await listen(t, { agents: { ...agents, echo }, quotas: { maxConcurrentRuns: 1 }, maxStreamBufferBytes: 1024 })
+  const { client } = await mcpClient(t, url)
+  const calling = client.callTool({ name: 'slow', arguments: { input: { ms: 500 } } })
+  await eventually(() => service.app.agentService.runs.ids().length === 1, 5_000, 'the first run')
+  const refused = await client.callTool({ name: 'typed', arguments: { a: 1, b: 1 } }).catch((e: unknown) => e) as McpError
+  t.match(refused, { code: -32000, message: /QUOTA_EXCEEDED/, data: { code: 'QUOTA_EXCEEDED', statusCode: 429, headers: { 'retry-after': String } } })
+  await calling
+
+  const { client: reader } = await mcpClient(t, url)
+  const big = await reader.callTool({ name: 'echo', arguments: { input: 'x'.repeat(4096) } }, undefined, { timeout: 2_000 }).catch((e: unknown) => e)
+  t.ok(big instanceof Error, 'the answer never arrives whole')
+  t.equal(service.app.agentService.stats.slowConsumers, 1)
+})
+
+t.test('a client that leaves while a handed-off call or a task\'s result is followed: nothing waits for it', async (t) => {
+  const { url, service } = await listen(t, { agents })
+  const core = service.app.agentService
+  const { client } = await mcpClient(t, url)
+  const calling = client.callTool({ name: 'slow', arguments: { input: { ms: 30_000 } } }).catch((e: unknown) => e)
+  const runId = await eventually(() => core.runs.ids()[0], 5_000, 'the run')
+  // stopped here without an end: the call follows the log, where nothing more comes
+  core.runs.get(runId)!.detach('INSTANCE_LOST', true)
+  await client.close()
+  t.ok(await calling instanceof Error, 'the call ends with its client')
+
+  const { client: tasks } = await mcpClient(t, url)
+  const { task } = await tasks.request({ method: 'tools/call', params: { name: 'slow', arguments: { input: { ms: 30_000 } }, task: {} } }, CreateTaskResultSchema)
+  const waiting = tasks.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema).catch((e: unknown) => e)
+  await eventually(() => core.runs.has(task.taskId), 5_000, 'the task running')
+  await tasks.close()
+  t.ok(await waiting instanceof Error)
+  t.match(await core.settings.runStore.get(task.taskId), { status: 'running' }, 'a task outlives its client')
+  await core.settings.runStore.cancel(task.taskId, { status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'x' } }, 1_000)
+  core.runs.get(task.taskId)?.abort('CANCELLED')
 })
