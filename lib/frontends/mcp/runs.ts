@@ -92,6 +92,8 @@ export class McpRuns {
     const store = this.service.settings.runStore
     const record = await store.get(taskId)
     if (record === null || record.principal !== this.principal || !this.service.hasAccess(this.request, 'run', record.agent)) return null
+    // (a spec gone since the record was read: its run is being purged)
+    /* c8 ignore next */
     const kept = (await store.spec(taskId))?.frontend?.mcp as McpKept | undefined
     if (kept === undefined || Date.parse(record.createdAt) + kept.ttl < Date.now()) return null
     this.service.audit.note(this.request, { agent: record.agent, runId: record.runId, sessionId: record.sessionId ?? undefined })
@@ -126,6 +128,8 @@ export class McpRuns {
       if (endsTheRun(event)) break
     }
     const record = await this.service.settings.runStore.get(runId)
+    // (purged since: as it was)
+    /* c8 ignore next */
     return this.task({ record: record ?? owned.record, kept: owned.kept })
   }
 
@@ -137,6 +141,8 @@ export class McpRuns {
   /** The tools/call result of a task whose run has ended (read again: its end is in the record). */
   async result (runId: string, meta: Record<string, unknown>): Promise<McpToolResult | null> {
     const record = await this.service.settings.runStore.get(runId)
+    // (purged while it was awaited, or the wait was cut short)
+    /* c8 ignore next */
     if (record === null || !isTerminalStatus(record.status)) return null
     const end = record.status === 'completed' ? { output: record.result!.output } : { error: record.error! }
     return toolResult(end, record, meta)

@@ -153,7 +153,7 @@ class Exchange {
     if (err instanceof McpError) return err
     if (err instanceof MissingInputError) return invalidParams(err.message)
     const { code, statusCode, message, headers } = err as { code?: unknown, statusCode?: unknown, message: string, headers?: unknown }
-    if (code === 'FST_ERR_VALIDATION' || code === 'FA_UNSTORABLE_TEXT' || code === 'SESSION_NOT_FOUND') return invalidParams(message)
+    if (code === 'FST_ERR_VALIDATION' || code === 'FA_UNSTORABLE_TEXT' || code === 'SESSION_NOT_FOUND' || code === 'FA_INVALID_CURSOR') return invalidParams(message)
     if (typeof code === 'string' && typeof statusCode === 'number' && statusCode < 500) {
       return new McpError(-32000, `${code}: ${message}`, { code, statusCode, ...(headers === undefined ? {} : { headers }) })
     }
@@ -176,6 +176,8 @@ class Exchange {
       if (event.type === 'message.delta') {
         if (progress !== null) this.#send(`${progress}${event.seq},"message":${JSON.stringify((event.data as TextDeltaData).text)}}}\n\n`)
       } else if (event.type === 'approval.requested') {
+        // (the request closed while the approval was looked up: nothing to ask it on)
+        /* c8 ignore next 3 */
         this.#elicit((event.data as ApprovalEventData).approval, extra.requestId).catch((err: unknown) => {
           this.runs.request.log.warn({ err }, 'could not ask for the approval')
         })

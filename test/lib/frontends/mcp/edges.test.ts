@@ -4,7 +4,7 @@ import t from 'tap'
 import { Type } from '@sinclair/typebox'
 import SwaggerParser from '@apidevtools/swagger-parser'
 import { buildOpenApiDocument } from '../../../../app/openapi.js'
-import { McpError } from '@modelcontextprotocol/sdk/types.js'
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { storyteller } from '../../../../app/demo-agents.js'
 import { loadMcp, useMcpLoader } from '../../../../lib/frontends/mcp/index.js'
 import type { Agent } from '../../../../lib/core/types.js'
@@ -126,4 +126,31 @@ t.test('the OpenAPI document shows /v1/mcp: its JSON-RPC body, both answers, how
   t.ok(paths['/v1/mcp']!.get && paths['/v1/mcp']!.delete)
   const off = await buildOpenApiDocument({ agents: { echo }, mcp: false })
   t.notOk((off.paths as Record<string, unknown>)['/v1/mcp'])
+})
+
+t.test('what is no task of the caller\'s is not found: a plain run, a task past its ttl, a task of an agent the token may not run', async (t) => {
+  const failing: Agent = { async run () { throw new Error('no') } }
+  const { url, service } = await listen(t, { agents: { typed, failing, storyteller }, auth: { strategy: 'jwt', secret: SECRET } })
+  const token = (roles: string[]): string => signJwt({ sub: 'alice', roles, exp: nowSeconds() + 600 }, { alg: 'HS256', secret: SECRET })
+  const { client } = await mcpClient(t, url, { headers: { authorization: `Bearer ${token(['agents:run'])}` } })
+  const notFound = async (taskId: string, caller = client): Promise<void> => {
+    t.match(await caller.experimental.tasks.getTask(taskId).catch((e: unknown) => e), { code: -32602, message: /Task not found/ }, taskId)
+  }
+  const plain = await fetch(`${url}/v1/agents/typed/runs`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token(['agents:run'])}` }, body: JSON.stringify({ input: { a: 1 } })
+  })
+  await notFound(((await plain.json()) as { runId: string }).runId)
+  const { task: brief } = await client.request({ method: 'tools/call', params: { name: 'typed', arguments: { a: 1 }, task: { ttl: 1 } } }, CreateTaskResultSchema)
+  t.equal(brief.ttl, 1)
+  await new Promise((resolve) => setTimeout(resolve, 20))
+  await notFound(brief.taskId)
+
+  const { task } = await client.request({ method: 'tools/call', params: { name: 'failing', arguments: { input: null }, task: {} } }, CreateTaskResultSchema)
+  t.match(await client.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema), { isError: true, content: [{ text: /^AGENT_ERROR: / }] })
+  t.match(await client.experimental.tasks.getTask(task.taskId), { status: 'failed', statusMessage: /^AGENT_ERROR: / })
+  const { client: narrower } = await mcpClient(t, url, { headers: { authorization: `Bearer ${token(['agents:run:typed'])}` } })
+  await notFound(task.taskId, narrower)
+  t.match(await client.experimental.tasks.listTasks('bogus').catch((e: unknown) => e), { code: -32602 }, 'a cursor it did not hand out')
+  t.match(await client.callTool({ name: 'typed' }).catch((e: unknown) => e), { code: -32602, message: /arguments/ }, 'no arguments at all')
+  t.ok(service)
 })
