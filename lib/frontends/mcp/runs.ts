@@ -96,7 +96,8 @@ export class McpRuns {
     /* c8 ignore next */
     const kept = (await store.spec(taskId))?.frontend?.mcp as McpKept | undefined
     if (kept === undefined || Date.parse(record.createdAt) + kept.ttl < Date.now()) return null
-    this.service.audit.note(this.request, { agent: record.agent, runId: record.runId, sessionId: record.sessionId ?? undefined })
+    // (a task is a background run: it has a session)
+    this.service.audit.note(this.request, { agent: record.agent, runId: record.runId, sessionId: record.sessionId as string })
     return { record, kept }
   }
 

@@ -33,7 +33,10 @@ const ELICITS = '.elicit'
 const INFO = { name: 'fastify-agents', version: packageVersion }
 const CAPABILITIES = { tools: {}, tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } } }
 // the Server checks only what it asks the client for with elicitInput(), which we never call: no Ajv per request
-const NO_VALIDATION: jsonSchemaValidator = { getValidator: () => (input: unknown) => ({ valid: true, data: input as never, errorMessage: undefined }) }
+const NO_VALIDATION: jsonSchemaValidator = {
+  /* c8 ignore next */
+  getValidator: () => (input: unknown) => ({ valid: true, data: input as never, errorMessage: undefined })
+}
 
 /** The request's body as the route's parser left it: its text, and its value when it is JSON. */
 export interface McpBody {
@@ -207,7 +210,8 @@ class Exchange {
       if (endsTheRun(event)) break
     }
     const result = await this.runs.result(taskId, meta)
-    if (result === null) throw extra.signal.aborted ? new McpError(ErrorCode.ConnectionClosed, 'The request closed') : invalidParams(`Task not found: ${taskId}`)
+    // the request closed before the end (or the run was purged meanwhile): no one to answer
+    if (result === null) throw new McpError(ErrorCode.ConnectionClosed, 'The request closed')
     return result
   }
 
@@ -226,7 +230,7 @@ class Exchange {
   /** Asks the client for a decision on a pending approval of the run (form mode), if it said it can be asked. */
   async #elicit (approval: Approval, relatedRequestId: RequestId, taskId?: string): Promise<void> {
     if (!this.elicits || !await this.runs.pending(approval.id)) return
-    const payload = JSON.stringify(approval.payload, null, 2) ?? 'null'
+    const payload = JSON.stringify(approval.payload ?? null, null, 2)
     const params: Record<string, unknown> = {
       mode: 'form',
       message: `The agent "${approval.agent}" asks for approval to ${approval.action}` +
@@ -273,9 +277,8 @@ function answeredApproval (message: JSONRPCMessage): string | null {
  */
 function webRequest (request: FastifyRequest, body: McpBody): Request {
   const headers = new Headers()
-  for (const [name, value] of Object.entries(request.headers)) {
-    if (value !== undefined) headers.set(name, Array.isArray(value) ? value.join(', ') : value)
-  }
+  const raw = request.raw.rawHeaders
+  for (let i = 0; i < raw.length; i += 2) headers.append(raw[i]!, raw[i + 1]!)
   const url = `http://mcp.local${request.url}`
   if (body.parsed === undefined) return new Request(url, { method: 'POST', headers, body: body.text })
   return { method: 'POST', url, headers } as Request
@@ -299,7 +302,6 @@ export async function answerMcp (service: AgentServiceCore, request: FastifyRequ
     const sessionId = sessionIdFor(body.parsed)
     if (sessionId !== null) headers['mcp-session-id'] = sessionId
   }
-  if (service.drain.draining) headers.connection = 'close'
   if (response.body === null || !response.headers.get('content-type')?.startsWith('text/event-stream')) {
     const text = response.body === null ? '' : await response.text()
     await service.audit.commit(request, response.status)

@@ -7,7 +7,7 @@ import { approver, slow, storyteller } from '../../../../app/demo-agents.js'
 import type { Agent } from '../../../../lib/core/types.js'
 import { memoryStores } from '../../../../lib/stores/memory.js'
 import { build, echo, eventually, listen, principalFromHeader } from '../../../helper.js'
-import { mcpClient } from './helpers.js'
+import { mcpClient, post } from './helpers.js'
 
 const typed: Agent = {
   description: 'Adds two numbers',
@@ -32,7 +32,24 @@ const failing: Agent = {
   }
 }
 
-const agents = { typed, texty, failing, storyteller, approver, slow }
+/** Asks with nothing but an action (no payload, no reason). */
+const asker: Agent = {
+  async run (_input, ctx) {
+    const decision = await ctx.requestApproval({ action: 'ask' })
+    return { output: decision.approved ? 'yes' : 'no' }
+  }
+}
+
+/** Its deltas at once, before the response's stream may be open. */
+const burst: Agent = {
+  async * run () {
+    yield 'a'
+    yield 'b'
+    yield 'c'
+  }
+}
+
+const agents = { typed, texty, failing, storyteller, approver, slow, asker, burst }
 
 t.test('tools/list: one tool per agent, its schemas from the typed agent, tasks optional', async (t) => {
   const { url } = await listen(t, { agents })
@@ -65,6 +82,10 @@ t.test('tools/call: the run\'s deltas as progress notifications, its output as t
   const meta = result._meta as { runId: string, sessionId: string, traceId: string }
   const record = await service.app.agentService.settings.runStore.get(meta.runId)
   t.match(record, { status: 'completed', agent: 'storyteller', sessionId: meta.sessionId, traceId: meta.traceId, background: false })
+
+  const early: string[] = []
+  await client.callTool({ name: 'burst', arguments: { input: null } }, undefined, { onprogress: (p) => { early.push(p.message ?? '') } })
+  t.same(early, ['a', 'b', 'c'], 'deltas sent before the stream opened go first')
 
   const sum = await client.callTool({ name: 'typed', arguments: { a: 2, b: 3 } })
   t.same(sum.structuredContent, { sum: 5 }, 'an object output is the structured content too')
@@ -135,6 +156,9 @@ t.test('an approval is an elicitation: accept decides it with the form, decline 
   t.match(asked, [{ mode: 'form', message: /approval to deploy/, requestedSchema: { properties: { approved: { type: 'boolean' }, comment: { type: 'string' } }, required: ['approved'] } }])
   const [approval] = await service.app.agentService.settings.approvalStore.listPending()
   t.equal(approval, undefined, 'nothing left pending')
+
+  t.equal((await client.callTool({ name: 'asker', arguments: { input: null } })).structuredContent, undefined)
+  t.match(asked[1], { message: /asks for approval to ask\. Payload:\nnull$/ }, 'nothing but the action')
 
   const { client: declining } = await mcpClient(t, url, { elicit: () => ({ action: 'decline' }) })
   const declined = await declining.callTool({ name: 'approver', arguments: { input: { action: 'drop' } } })
@@ -219,6 +243,9 @@ t.test('a store that fails: an internal error, its message hidden; a decision th
   stores.runStore.create = async () => { throw new Error('the disk is full') }
   const failed = await client.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e) as McpError
   t.match(failed, { code: -32603, message: /: Internal error$/ })
+  stores.runStore.create = async () => { throw Object.assign(new Error('no answer in time'), { code: 'STORE_UNAVAILABLE', statusCode: 503 }) }
+  const coded = await client.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e) as McpError
+  t.match(coded, { code: -32603, message: /STORE_UNAVAILABLE: no answer in time$/, data: { code: 'STORE_UNAVAILABLE' } }, 'a code of ours is shown')
   stores.runStore.create = create
 
   const decide = stores.approvalStore.decide.bind(stores.approvalStore)
@@ -241,6 +268,7 @@ t.test('a quota refuses a call before it runs: a JSON-RPC error with our code; a
   await eventually(() => service.app.agentService.runs.ids().length === 1, 5_000, 'the first run')
   const refused = await client.callTool({ name: 'typed', arguments: { a: 1, b: 1 } }).catch((e: unknown) => e) as McpError
   t.match(refused, { code: -32000, message: /QUOTA_EXCEEDED/, data: { code: 'QUOTA_EXCEEDED', statusCode: 429, headers: { 'retry-after': String } } })
+
   await calling
 
   const { client: reader } = await mcpClient(t, url)
@@ -269,4 +297,23 @@ t.test('a client that leaves while a handed-off call or a task\'s result is foll
   t.match(await core.settings.runStore.get(task.taskId), { status: 'running' }, 'a task outlives its client')
   await core.settings.runStore.cancel(task.taskId, { status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'x' } }, 1_000)
   core.runs.get(task.taskId)?.abort('CANCELLED')
+})
+
+t.test('a busy session refuses a call before it runs; tasks/list pages through the runs', async (t) => {
+  const { url } = await listen(t, { agents: { ...agents, echo } })
+  const { client } = await mcpClient(t, url)
+  const queued = await fetch(`${url}/v1/agents/slow/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: { ms: 400 }, background: true }) })
+  const { sessionId } = await queued.json() as { sessionId: string }
+  const busy = await client.callTool({ name: 'typed', arguments: { a: 1, b: 1 }, _meta: { sessionId } }).catch((e: unknown) => e) as McpError
+  t.match(busy, { code: -32000, data: { code: 'SESSION_BUSY', statusCode: 409 } }, 'a busy session')
+  t.equal((busy.data as Record<string, unknown>).headers, undefined)
+
+
+  await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}/v1/agents/echo/runs`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"input":1}' })))
+  const first = await client.experimental.tasks.listTasks()
+  t.same(first.tasks, [], 'the last hundred runs hold no task')
+  t.type(first.nextCursor, 'string')
+  t.match(await client.experimental.tasks.listTasks(first.nextCursor), { tasks: [] })
+  const answer = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 5, result: {} }), { 'mcp-protocol-version': '2025-11-25' })
+  t.equal(answer.status, 202, 'a response to nothing of ours goes to the SDK, which ignores it')
 })
