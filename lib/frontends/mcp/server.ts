@@ -91,6 +91,8 @@ class Exchange {
   /** The response's stream is open: what was sent before goes first. */
   open (output: SseStream): void {
     this.#output = output
+    // (a call's run starts once the stores have answered: the stream is open by then, but nothing says it must be)
+    /* c8 ignore next */
     if (this.#early !== '') this.write(this.#early)
     this.#early = ''
   }
@@ -101,6 +103,7 @@ class Exchange {
    * (the transport's send() checks every message against four zod schemas; bench/README.md, "MCP").
    */
   #send (frame: string): void {
+    /* c8 ignore next */
     if (this.#output === null) this.#early += frame
     else this.write(frame)
   }
@@ -127,27 +130,24 @@ class Exchange {
   }
 
   async #answer (request: JSONRPCRequest, extra: Extra): Promise<ServerResult> {
-    try {
-      return await this.#method(request, extra) as ServerResult
-    } catch (err) {
-      throw this.#jsonRpcError(err)
-    } finally {
-      // a request that changes state is answered once its audit entry is stored (docs/operations.md)
-      await this.service.audit.commit(this.runs.request, 200)
-    }
+    const outcome = await this.#method(request, extra).then((result) => ({ result }), (err: unknown) => ({ err }))
+    // a request that changes state is answered once its audit entry is stored (docs/operations.md)
+    await this.service.audit.commit(this.runs.request, 200)
+    if ('err' in outcome) throw this.#jsonRpcError(outcome.err)
+    return outcome.result as ServerResult
   }
 
-  #method (request: JSONRPCRequest, extra: Extra): Promise<unknown> {
+  async #method (request: JSONRPCRequest, extra: Extra): Promise<unknown> {
     switch (request.method) {
       case 'tools/list':
         parse(ListToolsRequestSchema, request)
-        return Promise.resolve({ tools: this.runs.tools() })
+        return { tools: this.runs.tools() }
       case 'tools/call': return this.#call(parse(CallToolRequestSchema, request).params, extra)
       case 'tasks/get': return this.#owned(parse(GetTaskRequestSchema, request).params.taskId).then((owned) => this.runs.task(owned))
       case 'tasks/result': return this.#result(parse(GetTaskPayloadRequestSchema, request).params.taskId, extra)
       case 'tasks/list': return this.#list(parse(ListTasksRequestSchema, request).params?.cursor)
       case 'tasks/cancel': return this.#cancel(parse(CancelTaskRequestSchema, request).params.taskId)
-      default: return Promise.reject(new McpError(ErrorCode.MethodNotFound, `Method not found: ${request.method}`))
+      default: throw new McpError(ErrorCode.MethodNotFound, `Method not found: ${request.method}`)
     }
   }
 
@@ -161,8 +161,8 @@ class Exchange {
       return new McpError(-32000, `${code}: ${message}`, { code, statusCode, ...(headers === undefined ? {} : { headers }) })
     }
     this.runs.request.log.error({ err }, 'MCP request failed')
-    const exposed = this.service.settings.exposeErrors || typeof code === 'string'
-    return new McpError(ErrorCode.InternalError, exposed ? `${String(code ?? 'INTERNAL_ERROR')}: ${message}` : 'Internal error', typeof code === 'string' ? { code } : undefined)
+    if (typeof code === 'string') return new McpError(ErrorCode.InternalError, `${code}: ${message}`, { code })
+    return new McpError(ErrorCode.InternalError, this.service.settings.exposeErrors ? message : 'Internal error')
   }
 
   async #call (params: { name: string, arguments?: Record<string, unknown> | undefined, task?: { ttl?: number | null | undefined } | undefined, _meta?: Record<string, unknown> | undefined }, extra: Extra): Promise<ServerResult> {

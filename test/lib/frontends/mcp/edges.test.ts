@@ -91,6 +91,8 @@ t.test('a session id says whether the client can be asked; the initialize answer
   t.equal(ping.headers.get('mcp-session-id'), null, 'only initialize gives one')
   const answer = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 'fa-approval:00000000-0000-4000-8000-000000000000', result: { action: 'accept', content: { approved: true } } }), { 'mcp-protocol-version': '2025-11-25' })
   t.equal(answer.status, 202, 'an answer to an approval that is not the caller\'s changes nothing')
+  const refusal = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 'fa-approval:00000000-0000-4000-8000-000000000000', error: { code: -1, message: 'the client could not ask' } }), { 'mcp-protocol-version': '2025-11-25' })
+  t.equal(refusal.status, 202, 'an error for an answer leaves the approval as it is')
 })
 
 t.test('mcp: false turns /v1/mcp off', async (t) => {

@@ -6,7 +6,7 @@ import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelco
 import { approver, slow, storyteller } from '../../../../app/demo-agents.js'
 import type { Agent } from '../../../../lib/core/types.js'
 import { memoryStores } from '../../../../lib/stores/memory.js'
-import { build, echo, eventually, listen, principalFromHeader } from '../../../helper.js'
+import { auditEntries, build, echo, eventually, listen, principalFromHeader } from '../../../helper.js'
 import { mcpClient, post } from './helpers.js'
 
 const typed: Agent = {
@@ -243,6 +243,10 @@ t.test('a store that fails: an internal error, its message hidden; a decision th
   stores.runStore.create = async () => { throw new Error('the disk is full') }
   const failed = await client.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e) as McpError
   t.match(failed, { code: -32603, message: /: Internal error$/ })
+  const exposing = await listen(t, { agents, ...memoryStores(), exposeErrors: true })
+  const { client: shown } = await mcpClient(t, exposing.url)
+  exposing.service.app.agentService.settings.runStore.create = async () => { throw new Error('the disk is full') }
+  t.match(await shown.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e), { code: -32603, message: /: the disk is full$/ }, 'exposeErrors')
   stores.runStore.create = async () => { throw Object.assign(new Error('no answer in time'), { code: 'STORE_UNAVAILABLE', statusCode: 503 }) }
   const coded = await client.callTool({ name: 'typed', arguments: { a: 1, b: 2 } }).catch((e: unknown) => e) as McpError
   t.match(coded, { code: -32603, message: /STORE_UNAVAILABLE: no answer in time$/, data: { code: 'STORE_UNAVAILABLE' } }, 'a code of ours is shown')
@@ -288,12 +292,18 @@ t.test('a client that leaves while a handed-off call or a task\'s result is foll
   await client.close()
   t.ok(await calling instanceof Error, 'the call ends with its client')
 
-  const { client: tasks } = await mcpClient(t, url)
-  const { task } = await tasks.request({ method: 'tools/call', params: { name: 'slow', arguments: { input: { ms: 30_000 } }, task: {} } }, CreateTaskResultSchema)
+  let asked: () => void = () => {}
+  const arrived = new Promise<void>((resolve) => { asked = resolve })
+  const { client: tasks } = await mcpClient(t, url, { elicit: () => { asked(); return new Promise(() => {}) } })
+  const { task } = await tasks.request({ method: 'tools/call', params: { name: 'approver', arguments: { input: { action: 'later' } }, task: {} } }, CreateTaskResultSchema)
   const waiting = tasks.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema).catch((e: unknown) => e)
-  await eventually(() => core.runs.has(task.taskId), 5_000, 'the task running')
+  // asked for the approval: its tasks/result is open on the server
+  await arrived
+  const audited = (await auditEntries(service.app)).length
   await tasks.close()
   t.ok(await waiting instanceof Error)
+  // its request ends on the server too (its one audit entry written)
+  await eventually(async () => (await auditEntries(service.app)).length > audited, 5_000, 'the request ended')
   t.match(await core.settings.runStore.get(task.taskId), { status: 'running' }, 'a task outlives its client')
   await core.settings.runStore.cancel(task.taskId, { status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'x' } }, 1_000)
   core.runs.get(task.taskId)?.abort('CANCELLED')
