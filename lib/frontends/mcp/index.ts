@@ -102,13 +102,14 @@ const mcp: FastifyPluginAsync<McpPluginOptions> = async (fastify) => {
     return reply
   })
 
-  // stateless: no stream of the server's own to open, no session to end (the SDK's client takes a 405 for both)
+  // stateless: no stream of the server's own to open, no session to end (the SDK's client takes a 405 for both);
+  // left out of the document, which has nothing to say of them
   for (const method of ['GET', 'DELETE'] as const) {
     fastify.route({
       method,
       url: '/mcp',
       config: { access: 'run' },
-      schema: { summary: `${method} /v1/mcp: not served (a stateless server)`, tags: ['front ends'], response: errorResponses(401, 405, 429, 503) },
+      schema: { hide: true },
       handler: async (request, reply) => {
         void reply.header('allow', 'POST')
         throw new MethodNotAllowedError(method, request.url)
