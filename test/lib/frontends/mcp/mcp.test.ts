@@ -327,3 +327,12 @@ t.test('a busy session refuses a call before it runs; tasks/list pages through t
   const answer = await post(url, JSON.stringify({ jsonrpc: '2.0', id: 5, result: {} }), { 'mcp-protocol-version': '2025-11-25' })
   t.equal(answer.status, 202, 'a response to nothing of ours goes to the SDK, which ignores it')
 })
+
+t.test('the operator\'s view (the Admin API the console reads) shows a run started over MCP like any other', async (t) => {
+  const { url, service } = await listen(t, { agents, adminApi: { enabled: true, bearerToken: 'an-admin-token-of-some-length' } })
+  const { client } = await mcpClient(t, url)
+  const result = await client.callTool({ name: 'typed', arguments: { a: 1, b: 1 } })
+  const { runId } = result._meta as { runId: string }
+  const listed = await service.app.inject({ url: '/admin/runs', headers: { authorization: 'Bearer an-admin-token-of-some-length' } })
+  t.match(listed.json(), { runs: [{ runId, agent: 'typed', status: 'completed' }] })
+})
