@@ -1,6 +1,9 @@
 // /v1/mcp at its edges: bad JSON-RPC is JSON-RPC's errors (never a 500, never a run), auth and JWT roles, the
 // option that turns it off, and a missing SDK.
 import t from 'tap'
+import { spawnSync } from 'node:child_process'
+import { dirname, join } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { Type } from '@sinclair/typebox'
 import SwaggerParser from '@apidevtools/swagger-parser'
 import { buildOpenApiDocument } from '../../../../app/openapi.js'
@@ -155,4 +158,24 @@ t.test('what is no task of the caller\'s is not found: a plain run, a task past 
   t.match(await client.experimental.tasks.listTasks('bogus').catch((e: unknown) => e), { code: -32602 }, 'a cursor it did not hand out')
   t.match(await client.callTool({ name: 'typed' }).catch((e: unknown) => e), { code: -32602, message: /arguments/ }, 'no arguments at all')
   t.ok(service)
+})
+
+t.test('import \'fastify-agents\' never loads @modelcontextprotocol/sdk: a process where it cannot be found serves everything else', async (t) => {
+  const index = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), '../../../../index.js')).href
+  const hook = 'export async function resolve (specifier, context, next) {' +
+    ' if (specifier.startsWith(\'@modelcontextprotocol/sdk\')) throw Object.assign(new Error("Cannot find package \'" + specifier + "\' imported from " + context.parentURL), { code: \'ERR_MODULE_NOT_FOUND\' });' +
+    ' return next(specifier, context) }'
+  const script = `
+    import { register } from 'node:module'
+    register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}))
+    const { createAgentService } = await import(${JSON.stringify(index)})
+    const service = createAgentService({ logger: false, agents: { echo: { async run (input) { return { output: input } } } } })
+    const run = await service.app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 'x' } })
+    const mcp = await service.app.inject({ method: 'POST', url: '/v1/mcp', headers: { 'content-type': 'application/json' }, payload: '{"jsonrpc":"2.0","id":1,"method":"ping"}' })
+    console.log(JSON.stringify({ run: run.statusCode, mcp: mcp.statusCode, code: mcp.json().code }))
+    await service.close(0)
+  `
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 })
+  t.equal(child.status, 0, child.stderr)
+  t.same(JSON.parse(child.stdout.trim().split('\n').at(-1)!), { run: 200, mcp: 501, code: 'MCP_UNAVAILABLE' })
 })
