@@ -179,3 +179,12 @@ t.test('import \'fastify-agents\' never loads @modelcontextprotocol/sdk: a proce
   t.equal(child.status, 0, child.stderr)
   t.same(JSON.parse(child.stdout.trim().split('\n').at(-1)!), { run: 200, mcp: 501, code: 'MCP_UNAVAILABLE' })
 })
+
+t.test('the rate limit counts MCP requests as any other', async (t) => {
+  const { url } = await listen(t, { agents: { echo }, rateLimit: { maxRequests: 2, intervalMs: 60_000 } })
+  t.equal((await post(url, INIT)).status, 200)
+  t.equal((await post(url, INIT)).status, 200)
+  const over = await post(url, INIT)
+  t.equal(over.status, 429)
+  t.ok(over.headers.get('retry-after'))
+})
