@@ -45,6 +45,8 @@ export { a2aPlugin } from './lib/frontends/a2a/index.js'
 export type { A2APluginOptions } from './lib/frontends/a2a/index.js'
 export { openAiPlugin } from './lib/frontends/openai/index.js'
 export type { OpenAiPluginOptions } from './lib/frontends/openai/index.js'
+export { mcpPlugin } from './lib/frontends/mcp/index.js'
+export type { McpPluginOptions } from './lib/frontends/mcp/index.js'
 export { adminApiPlugin } from './routes/admin.js'
 export type { AdminApiPluginOptions } from './routes/admin.js'
 

@@ -22,6 +22,7 @@ import { runsPlugin } from '../routes/runs.js'
 import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
 import { openAiPlugin } from '../lib/frontends/openai/index.js'
+import { mcpPlugin } from '../lib/frontends/mcp/index.js'
 import { requestPipelinePlugin } from './pipeline.js'
 import { openApiOptions } from './swagger.js'
 
@@ -72,6 +73,8 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(a2aPlugin)
     // agents as models: the OpenAI-shaped APIs
     if (settings.openaiCompat) await v1.register(openAiPlugin)
+    // every agent a tool, over MCP
+    if (settings.mcp) await v1.register(mcpPlugin)
     if (settings.websocket) await v1.register(websocketPlugin)
   }, { prefix: '/v1' })
 

@@ -6,7 +6,7 @@
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
 //   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), sse-continue (the sse
 //   run with onDisconnect 'continue'), sse-sqlite, sse-postgres, sse-redis (the sse run with its log in SQLite, PostgreSQL, Redis), responses and chat-completions (the ticker streamed as /v1/responses and
-//   /v1/chat/completions), handwritten
+//   /v1/chat/completions), mcp (a tools/call of the ticker with progress on /v1/mcp), handwritten
 //   (the contract's work for a JSON run written by hand on bare Fastify: bench/presets.js)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
 // --cpu-prof uses, but only over the measured window) while loading it from core 1 for BENCH_DURATION
@@ -37,6 +37,14 @@ const presets = {
   'sse-redis': { spec: { kind: 'service', preset: { name: 'runs-redis', url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `fa-profile-runs-${process.pid}:` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'sse-continue': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 }, onDisconnect: 'continue' }) } },
   responses: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/responses', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', input: 'go', stream: true }) } },
+  mcp: {
+    spec: { kind: 'service', preset: { name: 'default' } },
+    request: {
+      path: '/v1/mcp',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'ticker', arguments: { input: { deltas: 100 } }, _meta: { progressToken: 1 } } })
+    }
+  },
   'chat-completions': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', messages: [{ role: 'user', content: 'go' }], stream: true }) } },
   'bare-schemas': { spec: { kind: 'bare-fastify', schemas: true }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   'raw-sse': { spec: { kind: 'raw-sse' }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },

@@ -133,6 +133,7 @@ export const AgentServiceOptions = Type.Object({
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   openaiCompat: Type.Optional(Type.Boolean({ description: 'the OpenAI-shaped routes /v1/models, /v1/responses and /v1/chat/completions (default true)' })),
+  mcp: Type.Optional(Type.Boolean({ description: 'the MCP endpoint /v1/mcp: every agent a tool (default true)' })),
   requestTimeoutMs: Type.Optional(Type.Integer({ minimum: 1 })),
   host: Type.Optional(Type.String({ minLength: 1 })),
   publicUrl: Type.Optional(Type.String({ minLength: 1, description: 'the URL clients reach the service at (behind a proxy, a prefix): the OpenAPI document\'s server' })),

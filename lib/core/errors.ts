@@ -97,6 +97,7 @@ export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot 
 // The front-end protocols (§17).
 /** A2A needs its optional peer dependency, loaded on the first A2A request. */
 export const A2aUnavailableError = createError('A2A_UNAVAILABLE', 'A2A needs the optional peer dependency @a2a-js/sdk: npm install @a2a-js/sdk', 501)
+export const McpUnavailableError = createError('MCP_UNAVAILABLE', 'MCP needs the optional peer dependency @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk', 501)
 
 // The OpenAI-shaped routes (/v1/responses, /v1/chat/completions): a response is a view of a run.
 /** An unknown response id, another principal's, or one past its run's retention (or an ephemeral one's end). */

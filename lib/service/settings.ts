@@ -77,6 +77,8 @@ export interface Settings {
   readonly websocket: boolean
   /** /v1/models, /v1/responses, /v1/chat/completions */
   readonly openaiCompat: boolean
+  /** /v1/mcp */
+  readonly mcp: boolean
   readonly requestTimeoutMs: number | null
   readonly host: string
   readonly publicUrl: string | null
@@ -313,6 +315,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     cors: options.cors ?? null,
     websocket: options.websocket ?? false,
     openaiCompat: options.openaiCompat ?? true,
+    mcp: options.mcp ?? true,
     requestTimeoutMs: options.requestTimeoutMs ?? null,
     host: options.host ?? '0.0.0.0',
     publicUrl: options.publicUrl ?? null,

@@ -7,7 +7,7 @@ import Fastify from 'fastify'
 import type { FastifyInstance, FastifyPluginAsync, FastifyPluginCallback } from 'fastify'
 import agentService, {
   MemoryAuditStore, a2aPlugin, adminApiPlugin, agUiPlugin, agentsPlugin, approvalsPlugin, auditPlugin, authPlugin, chatPlugin, corePlugin,
-  corsPlugin, createAgentService, drainPlugin, hasAccess, healthPlugin, idempotencyPlugin, openAiPlugin, rateLimitPlugin, requestContextPlugin,
+  corsPlugin, createAgentService, drainPlugin, hasAccess, healthPlugin, idempotencyPlugin, mcpPlugin, openAiPlugin, rateLimitPlugin, requestContextPlugin,
   requestPipelinePlugin, runsPlugin, sessionsPlugin, websocketPlugin
 } from '../../index.js'
 import type { AgentServiceOptions } from '../../index.js'
@@ -35,6 +35,7 @@ const ROUTES: Record<string, { plugin: Plugin, options?: Partial<AgentServiceOpt
   agUiPlugin: { plugin: agUiPlugin },
   a2aPlugin: { plugin: a2aPlugin },
   openAiPlugin: { plugin: openAiPlugin },
+  mcpPlugin: { plugin: mcpPlugin },
   websocketPlugin: { plugin: websocketPlugin, options: { websocket: true } },
   adminApiPlugin: { plugin: adminApiPlugin, options: { adminApi: { enabled: true, bearerToken: 'admin' } } }
 }
@@ -121,7 +122,7 @@ t.test('issue 23: the README\'s composition with api-key auth answers 401 withou
   await app.register(async (api) => {
     await api.register(requestPipelinePlugin)
     await api.register(healthPlugin, { prefix: '/health' })
-    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin, openAiPlugin]) await api.register(plugin)
+    for (const plugin of [agentsPlugin, sessionsPlugin, approvalsPlugin, runsPlugin, chatPlugin, agUiPlugin, a2aPlugin, openAiPlugin, mcpPlugin]) await api.register(plugin)
   }, { prefix: '/api' })
   const run = { method: 'POST' as const, url: '/api/agents/echo/runs', payload: { input: 1 } }
   const refused = await app.inject(run)
@@ -131,7 +132,7 @@ t.test('issue 23: the README\'s composition with api-key auth answers 401 withou
   t.equal((await app.inject({ ...run, headers: { 'x-api-key': 'k' } })).statusCode, 200)
   t.equal((await app.inject('/api/health')).statusCode, 200, 'health stays public')
   for (const [method, url] of [['GET', '/api/agents'], ['POST', '/api/sessions'], ['GET', '/api/approvals'], ['GET', '/api/runs/x'],
-    ['POST', '/api/agents/echo/chat'], ['POST', '/api/agents/echo/ag-ui'], ['POST', '/api/a2a/echo'], ['GET', '/api/models'], ['POST', '/api/responses']] as const) {
+    ['POST', '/api/agents/echo/chat'], ['POST', '/api/agents/echo/ag-ui'], ['POST', '/api/a2a/echo'], ['GET', '/api/models'], ['POST', '/api/responses'], ['POST', '/api/mcp']] as const) {
     t.equal((await app.inject({ method, url, payload: method === 'POST' ? {} : undefined })).statusCode, 401, `${method} ${url}`)
   }
   t.same((await app.inject('/mine')).json(), { mine: true }, 'the host\'s own route, outside the scope')

@@ -137,6 +137,7 @@ t.test('servers, license, an operationId for every operation, named schemas by $
     'delete /v1/responses/{id}': 'deleteResponse',
     'post /v1/responses/{id}/cancel': 'cancelResponse',
     'post /v1/chat/completions': 'createChatCompletion',
+    'post /v1/mcp': 'postMcp',
     'get /v1/ws': 'openWebSocket',
     'get /admin/health': 'getAdminHealth',
     'get /admin/agents': 'listAdminAgents',

@@ -15,7 +15,7 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteQuotaStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'a2aPlugin', 'adminApiPlugin', 'agUiPlugin', 'agentsPlugin', 'approvalsPlugin', 'auditPlugin', 'authPlugin',
     'buildOpenApiDocument', 'chatPlugin', 'corePlugin', 'corsPlugin', 'createAgentService', 'default', 'defineAgent', 'demoAgents', 'drainPlugin',
-    'fastifyAgents', 'hasAccess', 'healthPlugin', 'idempotencyPlugin', 'memoryStores', 'openAiPlugin', 'postgresStores', 'rateLimitPlugin',
+    'fastifyAgents', 'hasAccess', 'healthPlugin', 'idempotencyPlugin', 'mcpPlugin', 'memoryStores', 'openAiPlugin', 'postgresStores', 'rateLimitPlugin',
     'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'requestPipelinePlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
     'sqliteStores', 'websocketPlugin'
   ])
