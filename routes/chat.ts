@@ -5,11 +5,12 @@ import type { SwaggerTransform } from '@fastify/swagger'
 import { AgentNotFoundError, InputValidationError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import type { AgentServiceCore } from '../lib/core/service.js'
+import { chatHistory } from '../lib/frontends/chat-history.js'
 import { ProjectedStream } from '../lib/frontends/stream.js'
 import { clientGone, conversationSessionId, decideAnswers, ensureSession, requestsOf, runInProgress } from '../lib/frontends/runs.js'
 import { UI_MESSAGE_STREAM_HEADERS, UiMessageStreamProjection } from '../lib/protocols/ui-message-stream.js'
 import { prepareRun } from '../lib/runs/start.js'
-import { ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../schemas/chat.js'
+import { ChatMessages, ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../schemas/chat.js'
 import type { UiMessage } from '../schemas/chat.js'
 import { errorResponses } from '../schemas/common.js'
 import { routePluginScope } from '../lib/core/composition.js'
@@ -152,6 +153,26 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     stream(request, reply).attach(run, new UiMessageStreamProjection())
     run.start()
     return reply
+  })
+
+  fastify.get('/agents/:name/chat/:id/messages', {
+    config: { access: 'run' },
+    schema: {
+      summary: 'A chat\'s messages, to seed useChat after a reload',
+      description: 'The chat\'s history as the AI SDK\'s UIMessage[] (`useChat({ id, messages, resume: true })`): each ' +
+        'run\'s user message and the assistant message its stream showed, built from the same chunks. A run still in ' +
+        'progress gives only its user message (the resumed stream brings the answer); a chat with no messages yet, `[]`.',
+      tags: ['front ends'],
+      params: ChatStreamParams,
+      response: { 200: ChatMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const { name, id } = request.params
+    if (!settings.agents.has(name)) throw new AgentNotFoundError(name)
+    const { principal } = requestContextOf(request)
+    const sessionId = conversationSessionId('chat', principal, name, id)
+    service.audit.note(request, { agent: name, sessionId })
+    return chatHistory(service, sessionId, principal)
   })
 
   fastify.get('/agents/:name/chat/:id/stream', {

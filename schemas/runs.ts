@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id, Metadata, Usage } from './common.js'
+import { Cursor, Id, Metadata, NextCursor, Usage } from './common.js'
 
 export const OnDisconnect = Type.Union([Type.Literal('cancel'), Type.Literal('continue')], {
   description: 'what a client going away does to the run: cancel it (default), or let it go on (rejoin through /v1/runs/:runId/events)'
@@ -95,8 +95,6 @@ export const RunEventsQuery = Type.Object({
 }, { additionalProperties: false })
 
 const Limit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
-const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
-const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
 
 export const SessionRunsQuery = Type.Object({
   limit: Type.Optional(Limit(100, 20)),

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id, Metadata } from './common.js'
+import { AgentNamePattern, Cursor, Id, Metadata, NextCursor } from './common.js'
 
 export const CreateSessionRequest = Type.Object({
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
@@ -28,3 +28,15 @@ export const SessionMessage = Type.Object({
 export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })], { title: 'SessionWithMessages' })
 
 export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })
+
+export const SessionListQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+  cursor: Type.Optional(Cursor),
+  agent: Type.Optional(Type.String({ pattern: AgentNamePattern, description: 'only the sessions of this agent' }))
+}, { additionalProperties: false })
+export type SessionListQuery = Static<typeof SessionListQuery>
+
+export const SessionPage = Type.Object({
+  sessions: Type.Array(Session, { description: 'the caller\'s own, unexpired, most recently active first (without messages)' }),
+  nextCursor: NextCursor
+}, { title: 'SessionPage' })
