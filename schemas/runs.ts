@@ -49,6 +49,7 @@ export const RunFailedEvent = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
   traceId: Type.String()
 }, { title: 'RunFailedEvent' })
+export type RunFailedEvent = Static<typeof RunFailedEvent>
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +
@@ -100,11 +101,13 @@ export const SessionRunsQuery = Type.Object({
   limit: Type.Optional(Limit(100, 20)),
   cursor: Type.Optional(Cursor)
 }, { additionalProperties: false })
+export type SessionRunsQuery = Static<typeof SessionRunsQuery>
 
 export const RunPage = Type.Object({
   runs: Type.Array(RunRecord, { description: 'most recent first' }),
   nextCursor: NextCursor
 })
+export type RunPage = Static<typeof RunPage>
 
 export const AdminRunsQuery = Type.Object({
   limit: Type.Optional(Limit(500, 50)),

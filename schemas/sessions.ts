@@ -17,6 +17,7 @@ export const Session = Type.Object({
   turns: Type.Integer({ minimum: 0 }),
   metadata: Metadata
 }, { title: 'Session' })
+export type Session = Static<typeof Session>
 
 export const SessionMessage = Type.Object({
   role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
@@ -26,6 +27,7 @@ export const SessionMessage = Type.Object({
 }, { title: 'SessionMessage' })
 
 export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })], { title: 'SessionWithMessages' })
+export type SessionWithMessages = Static<typeof SessionWithMessages>
 
 export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })
 
@@ -40,3 +42,4 @@ export const SessionPage = Type.Object({
   sessions: Type.Array(Session, { description: 'the caller\'s own, unexpired, most recently active first (without messages)' }),
   nextCursor: NextCursor
 }, { title: 'SessionPage' })
+export type SessionPage = Static<typeof SessionPage>
