@@ -132,19 +132,20 @@ interface Request {
 
 const TERMINAL = new Set(['run.completed', 'run.failed'])
 
-function sleep (ms: number, signal: AbortSignal | undefined): Promise<void> {
+/** A signal that never aborts: what a wait without one listens to. */
+const NEVER = new AbortController().signal
+
+function sleep (ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    if (signal?.aborted === true) return reject(signal.reason)
-    const timer = setTimeout(done, ms)
-    function done (): void {
-      signal?.removeEventListener('abort', aborted)
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', aborted)
       resolve()
-    }
+    }, ms)
     function aborted (): void {
       clearTimeout(timer)
-      reject(signal!.reason)
+      reject(signal.reason)
     }
-    signal?.addEventListener('abort', aborted, { once: true })
+    signal.addEventListener('abort', aborted, { once: true })
   })
 }
 
@@ -342,7 +343,7 @@ export class AgentsClient {
       }
       if (runId === undefined || failures >= retries) throw new StreamLostError(runId, last, lost)
       failures++
-      await sleep(retryDelayMs * 2 ** (failures - 1), options.signal)
+      await sleep(retryDelayMs * 2 ** (failures - 1), options.signal ?? NEVER)
       try {
         response = await this.#events(runId, last, options.signal)
       } catch (error) {
