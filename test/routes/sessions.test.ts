@@ -60,3 +60,15 @@ t.test('under api-key auth each key lists its own; without one, 401', async (t) 
   t.same((await app.inject({ url: '/v1/sessions', headers: { 'x-api-key': keys[1]! } })).json().sessions, [])
   t.equal((await app.inject({ url: '/v1/sessions' })).statusCode, 401)
 })
+
+t.test('the OpenAPI document has GET /v1/sessions and a chat\'s messages, with their schemas', async (t) => {
+  const { app } = build(t, { docs: true })
+  const doc = (await app.inject('/docs/json')).json()
+  const sessions = doc.paths['/v1/sessions'].get
+  t.same(sessions.parameters.map((p: { name: string }) => p.name).sort(), ['agent', 'cursor', 'limit'])
+  t.equal(sessions.responses['200'].content['application/json'].schema.$ref, '#/components/schemas/SessionPage')
+  t.ok(sessions.responses['400'])
+  const messages = doc.paths['/v1/agents/{name}/chat/{id}/messages'].get
+  t.equal(messages.responses['200'].content['application/json'].schema.$ref, '#/components/schemas/ChatMessages')
+  t.match(doc.components.schemas.ChatMessages, { type: 'array', items: { properties: { role: {}, parts: {} } } })
+})
