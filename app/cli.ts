@@ -14,7 +14,7 @@ import { postgresStores } from '../lib/stores/postgres.js'
 import { redisStores } from '../lib/stores/redis.js'
 import { sqliteStores } from '../lib/stores/sqlite.js'
 import type { StoreSet } from '../lib/stores/types.js'
-import { DEFAULT_STORE_TIMEOUT_MS } from '../lib/core/settings.js'
+import { DEFAULT_STORE_TIMEOUT_MS } from '../lib/service/settings.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const usage = `Usage:

@@ -1,8 +1,8 @@
 import fp from 'fastify-plugin'
 import type { FastifyBaseLogger, FastifyPluginAsync } from 'fastify'
-import { AgentServiceCore } from '../lib/core/service.js'
-import { resolveSettings } from '../lib/core/settings.js'
-import type { Settings } from '../lib/core/settings.js'
+import { AgentServiceCore } from '../lib/service/service.js'
+import { resolveSettings } from '../lib/service/settings.js'
+import type { Settings } from '../lib/service/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
 
 export type CorePluginOptions = AgentServiceOptions | { settings: Settings }

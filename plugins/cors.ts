@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import fastifyCors from '@fastify/cors'
 import type { FastifyPluginAsync } from 'fastify'
-import { CORS } from '../lib/core/composition.js'
+import { CORS } from '../lib/service/composition.js'
 
 /** The request headers this contract uses, allowed in preflights. */
 export const CORS_ALLOWED_HEADERS = Object.freeze([

@@ -2,7 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginCallback } from 'fastify'
 import { ShutdownError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
-import { DRAIN, REQUEST_CONTEXT } from '../lib/core/composition.js'
+import { DRAIN, REQUEST_CONTEXT } from '../lib/service/composition.js'
 
 const drain: FastifyPluginCallback = (fastify, _options, done) => {
   const service = fastify.agentService
@@ -28,7 +28,7 @@ const drain: FastifyPluginCallback = (fastify, _options, done) => {
 
 /**
  * Requests that arrive while the service drains get 503 SHUTDOWN (health still answers); `app.close()`
- * drains the runs in flight (lib/core/drain.ts). Registered after the request context.
+ * drains the runs in flight (lib/service/drain.ts). Registered after the request context.
  */
 export const drainPlugin = fp(drain, {
   fastify: '5.x', name: DRAIN.name, dependencies: ['fastify-agents-core', REQUEST_CONTEXT.name]

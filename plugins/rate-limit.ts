@@ -1,10 +1,10 @@
 import fp from 'fastify-plugin'
 import fastifyRateLimit from '@fastify/rate-limit'
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify'
-import { isPreflight } from '../lib/core/auth.js'
+import { isPreflight } from '../lib/auth/credentials.js'
 import { InvalidOptionsError, RateLimitedError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
-import { AUTH, RATE_LIMIT, REQUEST_CONTEXT } from '../lib/core/composition.js'
+import { AUTH, RATE_LIMIT, REQUEST_CONTEXT } from '../lib/service/composition.js'
 
 /** The Redis keys of the shared budget start with this. */
 export const RATE_LIMIT_NAMESPACE = 'fastify-agents:rate-limit:'

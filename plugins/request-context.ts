@@ -1,9 +1,9 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginCallback } from 'fastify'
 import type { ServerResponse } from 'node:http'
-import { redactAccessToken } from '../lib/core/auth.js'
+import { redactAccessToken } from '../lib/auth/credentials.js'
 import { RequestContext, genRequestId } from '../lib/core/request-context.js'
-import { REQUEST_CONTEXT } from '../lib/core/composition.js'
+import { REQUEST_CONTEXT } from '../lib/service/composition.js'
 
 export interface RequestContextOptions {
   /**

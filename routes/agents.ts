@@ -12,7 +12,7 @@ import { prepareRun, queueRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
 import { QueuedRun, RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export type AgentsPluginOptions = Record<never, never>
 

@@ -5,7 +5,7 @@ import { requestContextOf } from '../lib/core/request-context.js'
 import type { ApprovalRecord } from '../lib/stores/types.js'
 import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
 import { errorResponses } from '../schemas/common.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export type ApprovalsPluginOptions = Record<never, never>
 

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { healthReport } from '../lib/core/health-probe.js'
 import { errorResponses } from '../schemas/common.js'
 import { HealthResponse } from '../schemas/health.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export type HealthPluginOptions = Record<never, never>
 

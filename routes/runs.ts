@@ -9,7 +9,7 @@ import { cancelledEnd } from '../lib/runs/start.js'
 import type { RunRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
 import { RunEventsQuery, RunParams, RunRecord as RunRecordSchema } from '../schemas/runs.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export type RunsPluginOptions = Record<never, never>
 

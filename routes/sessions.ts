@@ -9,7 +9,7 @@ import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.j
 import { errorResponses } from '../schemas/common.js'
 import { RunPage, SessionRunsQuery } from '../schemas/runs.js'
 import { CreateSessionRequest, Session, SessionListQuery, SessionPage, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 const DEFAULT_SESSION_RUNS_LIMIT = 20
 const DEFAULT_SESSIONS_LIMIT = 20

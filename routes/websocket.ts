@@ -7,7 +7,7 @@ import type { WebSocket } from 'ws'
 import { UpgradeRequiredError } from '../lib/core/errors.js'
 import { Connection, WS_MAX_PAYLOAD, WebSocketHeartbeat } from '../lib/runs/websocket.js'
 import { errorResponses } from '../schemas/common.js'
-import { routePluginScope } from '../lib/core/composition.js'
+import { routePluginScope } from '../lib/service/composition.js'
 
 export type WebsocketPluginOptions = Record<never, never>
 

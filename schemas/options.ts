@@ -8,7 +8,7 @@ import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, Quot
 import { WebhooksOptions } from './webhooks.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
-// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/core/settings.ts) names the
+// plain JSON Schema; for the others the `x-methods` keyword (checked by lib/service/settings.ts) names the
 // methods an object must have, so a store without `append` is reported like any other bad value.
 function withMethods<T> (methods: readonly string[], description: string): TUnsafe<T> {
   return Type.Unsafe<T>({ type: 'object', 'x-methods': methods, description })
@@ -56,7 +56,9 @@ export const AdminApiOptions = Type.Object({
   prefix: Type.Optional(Type.String({ default: '/admin' })),
   bearerToken: Type.Optional(Type.String({ minLength: 1 })),
   auditStore: Type.Optional(AuditStoreOption),
-  checkpointStore: Type.Optional(CheckpointStoreOption)
+  checkpointStore: Type.Optional(CheckpointStoreOption),
+  liveIntervalMs: Type.Optional(Type.Integer({ minimum: 50, maximum: 3_600_000, default: 2000, description: 'how often the live feed (the console\'s) sends a snapshot' })),
+  liveFeedMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long one live-feed connection stays open (one audit entry each) before the client opens the next' }))
 }, { additionalProperties: false })
 
 export const ApiKeyAuthOptions = Type.Object({

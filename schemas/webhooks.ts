@@ -4,7 +4,7 @@ import type { Static } from '@sinclair/typebox'
 import { Id } from './common.js'
 
 export const WebhooksOptions = Type.Object({
-  // the scheme (http or https) and the secret's form are checked by lib/core/webhook-options.ts, each with its own message
+  // the scheme (http or https) and the secret's form are checked by lib/webhooks/options.ts, each with its own message
   url: Type.String({ minLength: 1, description: 'the endpoint every delivery is POSTed to: an http(s) URL of the service\'s configuration' }),
   secret: Type.String({ minLength: 1, description: 'the Standard Webhooks signing secret, `whsec_<base64>` (at least 24 bytes once decoded)' }),
   events: Type.Optional(Type.Array(Type.String({ minLength: 1 }), {

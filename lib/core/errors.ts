@@ -32,7 +32,7 @@ export const AgentTimeoutError = createError('AGENT_TIMEOUT', 'Agent "%s" did no
 export const UnauthorizedError = createError('UNAUTHORIZED', '%s', 401)
 export const ForbiddenError = createError('FORBIDDEN', '%s', 403)
 export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded, retry in %s', 429)
-/** The `quotas` option refuses a run; thrown with `headers: { 'retry-after' }` (lib/core/quotas.ts). */
+/** The `quotas` option refuses a run; thrown with `headers: { 'retry-after' }` (lib/quotas/quotas.ts). */
 export const QuotaExceededError = createError('QUOTA_EXCEEDED', '%s', 429)
 /** A run's input that fails its agent's `input` schema: the same code and status as a body that fails its route's. */
 export const InputValidationError = createError('FST_ERR_VALIDATION', '%s', 400)

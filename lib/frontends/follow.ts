@@ -1,6 +1,6 @@
 import type { RunStore, StoredEvent } from '../stores/types.js'
-import { loggedEvent, wholeLog } from '../protocols/run-events.js'
-import type { LoggedEvent, RunEvent } from '../protocols/run-events.js'
+import { loggedEvent, wholeLog } from './run-events.js'
+import type { LoggedEvent, RunEvent } from './run-events.js'
 import { endsRun } from '../runs/events.js'
 import { PAGE_BYTES, nextPageSize } from '../runs/follow.js'
 

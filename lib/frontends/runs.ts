@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto'
 import type { ServerResponse } from 'node:http'
 import { ApprovalAlreadyDecidedError, ClientClosedError, ApprovalExpiredError, ApprovalNotFoundError, RunAlreadyEndedError, RunRecordNotFoundError } from '../core/errors.js'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import { cancelledEnd } from '../runs/start.js'
 import { ownedSession } from '../runs/sessions.js'
 import type { ApprovalRecord, DecideResult, RunRecord } from '../stores/types.js'
-import type { ApprovalEventData, RunEvent } from '../protocols/run-events.js'
+import type { ApprovalEventData, RunEvent } from './run-events.js'
 
 /** The front ends whose conversation ids name sessions: each keeps its own namespace. */
 export type Conversations = 'chat' | 'ag-ui'

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import type { RunRecord, StoredEvent } from '../stores/types.js'
 import { endsRun } from './events.js'
 import { SseStream, formatSseEvent } from './sse.js'

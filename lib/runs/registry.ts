@@ -1,6 +1,6 @@
 import { AgentRun } from './run.js'
 import type { RunAbortCode, RunOptions, RunOutcome } from './run.js'
-import type { ServiceStats } from '../core/stats.js'
+import type { ServiceStats } from '../service/stats.js'
 import type { RunStore } from '../stores/types.js'
 
 /** Every run in flight on this instance: counted, findable by id, abortable together on drain. */

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http'
 import { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import type { AgentRun, RunEvent, RunListener } from './run.js'
 
 export const SSE_HEARTBEAT_MS = 15_000

@@ -11,7 +11,7 @@ import {
 } from '../core/errors.js'
 import { jsonDeeperThan, unstorableText } from '../core/validation.js'
 import { requestContextOf } from '../core/request-context.js'
-import type { AgentServiceCore } from '../core/service.js'
+import type { AgentServiceCore } from '../service/service.js'
 import { WsRunCancel, WsRunStart } from '../../schemas/websocket.js'
 import type { WsErrorFrame, WsRef } from '../../schemas/websocket.js'
 import type { AgentRun } from './run.js'

@@ -1,7 +1,7 @@
 import t from 'tap'
 import Fastify from 'fastify'
 import { createAgentService } from '../../app/service.js'
-import { resolveSettings } from '../../lib/core/settings.js'
+import { resolveSettings } from '../../lib/service/settings.js'
 import { fastifyAgents } from '../../app/plugin.js'
 import type { AgentServiceOptions } from '../../lib/core/types.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'

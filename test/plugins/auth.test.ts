@@ -3,7 +3,7 @@ import { Writable } from 'node:stream'
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyAgents, { hasAccess } from '../../index.js'
-import { ApiKeyVerifier, apiKeyPrincipal, readCredential, redactAccessToken, redactingRequestSerializer, withTokenRedaction } from '../../lib/core/auth.js'
+import { ApiKeyVerifier, apiKeyPrincipal, readCredential, redactAccessToken, redactingRequestSerializer, withTokenRedaction } from '../../lib/auth/credentials.js'
 import { auditEntries, build, echo } from '../helper.js'
 
 const KEY_A = 'key-a-0123456789abcdef'

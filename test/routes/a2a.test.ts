@@ -11,7 +11,7 @@ import type { Message, Part, SendMessageRequest, StreamResponse, Task } from '@a
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client'
 import type { Client } from '@a2a-js/sdk/client'
 import { LegacyJsonRpcTransport, isLegacyAgentCard, parseLegacyAgentCard } from '@a2a-js/sdk/compat/v0_3/client'
-import { loadA2a, useA2aLoader } from '../../lib/frontends/a2a.js'
+import { loadA2a, useA2aLoader } from '../../lib/frontends/a2a/run-port.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { auditEntries, build, eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'

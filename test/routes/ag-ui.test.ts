@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { HttpAgent, runHttpRequest, transformHttpEventStream, verifyEvents } from '@ag-ui/client'
 import type { AgentSubscriber, BaseEvent, RunAgentInput } from '@ag-ui/client'
 import { lastValueFrom, toArray } from 'rxjs'
-import { APPROVAL_RESPONSE_SCHEMA } from '../../lib/protocols/ag-ui.js'
+import { APPROVAL_RESPONSE_SCHEMA } from '../../lib/frontends/ag-ui/events.js'
 import { eventually, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 

@@ -2,7 +2,7 @@
 // event"): each has its own runs and memory stores; only the webhook store is shared. Run by the test files of the
 // shared backends.
 import type { Test } from 'tap'
-import { useWebhookTuning } from '../../lib/core/webhooks.js'
+import { useWebhookTuning } from '../../lib/webhooks/dispatcher.js'
 import type { WebhookStore } from '../../lib/stores/types.js'
 import { build, echo, eventually, sleep } from '../helper.js'
 import { receiver } from '../helpers/webhook-receiver.js'

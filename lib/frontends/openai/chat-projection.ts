@@ -1,8 +1,8 @@
 // A run's events as a Chat Completions answer (what chat front ends and every OpenAI client read): the text only.
 // The agent's own tool calls stay inside the run (a client would try to run them), and an approval waits for a
 // decision made elsewhere while the stream stays open.
-import { outputText } from '../../protocols/run-events.js'
-import type { RunCompletedData, RunEvent, RunFailedData, TextDeltaData } from '../../protocols/run-events.js'
+import { outputText } from '../run-events.js'
+import type { RunCompletedData, RunEvent, RunFailedData, TextDeltaData } from '../run-events.js'
 import { openAiErrorOf } from './errors.js'
 
 export interface ChatHead {

@@ -3,7 +3,7 @@
 // OpenAI's shape.
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsync } from 'fastify'
-import { routePluginScope } from '../../core/composition.js'
+import { routePluginScope } from '../../service/composition.js'
 import { chatRoutes } from './chat.js'
 import { buildOpenAiErrorHandler } from './errors.js'
 import { modelsRoutes } from './models.js'

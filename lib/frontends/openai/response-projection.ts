@@ -3,10 +3,10 @@
 // so a replay from any instance (`starting_after`) is the stream first sent. A response is a stretch of its run's
 // log: from the run's start, or from the approval the previous response ended at, to the run's end or its next
 // approval.
-import { outputText } from '../../protocols/run-events.js'
+import { outputText } from '../run-events.js'
 import type {
   ApprovalEventData, RunCompletedData, RunEvent, RunFailedData, TextDeltaData, ToolCallData, ToolCallDeltaData, ToolResultData
-} from '../../protocols/run-events.js'
+} from '../run-events.js'
 
 export type ResponseStatus = 'queued' | 'in_progress' | 'completed' | 'failed' | 'cancelled' | 'incomplete'
 

@@ -9,7 +9,7 @@ import {
   RunInProgressError
 } from '../../core/errors.js'
 import { requestContextOf } from '../../core/request-context.js'
-import type { RunEvent } from '../../protocols/run-events.js'
+import type { RunEvent } from '../run-events.js'
 import { prepareRun, queueRun } from '../../runs/start.js'
 import type { RunRecord, RunSpec } from '../../stores/types.js'
 import { followRun } from '../follow.js'

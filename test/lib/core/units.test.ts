@@ -1,5 +1,5 @@
 import t from 'tap'
-import { AuditWriter } from '../../../lib/core/audit-writer.js'
+import { AuditWriter } from '../../../lib/audit/writer.js'
 import { Histogram } from '../../../lib/core/histogram.js'
 import { SseHeartbeat, SseStream } from '../../../lib/runs/sse.js'
 import type { AuditEntry, AuditStore } from '../../../lib/stores/types.js'

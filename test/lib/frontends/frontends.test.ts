@@ -3,9 +3,9 @@
 // behind, a socket that needs draining. The protocols themselves are tested with their clients in test/routes/.
 import t from 'tap'
 import type { FastifyRequest } from 'fastify'
-import type { AgentServiceCore } from '../../../lib/core/service.js'
+import type { AgentServiceCore } from '../../../lib/service/service.js'
 import { ApprovalNotFoundError } from '../../../lib/core/errors.js'
-import { ServiceRunPort } from '../../../lib/frontends/a2a.js'
+import { ServiceRunPort } from '../../../lib/frontends/a2a/run-port.js'
 import { followRun, storedEvents } from '../../../lib/frontends/follow.js'
 import { cancelRun, conversationSessionId, decideAnswers, decisionError } from '../../../lib/frontends/runs.js'
 import type { Agent } from '../../../lib/core/types.js'

@@ -4,7 +4,7 @@ import t from 'tap'
 import { ChatChunkProjection } from '../../../../lib/frontends/openai/chat-projection.js'
 import { ResponseProjection } from '../../../../lib/frontends/openai/response-projection.js'
 import type { ResponseHead } from '../../../../lib/frontends/openai/response-projection.js'
-import type { RunEvent } from '../../../../lib/protocols/run-events.js'
+import type { RunEvent } from '../../../../lib/frontends/run-events.js'
 
 const head: ResponseHead = {
   id: 'resp_r', runId: '00000000-0000-4000-8000-000000000000', createdAt: 1, model: 'm', previousResponseId: null,
