@@ -1,5 +1,5 @@
 /**
- * `fastify-agents/ai-sdk`: an AI SDK (`ai` 7) `streamText()` call as an agent.
+ * `fastify-agents/ai-sdk`: an AI SDK (`ai` 6 or 7) `streamText()` call as an agent.
  *
  * The user's `run(input, ctx)` returns what `streamText()` returns; the adapter maps its `stream` parts onto the
  * run's events and sums the usage of every call. Approvals: a tool that needs one (`needsApproval`, or
@@ -18,11 +18,19 @@ import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
 
-/** What the adapter reads of a `streamText()` result. */
-export interface StreamTextOutput {
+/** What the adapter reads of a `streamText()` result: `ai` 7 names it `stream` and `responseMessages`. */
+export interface StreamTextOutputV7 {
   readonly stream: AsyncIterable<TextStreamPart<ToolSet>>
   readonly responseMessages: PromiseLike<ModelMessage[]>
 }
+
+/** `ai` 6 names them `fullStream` and `response.messages` (Node 20 installs `ai` 6: `ai` 7 needs Node 22). */
+export interface StreamTextOutputV6 {
+  readonly fullStream: AsyncIterable<TextStreamPart<ToolSet>>
+  readonly response: PromiseLike<{ messages: ModelMessage[] }>
+}
+
+export type StreamTextOutput = StreamTextOutputV7 | StreamTextOutputV6
 
 export interface AiSdkAgentOptions<Input = unknown> extends AdapterOptions {
   /** Calls `streamText({ ..., messages: modelMessages(ctx, input), abortSignal: ctx.signal })`. */
@@ -95,7 +103,7 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
       }
       const toolNames = new Map<string, string>()
       const requests: ApprovalRequestPart[] = []
-      for await (const part of result.stream) {
+      for await (const part of 'stream' in result ? result.stream : result.fullStream) {
         switch (part.type) {
           case 'text-delta':
             text += part.text
@@ -160,13 +168,17 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
       })
       const earlier = slot[CONTINUATION]?.messages ?? []
       slot[CONTINUATION] = {
-        messages: [...earlier, ...await result.responseMessages, { role: 'tool', content: responses }],
+        messages: [...earlier, ...await responseMessages(result), { role: 'tool', content: responses }],
         taken: false
       }
     }
   }
 
   return { ...fields, run: runAgent }
+}
+
+async function responseMessages (result: StreamTextOutput): Promise<ModelMessage[]> {
+  return 'responseMessages' in result ? await result.responseMessages : (await result.response).messages
 }
 
 function messageOf (error: unknown): string {

@@ -17,6 +17,12 @@ import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
 
+/**
+ * What `interrupt()` returns in a graph this adapter runs: the decision. LangGraph types it `any`; name it
+ * `interrupt<Value, InterruptDecision>(value)` (docs/agents.md).
+ */
+export type InterruptDecision = Decision
+
 export interface GraphStreamOptions {
   configurable: { thread_id: string }
   streamMode: Array<'messages' | 'updates'>

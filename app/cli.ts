@@ -15,20 +15,24 @@ import { redisStores } from '../lib/stores/redis.js'
 import { sqliteStores } from '../lib/stores/sqlite.js'
 import type { StoreSet } from '../lib/stores/types.js'
 import { DEFAULT_STORE_TIMEOUT_MS } from '../lib/service/settings.js'
+import { MIN_RUN_LEASE_MS } from '../schemas/options.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 
 export const usage = `Usage:
   fastify-agents serve [--agents ./agents.js] [--port 3000] [--host 0.0.0.0] [--db file:./data.db | postgres://…]
                        [--db-schema NAME] [--redis redis://…] [--redis-prefix PREFIX] [--admin-token T] [--api-key K]... [--jwt-secret S | --jwt-public-key FILE]
                        [--cors ORIGIN] [--docs] [--public-url URL] [--request-timeout MS] [--rate-limit N/MS]
-                       [--store-timeout MS] [--drain-timeout MS] [--headers-timeout MS] [--body-timeout MS] [--websocket] [--pretty]
+                       [--store-timeout MS] [--drain-timeout MS] [--headers-timeout MS] [--body-timeout MS] [--websocket]
+                       [--run-lease MS] [--run-concurrency N] [--max-run-attempts N] [--no-openai-compat] [--pretty]
   fastify-agents openapi [--agents ./agents.js] [--out openapi.json] [--public-url URL]
                          [--api-key K | --jwt-secret S | --auth api-key|jwt] [--admin-token T | --admin] [--websocket]
 
 Environment (a flag wins over its variable): PORT, HOST, DATABASE_URL, DATABASE_SCHEMA, REDIS_URL, REDIS_PREFIX, ADMIN_TOKEN,
 API_KEYS (comma-separated),
 JWT_SECRET, JWT_PUBLIC_KEY_FILE, CORS_ORIGIN, DOCS=true, PUBLIC_URL, REQUEST_TIMEOUT_MS, RATE_LIMIT (N/MS),
-STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, HEADERS_TIMEOUT_MS, BODY_TIMEOUT_MS, WEBSOCKET=true.`
+STORE_TIMEOUT_MS, DRAIN_TIMEOUT_MS, HEADERS_TIMEOUT_MS, BODY_TIMEOUT_MS, WEBSOCKET=true, RUN_LEASE_MS, RUN_CONCURRENCY,
+MAX_RUN_ATTEMPTS, OPENAI_COMPAT=false.
+The host defaults to 127.0.0.1 for the demo agents (served without auth), 0.0.0.0 with --agents.`
 
 /** The serve command's settings, from flags first and environment variables second. */
 export interface ServeFlags {
@@ -54,6 +58,11 @@ export interface ServeFlags {
   headersTimeout?: string | undefined
   bodyTimeout?: string | undefined
   websocket?: boolean | undefined
+  runLease?: string | undefined
+  runConcurrency?: string | undefined
+  maxRunAttempts?: string | undefined
+  /** false turns the OpenAI-shaped routes off */
+  openaiCompat?: boolean | undefined
 }
 
 /** Where each setting came from, for the error messages: `--port` or `PORT` (default: the flag). */
@@ -79,7 +88,11 @@ const flagNames: Record<keyof ServeFlags, string> = {
   drainTimeout: '--drain-timeout',
   headersTimeout: '--headers-timeout',
   bodyTimeout: '--body-timeout',
-  websocket: '--websocket'
+  websocket: '--websocket',
+  runLease: '--run-lease',
+  runConcurrency: '--run-concurrency',
+  maxRunAttempts: '--max-run-attempts',
+  openaiCompat: '--no-openai-compat'
 }
 
 const envNames: Record<keyof ServeFlags, string> = {
@@ -102,7 +115,11 @@ const envNames: Record<keyof ServeFlags, string> = {
   drainTimeout: 'DRAIN_TIMEOUT_MS',
   headersTimeout: 'HEADERS_TIMEOUT_MS',
   bodyTimeout: 'BODY_TIMEOUT_MS',
-  websocket: 'WEBSOCKET'
+  websocket: 'WEBSOCKET',
+  runLease: 'RUN_LEASE_MS',
+  runConcurrency: 'RUN_CONCURRENCY',
+  maxRunAttempts: 'MAX_RUN_ATTEMPTS',
+  openaiCompat: 'OPENAI_COMPAT'
 }
 
 /** A store set opened from a flag, and the flag (or variable) that named it. */
@@ -136,6 +153,11 @@ function integer (name: string, value: string | undefined, fallback: number, min
     throw new Error(`${name} must be an integer from ${min}${max === Number.MAX_SAFE_INTEGER ? ' up' : ` to ${max}`}, got "${value}"`)
   }
   return parsed
+}
+
+/** Whether a host only this machine can reach. */
+export function isLoopback (host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host)
 }
 
 function given (value: string | undefined): value is string {
@@ -225,6 +247,10 @@ export function buildServeOptions (flags: ServeFlags, agents: Record<string, Age
     options.rateLimit = { maxRequests: Number(match[1]), intervalMs: Number(match[2]) }
   }
   if (flags.websocket === true) options.websocket = true
+  if (given(flags.runLease)) options.runLeaseMs = integer(name('runLease'), flags.runLease, 0, MIN_RUN_LEASE_MS)
+  if (given(flags.runConcurrency)) options.runConcurrency = integer(name('runConcurrency'), flags.runConcurrency, 0, 1)
+  if (given(flags.maxRunAttempts)) options.maxRunAttempts = integer(name('maxRunAttempts'), flags.maxRunAttempts, 0, 1)
+  if (flags.openaiCompat === false) options.openaiCompat = false
   return { options, port, host: flags.host ?? '0.0.0.0', drainTimeoutMs, portSource: name('port'), stores }
 }
 
@@ -348,6 +374,10 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
       'headers-timeout': { type: 'string' },
       'body-timeout': { type: 'string' },
       websocket: { type: 'boolean' },
+      'run-lease': { type: 'string' },
+      'run-concurrency': { type: 'string' },
+      'max-run-attempts': { type: 'string' },
+      'no-openai-compat': { type: 'boolean' },
       pretty: { type: 'boolean' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' }
@@ -371,7 +401,8 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
   const sources: FlagSources = {}
   const plan = buildServeOptions({
     port: fromFlagOrEnv('port', values.port, sources),
-    host: fromFlagOrEnv('host', values.host, sources),
+    // the demo agents answer anyone: without --agents they stay on this machine unless a host is asked for
+    host: fromFlagOrEnv('host', values.host, sources) ?? (values.agents === undefined ? '127.0.0.1' : undefined),
     db: fromFlagOrEnv('db', values.db, sources),
     dbSchema: fromFlagOrEnv('dbSchema', values['db-schema'], sources),
     redis: fromFlagOrEnv('redis', values.redis, sources),
@@ -389,7 +420,11 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
     drainTimeout: fromFlagOrEnv('drainTimeout', values['drain-timeout'], sources),
     headersTimeout: fromFlagOrEnv('headersTimeout', values['headers-timeout'], sources),
     bodyTimeout: fromFlagOrEnv('bodyTimeout', values['body-timeout'], sources),
-    websocket: fromFlagOrEnv('websocket', values.websocket, sources, envBoolean)
+    websocket: fromFlagOrEnv('websocket', values.websocket, sources, envBoolean),
+    runLease: fromFlagOrEnv('runLease', values['run-lease'], sources),
+    runConcurrency: fromFlagOrEnv('runConcurrency', values['run-concurrency'], sources),
+    maxRunAttempts: fromFlagOrEnv('maxRunAttempts', values['max-run-attempts'], sources),
+    openaiCompat: fromFlagOrEnv('openaiCompat', values['no-openai-compat'] === true ? false : undefined, sources, (text) => !(text === 'false' || text === '0'))
   }, agents, sources)
   const service = createAgentService({
     ...plan.options,
@@ -407,6 +442,9 @@ export async function run (argv: string[], out: NodeJS.WritableStream = process.
     // nothing is served: close what was opened, so that the process can exit with the error
     await service.close(0)
     throw error
+  }
+  if (plan.options.auth === undefined && !isLoopback(plan.host)) {
+    service.app.log.warn({ host: plan.host }, `serving ${plan.host} without auth: anyone who can reach ${url} can run the agents; set --api-key or --jwt-secret, or --host 127.0.0.1`)
   }
   // Installed once listening: close-with-grace also drains on `beforeExit`, which a failed start would reach.
   const grace = closeWithGrace({ delay: plan.drainTimeoutMs + 5_000, logger: service.app.log }, async ({ signal, err }) => {

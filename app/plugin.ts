@@ -61,7 +61,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
 
   await scope.register(async (v1) => {
     v1.setNotFoundHandler(notFound)
-    await v1.register(healthPlugin, { prefix: '/health' })
+    await v1.register(healthPlugin, { prefix: '/health', operationId: 'getV1Health' })
     await v1.register(agentsPlugin)
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)

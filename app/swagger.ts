@@ -9,44 +9,8 @@ import { packageVersion as version } from '../lib/core/version.js'
 type Json = Record<string, any> // eslint-disable-line @typescript-eslint/no-explicit-any
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
 
-// Stable operation ids, matched on the end of the path (a host app may mount the service under a prefix of its own).
-const serviceOperations: Array<[string, RegExp, string]> = [
-  ['get', /\/v1\/health$/, 'getV1Health'],
-  ['get', /\/v1\/agents$/, 'listAgents'],
-  ['get', /\/v1\/agents\/\{name\}$/, 'getAgent'],
-  ['post', /\/v1\/agents\/\{name\}\/runs$/, 'runAgent'],
-  ['post', /\/v1\/sessions$/, 'createSession'],
-  ['get', /\/v1\/sessions\/\{id\}$/, 'getSession'],
-  ['delete', /\/v1\/sessions\/\{id\}$/, 'deleteSession'],
-  ['get', /\/v1\/approvals$/, 'listApprovals'],
-  ['get', /\/v1\/approvals\/\{id\}$/, 'getApproval'],
-  ['post', /\/v1\/approvals\/\{id\}$/, 'decideApproval'],
-  ['get', /\/v1\/ws$/, 'openWebSocket']
-]
-const adminOperations: Record<string, string> = {
-  health: 'getAdminHealth',
-  agents: 'listAdminAgents',
-  audit: 'listAuditEntries',
-  sessions: 'listAdminSessions',
-  approvals: 'listAdminApprovals',
-  checkpoints: 'listCheckpoints',
-  stats: 'getStats'
-}
-
 function pascal (text: string): string {
   return text.split(/[^A-Za-z0-9]+/).filter((part) => part !== '').map((part) => part[0]!.toUpperCase() + part.slice(1)).join('')
-}
-
-/** The operation id of `method path`: the table's, else the method and the path's segments (`getV1RunsByRunIdEvents`). */
-export function operationIdOf (method: string, path: string, adminPrefix: string | null): string {
-  for (const [m, pattern, id] of serviceOperations) if (m === method && pattern.test(path)) return id
-  if (adminPrefix !== null && method === 'get') {
-    const match = /\/([a-z]+)$/.exec(path)
-    if (match !== null && path.endsWith(`${adminPrefix}/${match[1]!}`) && adminOperations[match[1]!] !== undefined) return adminOperations[match[1]!]!
-  }
-  if (method === 'get' && /(^|\/)health$/.test(path)) return 'getHealth'
-  const segments = path.split('/').filter((s) => s !== '').map((s) => s.startsWith('{') ? `By${pascal(s.slice(1, -1))}` : pascal(s))
-  return method + segments.join('')
 }
 
 /** A value for `schema` from its own examples or default, an object's from its properties'; undefined when none is given. */
@@ -62,6 +26,22 @@ function givenExample (schema: JsonSchema): unknown {
 }
 
 /**
+ * The schema with a word as the default of each free string (no pattern, format or enum), as long as its lengths
+ * allow: Value.Create fills strings with spaces, and `minLength: 1` read as `" "` in Swagger UI.
+ */
+function withWords<T> (schema: T): T {
+  if (typeof schema !== 'object' || schema === null) return schema
+  if (Array.isArray(schema)) return schema.map(withWords) as T
+  // a spread keeps TypeBox's symbol keys (Kind), which Value.Create reads
+  const copy: Json = { ...schema }
+  for (const key of Object.keys(copy)) copy[key] = withWords(copy[key])
+  if (copy.type === 'string' && copy.default === undefined && copy.pattern === undefined && copy.format === undefined && copy.enum === undefined && copy.const === undefined) {
+    copy.default = 'example'.padEnd(copy.minLength ?? 0, 'x').slice(0, copy.maxLength)
+  }
+  return copy as T
+}
+
+/**
  * An input the agent's schema accepts, for the example body: from the schema's examples, else (TypeBox) one TypeBox
  * makes; checked by the agent's own validator (a check that is async confirms nothing here).
  */
@@ -69,7 +49,7 @@ function exampleInput (schema: AgentSchema | undefined, compiled: CompiledAgentS
   if (schema === undefined) return 'hello'
   const { input, validate } = compiled!
   const makers = [() => givenExample(input!)]
-  if (Kind in schema) makers.push(() => Value.Create(schema as TSchema))
+  if (Kind in schema) makers.push(() => Value.Create(withWords(schema as TSchema)))
   for (const make of makers) {
     try {
       const value = make()
@@ -178,17 +158,20 @@ function extractNamedSchemas (document: Json): void {
 export function completeDocument (generated: Json, settings: Settings, publicRoutes: ReadonlySet<string>): Json {
   const document = structuredClone(generated)
   addAgentOperations(document, settings)
-  const adminPrefix = settings.adminApi?.prefix ?? null
   const used = new Set<string>()
   for (const [path, item] of Object.entries(document.paths as Json)) {
     for (const method of METHODS) {
       const operation = (item as Json)[method]
       if (operation === undefined) continue
-      const wanted: string = operation.operationId ?? operationIdOf(method, path, adminPrefix)
-      let id = wanted
-      for (let n = 2; used.has(id); n++) id = `${wanted}${n}`
-      used.add(id)
-      operation.operationId = id
+      // every route names its operation in its schema (test/app/openapi.test.ts holds them to it); a route plugin
+      // that a host app mounts twice gets a number on its second id, as ids are unique
+      const wanted: string | undefined = operation.operationId
+      if (wanted !== undefined) {
+        let id = wanted
+        for (let n = 2; used.has(id); n++) id = `${wanted}${n}`
+        used.add(id)
+        operation.operationId = id
+      }
       // no lock on what needs no credential (health): the document's security would otherwise apply
       if (publicRoutes.has(`${method.toUpperCase()} ${path}`)) operation.security = []
     }

@@ -116,6 +116,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   const errors = (...statuses: number[]): ReturnType<typeof errorResponses> => errorResponses(...statuses, 401, 429, 503)
 
   fastify.get('/health', route('Deep health: process, event loop, database', {
+    operationId: 'getAdminHealth',
     response: { 200: AdminHealth, 503: Type.Union([AdminHealth, ErrorResponse], { description: 'Degraded, or shutting down' }), ...errorResponses(401, 429) }
   }), async (_request, reply) => {
     const body = await health()
@@ -159,10 +160,12 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   })
 
   fastify.get('/agents', route('Agents with this instance\'s figures', {
+    operationId: 'listAdminAgents',
     response: { 200: AdminAgentList, ...errors() }
   }), async (): Promise<AdminAgentList> => agents())
 
   fastify.get('/audit', route('The audit log, most recent first, by cursor', {
+    operationId: 'listAuditEntries',
     querystring: AdminAuditQuery,
     response: { 200: AdminAuditPage, ...errors(400) }
   }), async (request) => {
@@ -175,6 +178,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   })
 
   fastify.get('/sessions', route('Active (unexpired) sessions, most recently active first', {
+    operationId: 'listAdminSessions',
     querystring: AdminPageQuery,
     response: { 200: AdminSessionList, ...errors(400) }
   }), async (request) => {
@@ -183,15 +187,18 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   })
 
   fastify.get('/approvals', route('Pending approvals, oldest first', {
+    operationId: 'listAdminApprovals',
     querystring: AdminApprovalsQuery,
     response: { 200: AdminApprovalList, ...errors(400) }
   }), async (request) => ({ approvals: await settings.approvalStore.listPending(request.query) }))
 
   fastify.get('/checkpoints', route('Resumable runs\' checkpoints, without their state', {
+    operationId: 'listCheckpoints',
     response: { 200: AdminCheckpointList, ...errors() }
   }), async () => ({ checkpoints: await admin.checkpointStore.list() }))
 
   fastify.get('/runs', route('Runs of every principal, most recent first, without their results', {
+    operationId: 'listAdminRuns',
     description: 'Filters: `status`, `agent`, `sessionId`, `principal`; `runId` answers that one run (when it matches the others), on one page.',
     querystring: AdminRunsQuery,
     response: { 200: AdminRunPage, ...errors(400) }
@@ -236,6 +243,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   })
 
   fastify.get('/stats', route('Service figures since start', {
+    operationId: 'getStats',
     response: { 200: AdminStats, ...errors() }
   }), async (): Promise<AdminStats> => stats.snapshot())
 

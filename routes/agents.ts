@@ -76,12 +76,12 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
 
   fastify.get('/agents', {
     config: { access: 'run' },
-    schema: { summary: 'List agents', tags: ['agents'], response: { 200: AgentList, ...errorResponses(400, 401, 403, 429, 503) } }
+    schema: { operationId: 'listAgents', summary: 'List agents', tags: ['agents'], response: { 200: AgentList, ...errorResponses(400, 401, 403, 429, 503) } }
   }, async () => list)
 
   fastify.get('/agents/:name', {
     config: { access: 'run' },
-    schema: { summary: 'Get one agent', tags: ['agents'], params: AgentParams, response: { 200: AgentInfo, ...errorResponses(400, 401, 403, 404, 429, 503) } }
+    schema: { operationId: 'getAgent', summary: 'Get one agent', tags: ['agents'], params: AgentParams, response: { 200: AgentInfo, ...errorResponses(400, 401, 403, 404, 429, 503) } }
   }, async (request) => {
     const agent = settings.agents.get(request.params.name)
     if (agent === undefined) throw new AgentNotFoundError(request.params.name)
@@ -92,6 +92,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', idempotency: true, swaggerTransform: documentRunResponse },
     schema: {
+      operationId: 'runAgent',
       summary: 'Run an agent',
       description: 'Answers JSON, or Server-Sent Events with `Accept: text/event-stream` or `"stream": true`.',
       tags: ['agents'],

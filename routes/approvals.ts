@@ -27,6 +27,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
   fastify.get('/approvals', {
     config: { access: 'readApprovals' },
     schema: {
+      operationId: 'listApprovals',
       summary: 'List pending approvals',
       tags: ['approvals'],
       querystring: ApprovalListQuery,
@@ -40,6 +41,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
   fastify.get('/approvals/:id', {
     config: { access: 'readApprovals' },
     schema: {
+      operationId: 'getApproval',
       summary: 'Get one approval, whatever its status',
       tags: ['approvals'],
       params: ApprovalParams,
@@ -56,6 +58,7 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
     config: { access: 'decideApprovals', idempotency: true },
     bodyLimit: settings.bodyLimit,
     schema: {
+      operationId: 'decideApproval',
       summary: 'Decide a pending approval',
       description: 'A compare-and-set on `pending`: of concurrent decisions exactly one wins (200), the others get 409 ' +
         '`APPROVAL_ALREADY_DECIDED`; an expired approval gets 409 `APPROVAL_EXPIRED`. The waiting run resumes within 1 s, ' +

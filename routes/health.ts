@@ -5,15 +5,19 @@ import { errorResponses } from '../schemas/common.js'
 import { HealthResponse } from '../schemas/health.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
-export type HealthPluginOptions = Record<never, never>
+export interface HealthPluginOptions {
+  /** the operation's id in the OpenAPI document (default `getHealth`): one per mount, as ids are unique */
+  operationId?: string
+}
 
 // Registered twice by the service: at `/health` (prefix) and at `/v1/health`.
-const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify) => {
+const health: FastifyPluginAsyncTypebox<HealthPluginOptions> = async (fastify, options) => {
   routePluginScope(fastify, 'healthPlugin')
   const { settings } = fastify.agentService
   fastify.get('', {
     config: { public: true },
     schema: {
+      operationId: options.operationId ?? 'getHealth',
       summary: 'Liveness and a live database probe',
       tags: ['health'],
       response: { 200: HealthResponse, 503: HealthResponse, ...errorResponses(404, 405) }

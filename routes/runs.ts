@@ -35,6 +35,7 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
   fastify.get('/runs/:runId', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getRun',
       summary: 'Get a run',
       tags: ['runs'],
       params: RunParams,
@@ -45,6 +46,7 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
   fastify.get('/runs/:runId/events', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getRunEvents',
       summary: 'Follow a run: its events after a cursor, then live ones until the end',
       description: 'Server-Sent Events, byte for byte as the run first sent them. The cursor is `Last-Event-ID` (wins) or ' +
         '`?after=<seq>`, default 0. A rejoin from the terminal event\'s own id ends at once. A follower too far behind ' +
@@ -70,6 +72,7 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
   fastify.post('/runs/:runId/cancel', {
     config: { access: 'run' },
     schema: {
+      operationId: 'cancelRun',
       summary: 'Cancel a run',
       description: 'The run ends with `run.failed` `CANCELLED` within a second, on whichever instance runs it; a queued run ' +
         'ends at once. 202 with the record as it was; an ended run is 409 `RUN_ALREADY_ENDED`.',

@@ -34,6 +34,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     config: { access: 'run' },
     bodyLimit: settings.bodyLimit,
     schema: {
+      operationId: 'createSession',
       summary: 'Create a session',
       tags: ['sessions'],
       body: CreateSessionRequest,
@@ -53,6 +54,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.get('/sessions', {
     config: { access: 'run' },
     schema: {
+      operationId: 'listSessions',
       summary: 'The caller\'s own sessions, most recently active first',
       description: 'Unexpired sessions of the caller (never another principal\'s), optionally only those of one agent, ' +
         'paged by `nextCursor`. A chat\'s session carries its chat id in `metadata.chatId`.',
@@ -71,6 +73,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.get('/sessions/:id', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getSession',
       summary: 'Get a session with its messages',
       tags: ['sessions'],
       params: SessionParams,
@@ -81,6 +84,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.get('/sessions/:id/runs', {
     config: { access: 'run' },
     schema: {
+      operationId: 'listSessionRuns',
       summary: 'A session\'s runs, most recent first',
       tags: ['sessions', 'runs'],
       params: SessionParams,
@@ -96,6 +100,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
   fastify.delete('/sessions/:id', {
     config: { access: 'run' },
     schema: {
+      operationId: 'deleteSession',
       summary: 'Delete a session',
       tags: ['sessions'],
       params: SessionParams,

@@ -74,6 +74,7 @@ const websocket: FastifyPluginAsyncTypebox<WebsocketPluginOptions> = async (fast
     url: '/ws',
     config: { access: 'run' },
     schema: {
+      operationId: 'openWebSocket',
       summary: 'WebSocket transport',
       description: 'Upgrade to a WebSocket (only when the service has `websocket: true`). Client messages: ' +
         '`{ type: "run.start", ref?, agent, input, sessionId?, resumeRunId?, metadata? }`, `{ type: "run.cancel", runId }`; ' +

@@ -107,6 +107,10 @@ const auth: FastifyPluginAsync = async (fastify) => {
     }
   }
   const acceptApiKeyHeader = options.strategy === 'api-key'
+  // a client that sent nothing is told where its credential goes
+  const missing = acceptApiKeyHeader
+    ? 'Missing credentials: send the API key as X-API-Key: <key> or Authorization: Bearer <key>'
+    : 'Missing credentials: send the JWT as Authorization: Bearer <token>'
   const access = (options as JwtAuthOptions).access ?? {}
   outcomes.declare(fastify)
 
@@ -141,7 +145,7 @@ const auth: FastifyPluginAsync = async (fastify) => {
     if (config.public === true || config.admin === true || isPreflight(request)) return done()
     const credential = credentialOf(request, acceptApiKeyHeader)
     let outcome: AuthOutcome
-    if (credential.kind === 'none') outcome = { ok: false, reason: 'Missing credentials', presented: false }
+    if (credential.kind === 'none') outcome = { ok: false, reason: missing, presented: false }
     else if (credential.kind === 'invalid') outcome = { ok: false, reason: credential.reason, presented: true }
     else outcome = authenticate(credential.token)
     outcomes.set(request, outcome)

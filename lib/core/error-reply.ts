@@ -12,7 +12,9 @@ export function errorBody (request: FastifyRequest, status: number, error: Parti
   const body: ErrorResponse = {
     statusCode: status,
     error: STATUS_CODES[status] ?? 'Error',
-    message: hidden ? 'Internal Server Error' : String(error.message ?? ''),
+    message: hidden ? 'Internal Server Error' : error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
+      ? `${error.message!}: send the body as JSON, with Content-Type: application/json`
+      : String(error.message ?? ''),
     requestId: context.requestId,
     traceId: context.trace.traceId
   }

@@ -11,6 +11,9 @@ const require = createRequire(import.meta.url)
 const defaultLoader: DriverLoader = (name) => require(name)
 let loader = defaultLoader
 
+// what to install: better-sqlite3 13 needs Node 22 and is not in the peer range yet, and npm picks it on Node 22
+const installSpec: Record<DriverName, string> = { pg: 'pg', ioredis: 'ioredis', 'better-sqlite3': 'better-sqlite3@12' }
+
 function isMissing (error: unknown, name: DriverName): boolean {
   const { code, message } = error as { code?: unknown, message?: unknown }
   // only the driver itself: a driver that is there but fails to load (a native build, a dependency of its own) says so
@@ -22,7 +25,7 @@ export function loadDriver<T> (name: DriverName, user: string): T {
   try {
     return loader(name) as T
   } catch (error) {
-    if (isMissing(error, name)) throw new MissingDriverError(user, name, name)
+    if (isMissing(error, name)) throw new MissingDriverError(user, name, installSpec[name])
     throw error
   }
 }

@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module'
 import t from 'tap'
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
@@ -8,13 +9,23 @@ import {
   stepCountIs, streamText, tool
 } from 'ai'
 import type { ModelMessage, UIMessage } from 'ai'
-import { MockLanguageModelV4 } from 'ai/test'
+import * as aiTest from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
+import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
 import { build, eventually, listen, parseSse } from '../helper.js'
 import { openSse, openWs } from '../helpers/streams.js'
+
+// test/adapters/ai-sdk-majors.test.ts runs this file against ai 6 too (what Node 20 installs). ai 7's models speak
+// the V4 spec, ai 6's the V3 one, alike in what this file uses.
+const MockLanguageModelV4 = aiTest.MockLanguageModelV4 ?? aiTest.MockLanguageModelV3
+type MockLanguageModelV4 = aiTest.MockLanguageModelV4
+const aiVersion = (createRequire(import.meta.url)('ai/package.json') as { version: string }).version
+t.comment(`ai ${aiVersion}`)
+/** What ai 6 lacks: the `toolApproval` option, and the UI stream's `tool-approval-response` chunk (its Chat refuses it). */
+const ai7Only = (what: string): { skip: string | false } => ({ skip: Number(aiVersion.split('.')[0]) < 7 ? `ai 7 only: ${what}` : false })
 
 type Prompt = LanguageModelV4CallOptions['prompt']
 
@@ -281,6 +292,35 @@ t.test('needsApproval, approved: the service approval is asked, the tool runs, t
   ])
 })
 
+t.test('a result shaped as ai 6 names it (fullStream, response.messages) is read the same', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const deleteFile = tool({
+    description: 'Deletes a file',
+    inputSchema: z.object({ path: z.string() }),
+    needsApproval: true,
+    execute: async ({ path }) => { deleted.push(path); return `deleted ${path}` }
+  })
+  const files = aiSdkAgent({
+    run: (input, ctx) => {
+      const result = streamText({ model, tools: { deleteFile }, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
+      // what ai 6's StreamTextResult has (ai 7 has them too, but for response.messages): no `stream`, no `responseMessages`
+      const response = 'responseMessages' in result
+        ? Promise.resolve(result.responseMessages).then((messages) => ({ messages }))
+        : (result as unknown as StreamTextOutputV6).response
+      return { fullStream: result.fullStream, response }
+    }
+  })
+  const { app } = build(t, { agents: { files } })
+  const run = runStream(app, 'files', 'Delete the report')
+  await decide(app, { approved: true })
+  const events = eventsOf((await run).body)
+  t.same(events.map(([type]) => type), ['message.delta', 'tool.call', 'approval.requested', 'approval.decided', 'tool.result', 'message.delta', 'run.completed'])
+  t.match(events.at(-1)![1], { output: 'I will delete it. Done: deleted /tmp/report.txt.' }, 'the continuation carried the response messages')
+  t.same(deleted, ['/tmp/report.txt'])
+})
+
 t.test('needsApproval, rejected: the tool is denied and the model is told why', async (t) => {
   keepAlive(t)
   const model = deleter()
@@ -352,7 +392,7 @@ t.test('two approvals in one run: the second continuation keeps the first; a com
   ], 'the build call and its result are still there when the deploy is denied')
 })
 
-t.test('toolApproval: automatic decisions ask nobody; user-approval asks like needsApproval', async (t) => {
+t.test('toolApproval: automatic decisions ask nobody; user-approval asks like needsApproval', ai7Only('toolApproval'), async (t) => {
   keepAlive(t)
   const ran: string[] = []
   const make = (name: string) => tool({ inputSchema: z.object({}), execute: async () => { ran.push(name); return `${name} ok` } })
@@ -487,7 +527,7 @@ function lastMessage (chat: Chat<UIMessage>): UIMessage {
 }
 
 for (const approved of [true, false]) {
-  t.test(`useChat: a needsApproval call is one tool part, its approval on it, then ${approved ? 'its output' : 'denied'} (the SDK's Chat reads it)`, async (t) => {
+  t.test(`useChat: a needsApproval call is one tool part, its approval on it, then ${approved ? 'its output' : 'denied'} (the SDK's Chat reads it)`, ai7Only('tool-approval-response chunks'), async (t) => {
     const model = deleter()
     const deleted: string[] = []
     const { url } = await listen(t, { agents: { files: deleterAgent(model, deleted) } })
@@ -513,7 +553,7 @@ for (const approved of [true, false]) {
   })
 }
 
-t.test('useChat: a step\'s two approvals come in one response, and one request answers both', async (t) => {
+t.test('useChat: a step\'s two approvals come in one response, and one request answers both', ai7Only('tool-approval-response chunks'), async (t) => {
   const model = scripted((prompt) => lastToolOutput(prompt) === undefined
     ? [toolCall('del_1', 'deleteFile', { path: '/a' }), toolCall('del_2', 'deleteFile', { path: '/b' }), finish('tool-calls')]
     : [...text('Tidied.'), finish('stop')])
@@ -538,7 +578,7 @@ t.test('useChat: a step\'s two approvals come in one response, and one request a
   t.same(deleted, ['/a'])
 })
 
-t.test('a page that watches a tool call\'s approval decided elsewhere: requested, responded, output, read by readUIMessageStream', async (t) => {
+t.test('a page that watches a tool call\'s approval decided elsewhere: requested, responded, output, read by readUIMessageStream', ai7Only('tool-approval-response chunks'), async (t) => {
   const model = deleter()
   const deleted: string[] = []
   const { service, url } = await listen(t, { agents: { files: deleterAgent(model, deleted) } })

@@ -13,6 +13,7 @@ import type { LangGraphRunnableConfig } from '@langchain/langgraph'
 import { ToolNode, toolsCondition } from '@langchain/langgraph/prebuilt'
 import { z } from 'zod'
 import { langGraphAgent } from '../../adapters/langchain.js'
+import type { InterruptDecision } from '../../adapters/langchain.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
 import { build, eventually, parseSse } from '../helper.js'
 
@@ -108,7 +109,9 @@ t.test('the session is the thread: a MemorySaver keeps the conversation per sess
 
 function refunds () {
   return oneNode(async (state) => {
-    const decision = interrupt({ action: 'refund', amount: 30 }) as { approved: boolean, comment?: string, status: string }
+    const decision = interrupt<{ action: string, amount: number }, InterruptDecision>({ action: 'refund', amount: 30 })
+    // @ts-expect-error the decision is typed: approved is a boolean
+    void (decision.approved satisfies string)
     const answer = decision.approved ? 'Refunded 30.' : `Not refunded (${decision.status}${decision.comment ? `: ${decision.comment}` : ''}).`
     return { messages: [new AIMessage(answer)] }
   })

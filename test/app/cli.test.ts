@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
 import type { Test } from 'tap'
-import { buildServeOptions, probeStores, prettyLogStream, redact, run, usage } from '../../app/cli.js'
+import { buildServeOptions, isLoopback, probeStores, prettyLogStream, redact, run, usage } from '../../app/cli.js'
 import { demoAgents } from '../../app/demo-agents.js'
 import { closeStores, echo, eventually, parseSse } from '../helper.js'
 
@@ -239,7 +239,8 @@ function startBin (t: Test, args: string[], env: Record<string, string> = {}): {
 }
 
 const ourVariables = ['PORT', 'HOST', 'DATABASE_URL', 'DATABASE_SCHEMA', 'REDIS_URL', 'REDIS_PREFIX', 'ADMIN_TOKEN', 'API_KEYS', 'JWT_SECRET', 'JWT_PUBLIC_KEY_FILE', 'CORS_ORIGIN',
-  'DOCS', 'PUBLIC_URL', 'REQUEST_TIMEOUT_MS', 'RATE_LIMIT', 'STORE_TIMEOUT_MS', 'DRAIN_TIMEOUT_MS', 'WEBSOCKET', 'HEADERS_TIMEOUT_MS', 'BODY_TIMEOUT_MS']
+  'DOCS', 'PUBLIC_URL', 'REQUEST_TIMEOUT_MS', 'RATE_LIMIT', 'STORE_TIMEOUT_MS', 'DRAIN_TIMEOUT_MS', 'WEBSOCKET', 'HEADERS_TIMEOUT_MS', 'BODY_TIMEOUT_MS',
+  'RUN_LEASE_MS', 'RUN_CONCURRENCY', 'MAX_RUN_ATTEMPTS', 'OPENAI_COMPAT']
 
 t.test('the bin drains on SIGTERM, closes its stores and exits 0', async (t) => {
   const dir = await mkdtemp(join(tmpdir(), 'fa-cli-'))
@@ -323,4 +324,61 @@ t.test('--headers-timeout and --body-timeout (or their variables) become options
   t.match(text, /^HTTP\/1\.1 408 Request Timeout\r\n[^]*"code":"REQUEST_TIMEOUT"/)
   child.kill('SIGTERM')
   t.equal(await exited, 0)
+})
+
+t.test('--run-lease, --run-concurrency, --max-run-attempts, --no-openai-compat (or their variables) become options', async (t) => {
+  t.match(buildServeOptions({ runLease: '5000', runConcurrency: '8', maxRunAttempts: '5', openaiCompat: false }, { echo }).options,
+    { runLeaseMs: 5000, runConcurrency: 8, maxRunAttempts: 5, openaiCompat: false })
+  const defaults = buildServeOptions({ openaiCompat: true }, { echo }).options
+  t.same([defaults.runLeaseMs, defaults.runConcurrency, defaults.maxRunAttempts, defaults.openaiCompat], [undefined, undefined, undefined, undefined], 'the service\'s defaults')
+  t.throws(() => buildServeOptions({ runLease: '500' }, { echo }, { runLease: 'RUN_LEASE_MS' }), /^RUN_LEASE_MS must be an integer from 1000 up, got "500"$/)
+  t.throws(() => buildServeOptions({ runConcurrency: '0' }, { echo }), /^--run-concurrency must be an integer from 1 up, got "0"$/)
+  t.throws(() => buildServeOptions({ maxRunAttempts: 'three' }, { echo }), /^--max-run-attempts must be an integer from 1 up, got "three"$/)
+  t.match(usage, /\[--run-lease MS\] \[--run-concurrency N\] \[--max-run-attempts N\] \[--no-openai-compat\][^]*RUN_LEASE_MS, RUN_CONCURRENCY,\nMAX_RUN_ATTEMPTS, OPENAI_COMPAT=false/)
+
+  const saved = { ...process.env }
+  t.teardown(() => { process.env = saved })
+  Object.assign(process.env, { RUN_LEASE_MS: '4000', RUN_CONCURRENCY: '3', MAX_RUN_ATTEMPTS: '2', OPENAI_COMPAT: 'false', HOST: '127.0.0.1' })
+  const server = (await run(['serve', '--port', '0', '--run-concurrency', '4'], new PassThrough()))!
+  t.teardown(() => server.stop())
+  t.match(server.service.app.agentService.settings, { runLeaseMs: 4000, runConcurrency: 4, maxRunAttempts: 2 }, 'a flag wins over its variable')
+  t.equal((await fetch(`${server.url}/v1/models`)).status, 404, 'OPENAI_COMPAT=false: no OpenAI routes')
+  process.env.OPENAI_COMPAT = 'true'
+  const compat = (await run(['serve', '--port', '0'], new PassThrough()))!
+  t.teardown(() => compat.stop())
+  t.equal((await fetch(`${compat.url}/v1/models`)).status, 200, 'OPENAI_COMPAT=true: the default')
+  const off = (await run(['serve', '--port', '0', '--no-openai-compat'], new PassThrough()))!
+  t.teardown(() => off.stop())
+  t.equal((await fetch(`${off.url}/v1/models`)).status, 404, '--no-openai-compat')
+})
+
+t.test('the demo agents listen on 127.0.0.1 unless a host is asked for; a host others can reach without auth is warned about', async (t) => {
+  const saved = { ...process.env }
+  t.teardown(() => { process.env = saved })
+  for (const name of ourVariables) delete process.env[name]
+  t.ok(isLoopback('127.0.0.1') && isLoopback('127.1.2.3') && isLoopback('::1') && isLoopback('localhost'))
+  t.notOk(isLoopback('0.0.0.0') || isLoopback('::') || isLoopback('10.0.0.1') || isLoopback('127.0.0.1.example'))
+
+  const quiet = new PassThrough()
+  const quietText = collect(quiet)
+  const demo = (await run(['serve', '--port', '0'], quiet))!
+  t.teardown(() => demo.stop())
+  t.match(demo.url, /^http:\/\/127\.0\.0\.1:\d+$/, 'npm start (the demo agents, no --host): loopback only')
+  t.notMatch(quietText(), /without auth/, 'no warning on loopback')
+
+  const agentsFile = join(t.testdir({ 'agents.mjs': 'export const agents = { echo: { async run (input) { return { output: input } } } }\n' }), 'agents.mjs')
+  const open = new PassThrough()
+  const openText = collect(open)
+  const served = (await run(['serve', '--port', '0', '--agents', agentsFile], open))!
+  t.teardown(() => served.stop())
+  t.equal(served.service.app.server.address() !== null && (served.service.app.server.address() as { address: string }).address, '0.0.0.0', 'your agents: every interface, as before')
+  const warning = openText().split('\n').map((line) => line === '' ? {} : JSON.parse(line) as { level?: number, msg?: string }).find((line) => line.level === 40)
+  t.match(warning?.msg, /^serving 0\.0\.0\.0 without auth: anyone who can reach http:\/\/[^ ]+ can run the agents; set --api-key or --jwt-secret, or --host 127\.0\.0\.1$/)
+
+  const keyed = new PassThrough()
+  const keyedText = collect(keyed)
+  process.env.API_KEYS = 'k'
+  const withKey = (await run(['serve', '--port', '0', '--host', '0.0.0.0'], keyed))!
+  t.teardown(() => withKey.stop())
+  t.notMatch(keyedText(), /without auth/, 'with auth, no warning')
 })

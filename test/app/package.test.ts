@@ -2,25 +2,16 @@
 // fastify-agents, its dependencies, fastify, typescript and @types/node (no pg, ioredis, better-sqlite3, no
 // @types/pg, @types/better-sqlite3, @types/ws). There, the declarations type-check with skipLibCheck: false and
 // importing the package loads no database driver. The slowest test of the suite (a build and a type check).
-import { execFile } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
-import { copyFile, cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { readFileSync } from 'node:fs'
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import { promisify } from 'node:util'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { pack, root, run } from '../helpers/pack.js'
 
-const run = promisify(execFile)
 // a pack, an install and a type check: on a busy machine more than the suite's 60 s per file
 t.setTimeout(180_000)
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
-const root = projectRoot()
 const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
   dependencies: Record<string, string>
   peerDependencies: Record<string, string>
@@ -30,20 +21,6 @@ const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as
 }
 
 const drivers = ['better-sqlite3', 'ioredis', 'pg']
-
-/** The compiled sources (not the tests), .js and .d.ts, without their source-map comments. */
-async function copyBuild (from: string, to: string): Promise<void> {
-  for (const entry of await readdir(from, { withFileTypes: true })) {
-    const source = join(from, entry.name)
-    if (entry.isDirectory()) {
-      if (from.endsWith('.build') && !['app', 'bin', 'client', 'lib', 'plugins', 'routes', 'schemas'].includes(entry.name)) continue
-      await copyBuild(source, join(to, entry.name))
-    } else if (/\.(js|d\.ts)$/.test(entry.name)) {
-      await mkdir(to, { recursive: true })
-      await writeFile(join(to, entry.name), (await readFile(source, 'utf8')).replace(/\n\/\/# sourceMappingURL=.*\n?$/, '\n'))
-    }
-  }
-}
 
 t.test('the database drivers are optional peer dependencies', async (t) => {
   for (const driver of drivers) {
@@ -148,17 +125,9 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   // outside this project: nothing of its node_modules may be found by walking up
   const dir = await mkdtemp(join(tmpdir(), 'fa-package-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
-  const pkg = join(dir, 'pkg')
-  await mkdir(pkg)
-  for (const file of ['package.json', 'README.md', 'CHANGELOG.md']) await copyFile(join(root, file), join(pkg, file))
-  await cp(join(root, 'docs'), join(pkg, 'docs'), { recursive: true })
-  // the build: `npm test` has compiled the sources with their declarations into .build/ (tsconfig.test.json, the
-  // options of tsconfig.build.json plus source maps); the package gets them as `npm run build` writes them to dist/
-  await copyBuild(join(root, '.build'), join(pkg, 'dist'))
-  const { stdout } = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], { cwd: pkg })
-  const [packed] = JSON.parse(stdout) as Array<{ filename: string, files: Array<{ path: string }> }>
-  const files = packed!.files.map((f) => f.path)
+  const { tarball, files } = await pack(dir)
   t.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('dist/bin/fastify-agents.js'), 'the build is packed')
+  t.ok(files.includes('dist/adapters/ai-sdk.js') && files.includes('dist/adapters/langchain.d.ts'), 'with the adapters')
   t.ok(files.includes('dist/lib/console/assets.js') && files.includes('dist/lib/console/script.js'), 'the operator console ships in the package (no CDN)')
   t.ok(files.includes('docs/runs.md'), "the README's docs pages ship with it (its links are relative)")
   t.ok(files.includes('dist/client/index.js') && files.includes('dist/client/index.d.ts'), 'fastify-agents/client ships with it')
@@ -167,7 +136,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const consumer = join(dir, 'consumer')
   const modules = join(consumer, 'node_modules')
   await mkdir(join(modules, 'fastify-agents'), { recursive: true })
-  await run('tar', ['-xzf', join(dir, packed!.filename), '-C', join(modules, 'fastify-agents'), '--strip-components=1'])
+  await run('tar', ['-xzf', tarball, '-C', join(modules, 'fastify-agents'), '--strip-components=1'])
   const installed = JSON.parse(await readFile(join(modules, 'fastify-agents/package.json'), 'utf8')) as { dependencies: Record<string, string> }
   // its dependencies, as npm would install them, from this project's node_modules; nothing else
   for (const name of [...Object.keys(installed.dependencies), '@types/node']) {
@@ -187,7 +156,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   t.same(results, {
     loaded: true,
     client: true,
-    sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3',
+    sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3@12',
     postgresStores: 'postgresStores() needs the optional dependency pg: npm install pg',
     redisStores: 'redisStores() needs the optional dependency ioredis: npm install ioredis',
     pg: 'absent',

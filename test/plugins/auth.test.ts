@@ -21,7 +21,7 @@ t.test('no credentials: 401 in the contract shape with WWW-Authenticate and X-Re
   t.equal(res.headers['www-authenticate'], 'Bearer realm="fastify-agents"')
   t.ok(res.headers['x-request-id'])
   const body = res.json()
-  t.match(body, { statusCode: 401, error: 'Unauthorized', code: 'UNAUTHORIZED', message: 'Missing credentials', requestId: res.headers['x-request-id'] })
+  t.match(body, { statusCode: 401, error: 'Unauthorized', code: 'UNAUTHORIZED', message: 'Missing credentials: send the API key as X-API-Key: <key> or Authorization: Bearer <key>', requestId: res.headers['x-request-id'] })
   t.type(body.traceId, 'string')
 })
 

@@ -82,7 +82,7 @@ t.test('X-API-Key is not a credential under JWT auth', async (t) => {
   const service = jwtService(t)
   const res = await service.app.inject({ method: 'GET', url: '/v1/agents', headers: { 'x-api-key': signJwt(claims(), hs) } })
   t.equal(res.statusCode, 401)
-  t.equal(res.json().message, 'Missing credentials')
+  t.equal(res.json().message, 'Missing credentials: send the JWT as Authorization: Bearer <token>')
 })
 
 t.test('iss and aud are checked when configured', async (t) => {

@@ -306,6 +306,31 @@ t.test('the v0.3 client: message/send, message/stream, tasks/get, tasks/cancel, 
   await t.rejects(legacy.getTask({ tenant: '', id: 'nope' }), { name: 'TaskNotFoundError' })
 })
 
+t.test('returnImmediately (v1.0) and blocking (v0.3): at once with the task submitted, else when it ends; v0.3 waits without blocking', async (t) => {
+  const { base, url } = await serve(t)
+  const client = await v1Client(base)
+  t.equal((await client.sendMessage(request([part('hello')], {}, false)) as Task).status!.state, TaskState.TASK_STATE_COMPLETED, 'returnImmediately: false waits')
+  const submitted = await client.sendMessage(request([part('hello')], {}, true)) as Task
+  t.equal(submitted.status!.state, TaskState.TASK_STATE_SUBMITTED, 'returnImmediately: true answers at once')
+  await eventually(async () => (await client.getTask({ tenant: '', id: submitted.id })).status!.state === TaskState.TASK_STATE_COMPLETED)
+  t.equal(outputOf(await client.getTask({ tenant: '', id: submitted.id })), 'echo: hello', 'and the run went on')
+
+  const legacy = new LegacyJsonRpcTransport({ endpoint: base, fetchImpl: fetchAs('alice') })
+  t.equal((await legacy.sendMessage(request([part('hello')], {}, true)) as Task).status!.state, TaskState.TASK_STATE_SUBMITTED, 'the v0.3 client: blocking: false')
+  t.equal((await legacy.sendMessage(request([part('hello')], {}, false)) as Task).status!.state, TaskState.TASK_STATE_COMPLETED, 'blocking: true')
+
+  // what v0.3 clients of other SDKs send: a configuration with or without blocking, or none
+  const send = async (configuration?: object): Promise<string> => {
+    const params = { message: { kind: 'message', messageId: `m-${Math.random()}`, role: 'user', parts: [{ kind: 'text', text: 'hello' }] }, ...(configuration === undefined ? {} : { configuration }) }
+    const res = await fetchAs('alice')(`${url}/v1/a2a/helper`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params }) })
+    return ((await res.json()) as { result: { status: { state: string } } }).result.status.state
+  }
+  t.equal(await send({ acceptedOutputModes: ['text/plain'] }), 'completed', 'a configuration without blocking waits')
+  t.equal(await send(), 'completed', 'so does none')
+  t.equal(await send({ acceptedOutputModes: [], blocking: false }), 'submitted', 'blocking: false answers at once')
+  t.equal(await send({ blocking: true }), 'completed')
+})
+
 t.test('requests refused before the JSON-RPC layer: credentials, the agent, the body', async (t) => {
   const { app } = await serve(t)
   const rpc = { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }

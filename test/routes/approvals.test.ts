@@ -149,7 +149,9 @@ t.test('bad requests: 400 in the contract shape, 404 for unknown ids', async (t)
     t.equal(res.statusCode, 400, JSON.stringify(payload).slice(0, 60))
     t.match(res.json(), { statusCode: 400, error: 'Bad Request', code: 'FST_ERR_VALIDATION', message, requestId: res.headers['x-request-id'] })
   }
-  t.equal((await app.inject({ method: 'POST', url: '/v1/approvals/a1', payload: 'approved=true', headers: { 'content-type': 'text/plain' } })).statusCode, 415)
+  const form = await app.inject({ method: 'POST', url: '/v1/approvals/a1', payload: 'approved=true', headers: { 'content-type': 'text/plain' } })
+  t.equal(form.statusCode, 415)
+  t.match(form.json(), { code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', message: 'Unsupported Media Type: send the body as JSON, with Content-Type: application/json' }, 'a 415 says what to send')
   t.equal((await app.inject({ method: 'GET', url: '/v1/approvals/a1' })).json().status, 'pending', 'none of them decided it')
 
   t.equal((await app.inject({ method: 'GET', url: `/v1/approvals/${'x'.repeat(129)}` })).statusCode, 414, 'Fastify: maxParamLength')

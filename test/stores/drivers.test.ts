@@ -14,7 +14,7 @@ function missing (name: string): Error {
 t.test('a missing driver is an error naming the package to install', async (t) => {
   const loaded: string[] = []
   t.teardown(useDriverLoader((name) => { loaded.push(name); throw missing(name) }))
-  t.throws(() => sqliteStores('./data.db'), { code: 'FA_MISSING_DRIVER', message: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3' })
+  t.throws(() => sqliteStores('./data.db'), { code: 'FA_MISSING_DRIVER', message: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3@12' })
   t.throws(() => postgresStores('postgres://localhost/db'), { message: 'postgresStores() needs the optional dependency pg: npm install pg' })
   t.throws(() => postgresStores({ connectionString: 'postgres://localhost/db' }), { message: /npm install pg$/ })
   t.throws(() => new PostgresApprovalStore('postgres://localhost/db'), { message: /npm install pg$/ }, 'the classes too')

@@ -62,6 +62,7 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
   fastify.get('/a2a/:name' + CARD_PATH, {
     config: { access: 'run' },
     schema: {
+      operationId: 'getA2aAgentCard',
       summary: 'An agent\'s A2A agent card',
       description: 'The v1.0 card with `A2A-Version: 1.0`, else the v0.3 card; both name the JSON-RPC endpoint `/v1/a2a/:name`.',
       tags: ['front ends'],
@@ -82,6 +83,7 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', swaggerTransform: documentAnswer },
     schema: {
+      operationId: 'sendA2aRequest',
       summary: 'An agent\'s A2A JSON-RPC endpoint',
       description: 'A2A over JSON-RPC 2.0: SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask (v1.0) and ' +
         'message/send, message/stream, tasks/get, tasks/cancel, tasks/resubscribe (v0.3). A task is a run (its id the run id), ' +

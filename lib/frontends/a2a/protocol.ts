@@ -469,7 +469,7 @@ export async function handleA2AJsonRpc (
     }
   }
   const transport = legacy ? new LegacyJsonRpcTransportHandler(handler) : new JsonRpcTransportHandler(handler)
-  const result = await transport.handle(body as Record<string, unknown>, context)
+  const result = await transport.handle((legacy ? blockingByDefault(body) : body) as Record<string, unknown>, context)
   if (!(Symbol.asyncIterator in result)) {
     return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(result) }
   }
@@ -485,6 +485,18 @@ export async function handleA2AJsonRpc (
     }
   }
   return { status: 200, headers: { ...SSE_HEADERS }, body: frames(stream, first, id, mapError) }
+}
+
+/**
+ * v0.3's `message/send` waits for the task unless `configuration.blocking` is false (a2a-js 0.3 and the Python SDK
+ * read it so, as does a request without a configuration), but the SDK's v0.3 translation reads a configuration without
+ * `blocking` as returnImmediately: such a request is given `blocking: true` (docs/front-ends.md).
+ */
+function blockingByDefault (body: unknown): unknown {
+  const { params } = body as { params?: { configuration?: { blocking?: unknown } } }
+  const configuration = params?.configuration
+  if (typeof configuration !== 'object' || configuration === null || configuration.blocking !== undefined) return body
+  return { ...body as object, params: { ...params, configuration: { ...configuration, blocking: true } } }
 }
 
 async function * frames (

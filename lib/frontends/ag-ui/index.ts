@@ -88,6 +88,7 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'runAgUiAgent',
       summary: 'Run an agent as an AG-UI agent',
       description: 'Takes AG-UI\'s `RunAgentInput` (what `HttpAgent` sends) and answers its events as SSE. `threadId` names a ' +
         'session in the caller\'s own space; the last user message\'s text is the input. An approval ends the AG-UI run ' +

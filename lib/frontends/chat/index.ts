@@ -107,6 +107,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'chatWithAgent',
       summary: 'Chat with an agent (AI SDK UI message stream)',
       description: 'What `useChat` (DefaultChatTransport) sends: `{ id, messages, trigger, messageId }`. The last user ' +
         'message\'s text is the run\'s input, the chat\'s session (named by `id` in the caller\'s own space) its history; ' +
@@ -136,6 +137,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
   fastify.get('/agents/:name/chat/:id/messages', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getChatMessages',
       summary: 'A chat\'s messages, to seed useChat after a reload',
       description: 'The chat\'s history as the AI SDK\'s UIMessage[] (`useChat({ id, messages, resume: true })`): each ' +
         'run\'s user message and the assistant message its stream showed, built from the same chunks. A run still in ' +
@@ -152,6 +154,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
   fastify.get('/agents/:name/chat/:id/stream', {
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'resumeChatStream',
       summary: 'Resume a chat\'s stream',
       description: 'What `useChat({ resume: true })` asks on load: 204 when the chat has no run in progress, else that ' +
         'run\'s stream from its start (the same message id), then live. At an approval still pending it ends, as the chat ' +

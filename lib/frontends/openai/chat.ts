@@ -38,6 +38,7 @@ export function chatRoutes (fastify: FastifyInstance): void {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', idempotency: true, swaggerTransform: documentStream },
     schema: {
+      operationId: 'createChatCompletion',
       summary: 'Create a chat completion (run an agent as a model)',
       description: 'Chat Completions: `model` is the agent, the last message the user\'s input, the earlier user and assistant ' +
         'messages its ctx.history (an ephemeral run: nothing is kept). JSON, or `chat.completion.chunk` frames with ' +

@@ -15,6 +15,7 @@ export function modelsRoutes (fastify: FastifyInstance): void {
   fastify.get('/models', {
     config: { access: 'run' },
     schema: {
+      operationId: 'listModels',
       summary: 'List models (the agents the caller may run)',
       tags: ['openai'],
       response: { 200: ModelList, ...openAiErrors(400, 401, 403, 429, 503) }
@@ -24,6 +25,7 @@ export function modelsRoutes (fastify: FastifyInstance): void {
   fastify.get('/models/:model', {
     config: { access: 'run' },
     schema: {
+      operationId: 'getModel',
       summary: 'Get a model (an agent)',
       tags: ['openai'],
       params: ModelParams,

@@ -231,6 +231,7 @@ export function responsesRoutes (fastify: FastifyInstance): void {
     bodyLimit: settings.bodyLimit,
     config: { access: 'run', idempotency: true, swaggerTransform: documentStream },
     schema: {
+      operationId: 'createResponse',
       summary: 'Create a response (run an agent as a model)',
       description: 'The Responses API (Open Responses): `model` is the agent. JSON, or its events as SSE with `stream: true`; ' +
         '`background: true` answers at once (queued). `previous_response_id` or `conversation` continue a session; `store: ' +
@@ -314,6 +315,7 @@ export function responsesRoutes (fastify: FastifyInstance): void {
   fastify.get('/responses/:id', {
     config: { access: 'run', swaggerTransform: documentStream },
     schema: {
+      operationId: 'getResponse',
       summary: 'Retrieve a response',
       description: 'The response as it stands; with `stream=true` its events after `starting_after` (the same sequence_numbers ' +
         'as first sent), then live ones until it ends — from any instance, for as long as its run is retained.',
@@ -343,6 +345,7 @@ export function responsesRoutes (fastify: FastifyInstance): void {
   fastify.post('/responses/:id/cancel', {
     config: { access: 'run' },
     schema: {
+      operationId: 'cancelResponse',
       summary: 'Cancel a response',
       description: 'Cancels its run (on whichever instance runs it) and answers the response once it has ended (`cancelled`). ' +
         'A response whose run has ended: 409 `RUN_ALREADY_ENDED`.',
@@ -360,6 +363,7 @@ export function responsesRoutes (fastify: FastifyInstance): void {
   fastify.delete('/responses/:id', {
     config: { access: 'run' },
     schema: {
+      operationId: 'deleteResponse',
       summary: 'Delete a response',
       description: 'Deletes its run\'s record and event log (every response of the run goes with them); its session keeps ' +
         'its messages. A run in progress: 409 `RUN_IN_PROGRESS` (cancel it first).',
