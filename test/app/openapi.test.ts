@@ -147,6 +147,8 @@ t.test('servers, license, an operationId for every operation, named schemas by $
     'get /admin/approvals': 'listAdminApprovals',
     'get /admin/checkpoints': 'listCheckpoints',
     'get /admin/runs': 'listAdminRuns',
+    'get /admin/runs/{runId}/events': 'listAdminRunEvents',
+    'get /admin/live': 'getAdminLiveFeed',
     'get /admin/webhooks': 'listWebhookAttempts',
     'get /admin/stats': 'getStats',
     'get /admin/metrics': 'getMetrics',
