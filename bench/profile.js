@@ -5,7 +5,7 @@
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
 //   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), sse-continue (the sse
-//   run with onDisconnect 'continue'), responses and chat-completions (the ticker streamed as /v1/responses and
+//   run with onDisconnect 'continue'), sse-sqlite, sse-postgres, sse-redis (the sse run with its log in SQLite, PostgreSQL, Redis), responses and chat-completions (the ticker streamed as /v1/responses and
 //   /v1/chat/completions), handwritten
 //   (the contract's work for a JSON run written by hand on bare Fastify: bench/presets.js)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
@@ -30,6 +30,11 @@ const presets = {
   },
   sqlite: { spec: { kind: 'service', preset: { name: 'sqlite', file: `/tmp/fastify-agents-profile-${process.pid}.db` } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   sse: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  // the sse run with its record and log in SQLite (issue 26)
+  'sse-sqlite': { spec: { kind: 'service', preset: { name: 'runs-sqlite', file: `/tmp/fastify-agents-profile-runs-${process.pid}.db` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  // the same with its log in PostgreSQL / Redis (a schema / prefix of the profile's own, left behind: drop it after)
+  'sse-postgres': { spec: { kind: 'service', preset: { name: 'runs-postgres', url: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test', schema: `fa_profile_runs_${process.pid}` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  'sse-redis': { spec: { kind: 'service', preset: { name: 'runs-redis', url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `fa-profile-runs-${process.pid}:` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'sse-continue': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 }, onDisconnect: 'continue' }) } },
   responses: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/responses', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', input: 'go', stream: true }) } },
   'chat-completions': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', messages: [{ role: 'user', content: 'go' }], stream: true }) } },

@@ -6,7 +6,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import { Redis } from 'ioredis'
-import { alternate, throughputRound } from './lib/harness.js'
+import { readdirSync, readFileSync } from 'node:fs'
+import { alternate, processTime, throughputRound } from './lib/harness.js'
+import { roundTrips } from './pg-round-trips.js'
 import { jsonBody } from './lib/agents.js'
 import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho, checkSseRun } from './lib/checks.js'
@@ -17,6 +19,45 @@ export const title = 'The run record and event log: SSE and JSON runs with each 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const DELTAS = 100
+
+/** The pids of the database servers' processes on this machine (every PostgreSQL backend, redis-server). */
+function serverPids (names) {
+  const pids = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim()
+      if (names.some((name) => comm.startsWith(name))) pids.push(Number(entry))
+    } catch {}
+  }
+  return pids
+}
+
+/**
+ * A round, with the CPU the database server used meanwhile (µs per request; its backends come and go, so they are
+ * read again at the end: a process gone meanwhile is not counted). Other sessions on the same server count too.
+ */
+async function withServerCpu (names, round) {
+  const before = new Map(serverPids(names).map((pid) => [pid, processTime(pid)]))
+  const result = await round()
+  let ticks = 0
+  for (const pid of serverPids(names)) ticks += processTime(pid) - (before.get(pid) ?? 0)
+  // the warm-up's requests are not in result.ok: counted per measured request over warm-up + measured time
+  result.dbCpuUsPerRequest = result.ok > 0 ? (ticks * 10_000) / (result.ok + (result.warmupOk ?? 0)) : null
+  return result
+}
+
+const DB_SERVERS = { postgres: ['postgres'], redis: ['redis-server'] }
+
+/** A contender's cost against a baseline's, CPU per unit, as the targets put it (baseline / contender), with its spread. */
+function costRatio (results, contender, baseline, pick = (r) => r.cpuUsPerRequest) {
+  const median = (values) => values.slice().sort((a, b) => a - b)[Math.floor(values.length / 2)]
+  const c = results[contender]?.map(pick)
+  const b = results[baseline]?.map(pick)
+  if (c === undefined || b === undefined || c.some((v) => typeof v !== 'number') || b.some((v) => typeof v !== 'number')) return undefined
+  const perRound = c.map((v, i) => b[i] / v)
+  return { ratio: median(b) / median(c), min: Math.min(...perRound), max: Math.max(...perRound) }
+}
 
 async function reachable () {
   const status = { pg: false, redis: false }
@@ -132,14 +173,26 @@ export async function run ({ log }) {
   const json = { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: jsonBody(1024), connections: 50 }
   try {
     log('SSE, 100 deltas')
-    const sseResults = await alternate(contendersOf(status, dir, schemas, prefixes), async (server, _c, round) => {
+    const sseResults = await alternate(contendersOf(status, dir, schemas, prefixes), async (server, c, round) => {
       if (round === 1) await checkSseRun(server.url, sse, DELTAS)
-      return throughputRound(server, sse)
+      const servers = DB_SERVERS[c.name]
+      return servers === undefined ? throughputRound(server, sse) : withServerCpu(servers, () => throughputRound(server, sse))
     }, { log })
     log('JSON')
-    const jsonResults = await alternate(contendersOf(status, dir, schemas, prefixes).slice(0, 2), async (server, _c, round) => {
+    const jsonContenders = contendersOf(status, dir, schemas, prefixes).slice(0, 2)
+    if (status.pg) {
+      jsonContenders.push({
+        name: 'all-postgres',
+        spec: (round) => {
+          const schema = `fa_bench_all_${process.pid}_${round}_${schemas.length}`
+          schemas.push(schema)
+          return { kind: 'service', preset: { name: 'all-postgres', url: PG_URL, schema } }
+        }
+      })
+    }
+    const jsonResults = await alternate(jsonContenders, async (server, c, round) => {
       if (round === 1) await checkEcho(server.url, json)
-      return throughputRound(server, json)
+      return c.name === 'all-postgres' ? withServerCpu(DB_SERVERS.postgres, () => throughputRound(server, json)) : throughputRound(server, json)
     }, { log })
     const rows = [
       ...metricRows(sseResults, 'rps', { unit: 'streams/s', baseline: 'no log' }),
@@ -155,10 +208,35 @@ export async function run ({ log }) {
     ]
     if (status.redis) targets.push(target('14c', 'SSE with the log in Redis / without', ratio('redis'), '>=', 0.75))
     if (status.pg) targets.push(target('14d', 'SSE with the log in PostgreSQL / without', ratio('postgres'), '>=', 0.60))
+    // issue 26: CPU per unit of the service process against the same run with every store in memory
+    const spread = (r) => r === undefined ? 'n/a' : `${r.ratio.toFixed(2)} (rounds ${r.min.toFixed(2)}-${r.max.toFixed(2)})`
+    const withDb = (r) => (r.cpuUsPerRequest ?? 0) + (r.dbCpuUsPerRequest ?? 0)
+    const group = {}
+    for (const [id, name, line] of [['26a', 'sqlite', 0.80], ['26b', 'redis', 0.80], ['26c', 'postgres', 0.70]]) {
+      const r = costRatio(sseResults, name, 'memory')
+      if (r === undefined) continue
+      group[name] = { cpu: r, withServer: name === 'sqlite' ? r : costRatio(sseResults, name, 'memory', withDb) }
+      targets.push(target(id, `SSE of 100 deltas, log in ${name} / in memory, CPU per stream`, r.ratio, '>=', line))
+    }
+    const jsonPg = costRatio(jsonResults, 'all-postgres', 'memory')
+    if (jsonPg !== undefined) targets.push(target('26d', 'JSON run, every store on PostgreSQL / in memory, CPU per request', jsonPg.ratio, '>=', 0.50))
+    let trips
+    if (status.pg) {
+      log('round trips to PostgreSQL per JSON run')
+      trips = await roundTrips(undefined, { runs: 200, log })
+      targets.push(target('26e', 'round trips to PostgreSQL per JSON run, all stores on PostgreSQL', trips.perRun, '<=', 4))
+    }
     const notes = [
       `by CPU per stream: memory ${cpuRatio(rows, 'memory', 'no log')?.toFixed(2)}, sqlite ${cpuRatio(rows, 'sqlite', 'no log')?.toFixed(2)}` +
         (status.pg ? `, postgres ${cpuRatio(rows, 'postgres', 'no log')?.toFixed(2)}` : '') + (status.redis ? `, redis ${cpuRatio(rows, 'redis', 'no log')?.toFixed(2)}` : '')
     ]
+    for (const [name, r] of Object.entries(group)) {
+      notes.push(`issue 26, log in ${name} / in memory, CPU per stream: ${spread(r.cpu)}; counting the database server's CPU: ${spread(r.withServer)}`)
+    }
+    if (jsonPg !== undefined) {
+      notes.push(`issue 26, JSON run all-PostgreSQL / all-memory, CPU per request: ${spread(jsonPg)}; counting PostgreSQL's CPU: ${spread(costRatio(jsonResults, 'all-postgres', 'memory', withDb))}`)
+    }
+    if (trips !== undefined) notes.push(`issue 26, round trips to PostgreSQL per JSON run: ${trips.perRun.toFixed(2)}`)
     const lag = {}
     const lib = await import('fastify-agents')
     if (status.pg) {
@@ -178,7 +256,7 @@ export async function run ({ log }) {
     const jsonNoise = noiseOf(jsonResults)
     const sseNoise = noiseOf(sseResults)
     return {
-      title, rows, targets, notes, lag,
+      title, rows, targets, notes, lag, roundTrips: trips?.perRun,
       noise: { rounds: sseNoise.rounds + jsonNoise.rounds, noisy: sseNoise.noisy + jsonNoise.noisy, max: Math.max(sseNoise.max ?? 0, jsonNoise.max ?? 0) },
       errors: errorsOf(sseResults) + errorsOf(jsonResults)
     }

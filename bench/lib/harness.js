@@ -241,7 +241,7 @@ function busyTotal () {
   return user + nice + system + irq + softirq + steal
 }
 
-function processTime (pid) {
+export function processTime (pid) {
   const text = jiffies(`/proc/${pid}/stat`)
   if (text === null) return 0
   const fields = text.slice(text.lastIndexOf(')') + 2).split(' ')

@@ -209,6 +209,8 @@ async function serviceOptions (preset) {
     case 'runs-sqlite': return { runStore: lib.sqliteStores(preset.file).runStore }
     case 'runs-postgres': return { runStore: lib.postgresStores(preset.url, { schema: preset.schema }).runStore }
     case 'runs-redis': return { runStore: lib.redisStores(preset.url, { prefix: preset.prefix }).runStore }
+    // every store on PostgreSQL (issue 26's JSON run)
+    case 'all-postgres': return lib.postgresStores(preset.url, { schema: preset.schema })
     default: throw new Error(`unknown preset ${preset.name}`)
   }
 }
@@ -225,7 +227,8 @@ function nullRunStore () {
     reopen: async () => ({ outcome: 'not_found' }),
     start: async () => ({ outcome: 'gone' }),
     append: async () => {},
-    finish: none,
+    // ended as asked: the run's terminal event is sent
+    finish: async (_runId, _events, end) => ({ status: end.status }),
     get: none,
     spec: none,
     events: async () => [],
@@ -235,6 +238,7 @@ function nullRunStore () {
     listBySession: async () => ({ runs: [], nextCursor: null }),
     list: async () => ({ runs: [], nextCursor: null }),
     purge: async () => 0,
+    delete: async () => false,
     claim: async () => [],
     renew: async (_owner, runIds) => [...runIds],
     lapsed: async () => [],

@@ -5,6 +5,11 @@ import { isUnavailable } from '../stores/deadline.js'
 import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'
 import type { LeaseHolder, RunEvent, RunOutcome, RunSink } from './run.js'
 
+/**
+ * How long the log's first write waits: a run that ends meanwhile (a JSON run of a quick agent) stores its first
+ * events with its end, in one write (docs/stores.md, "Group commit"); a longer one's first events gather meanwhile.
+ */
+const FIRST_WRITE_MS = 10
 /** A write of the run's end that failed for an outage is tried again after this, then twice as long each time, up to the max. */
 const RETRY_FIRST_MS = 100
 const RETRY_MAX_MS = 1_000
@@ -55,7 +60,8 @@ export function runEnd (outcome: Exclude<RunOutcome, { status: 'detached' }>): R
 /**
  * A run's event log in the run store. Events are appended in order, in batches: while one append is on its
  * way, the events that follow gather for the next (a run streaming 100 deltas costs a few round trips, not
- * 100). The terminal event and the end are written together, after everything before them. A store that
+ * 100), and the first write waits a moment (FIRST_WRITE_MS): a run that ends meanwhile writes its events with its
+ * end. The terminal event and the end are written together, after everything before them. A store that
  * refuses a write is logged and counted; the batch is tried again with the next one (no gap in the log), and
  * the live stream goes on meanwhile. A write past its deadline may still have been applied: the store takes the
  * retry all the same (appends are idempotent by seq). The end is tried again through an outage for as long as the
@@ -65,6 +71,11 @@ export class RunLog implements RunSink {
   readonly #options: RunLogOptions
   #pending: StoredEvent[] = []
   #writing: Promise<void> | null = null
+  /** the first write has not begun: it waits FIRST_WRITE_MS, or for finish() */
+  #first = true
+  /** ends the first write's wait at once (finish() takes its events) */
+  #hurry: (() => void) | null = null
+  #ending = false
 
   constructor (options: RunLogOptions) {
     this.#options = options
@@ -94,8 +105,25 @@ export class RunLog implements RunSink {
   }
 
   async #write (): Promise<void> {
-    // the events of this tick go in one batch
-    await Promise.resolve()
+    if (this.#first) {
+      this.#first = false
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, FIRST_WRITE_MS)
+        this.#hurry = () => {
+          clearTimeout(timer)
+          resolve()
+        }
+      })
+      this.#hurry = null
+      // the run ended meanwhile: its end takes these events
+      if (this.#ending) {
+        this.#writing = null
+        return
+      }
+    } else {
+      // the events of this tick go in one batch
+      await Promise.resolve()
+    }
     while (this.#pending.length > 0 && !this.#lost) {
       const batch = this.#pending
       this.#pending = []
@@ -121,6 +149,8 @@ export class RunLog implements RunSink {
    * could not be stored while its lease lasted (STORE_UNAVAILABLE). Never rejects.
    */
   async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'> {
+    this.#ending = true
+    this.#hurry?.()
     await this.flush()
     const events = this.#pending
     this.#pending = []

@@ -16,6 +16,7 @@ import type { RunState } from './run-watch.js'
 import { PostgresStore } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
+import { GroupCommit } from './group-commit.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
@@ -90,6 +91,25 @@ type Ended = RunRow & { freed: string | null, queue_waits: boolean }
 
 function noop (): void {}
 
+/** One run's batch waiting for its group's statement. */
+interface Appending {
+  runId: string
+  events: readonly StoredEvent[]
+  owner: string
+}
+
+/**
+ * A NOTIFY payload holds 8,000 bytes: a group's notification names its runs (JSON), so a group holds runs whose
+ * ids fit, with room to spare for the seqs and the brackets.
+ */
+const NOTIFY_BYTES = 7_000
+/**
+ * How long a group of appends gathers before its statement, at least: what a statement costs both sides is mostly
+ * per statement and per run, so a run streaming a delta per tick is written a few deltas at a time.
+ */
+const GROUP_WINDOW_MS = 5
+const notifyWeight = (item: Appending): number => Buffer.byteLength(JSON.stringify(item.runId)) + 16
+
 /* c8 ignore next 3 */
 function lockRaceError (sessionId: string): Error {
   return new Error(`session ${JSON.stringify(sessionId)}: its lock changed hands ${TAKE_ATTEMPTS} times during one call`)
@@ -107,6 +127,17 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   readonly #queueWatchers = new Set<() => void>()
   /** Names this store in its queue notifications: it tells its own watchers at once, and ignores its echo. */
   readonly #nonce = randomBytes(6).toString('hex')
+  /**
+   * The appends that come while one is in flight go together in the next one, every run's in one statement (and
+   * one NOTIFY): see docs/stores.md, "Group commit".
+   */
+  readonly #appends = new GroupCommit<Appending, number | null>({
+    write: async (items) => this.#appendGroup(items),
+    key: (item) => item.runId,
+    weigh: notifyWeight,
+    maxWeight: NOTIFY_BYTES,
+    windowMs: GROUP_WINDOW_MS
+  })
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -369,7 +400,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     if (events.length === 0 || !storable(runId, false)) return
     checkBatch(runId, events)
     checkEvents(BACKEND, false, events)
-    const appended = await this.#append(await this.#pool(), runId, events, owner)
+    const appended = await this.#appends.add({ runId, events, owner })
     if (appended !== null) {
       this.#hub.events(runId, appended)
       return
@@ -386,12 +417,48 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     if (lastSeq !== null) this.#hub.events(runId, lastSeq)
   }
 
-  /** Appends a batch that follows the log of a run `owner` runs, in one statement: its new lastSeq, null when it does not. */
-  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number | null> {
+  /** Groups of appends written so far (each one statement): what the tests and the bench count. */
+  get groupWrites (): number {
+    return this.#appends.writes
+  }
+
+  /**
+   * Appends each batch that follows the log of a run its owner runs, all in one statement: each one's new lastSeq,
+   * null for one that does not (the caller tells why under the run's lock).
+   */
+  async #appendGroup (items: readonly Appending[]): Promise<Array<number | null>> {
+    const pool = await this.#pool()
+    const runIds: string[] = []
+    const counts: number[] = []
+    const afters: number[] = []
+    const owners: string[] = []
+    const eventRuns: string[] = []
+    const seqs: number[] = []
+    const types: string[] = []
+    const data: string[] = []
+    for (const { runId, events, owner } of items) {
+      runIds.push(runId)
+      counts.push(events.length)
+      afters.push(events[0]!.seq - 1)
+      owners.push(owner)
+      for (const event of events) {
+        eventRuns.push(runId)
+        seqs.push(event.seq)
+        types.push(event.type)
+        data.push(event.data)
+      }
+    }
+    const { rows } = await pool.query(this.#sql.appendGroup, [runIds, counts, afters, owners, eventRuns, seqs, types, data]) as { rows: Array<{ run_id: string, last_seq: number }> }
+    const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
+    return items.map((item) => appended.get(item.runId) ?? null)
+  }
+
+  /** Appends a batch that follows the log of a run `owner` runs (checked under its lock), in one statement: its new lastSeq. */
+  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number> {
     const { rows: [appended] } = await q.query<{ last_seq: number }>(this.#sql.append, [
       runId, events.length, events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
     ])
-    return appended?.last_seq ?? null
+    return appended!.last_seq
   }
 
   /** The run, locked; undefined when it is unknown (or past its retention). */
@@ -571,13 +638,18 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     return rows.map((row) => row.id)
   }
 
-  /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */
+  /** `e:<runId>:<lastSeq>`, `g:[[runId, lastSeq], …]`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */
   #heard (payload: string): void {
     const body = payload.slice(2)
     switch (payload[0]) {
       case 'e': {
         const cut = body.lastIndexOf(':')
         this.#hub.events(body.slice(0, cut), Number(body.slice(cut + 1)))
+        break
+      }
+      case 'g': {
+        // a group of appends: [runId, lastSeq] pairs
+        for (const [runId, lastSeq] of JSON.parse(body) as Array<[string, number]>) this.#hub.events(runId, lastSeq)
         break
       }
       case 'c': this.#hub.cancel(body); break
@@ -682,6 +754,22 @@ function statements (runs: string, events: string, sessions: string, channel: st
         RETURNING last_seq),
       added AS (${addEvents(4, 5, 6, 'run')})
       SELECT last_seq, pg_notify(${channel}, 'e:' || $1 || ':' || last_seq) AS notified FROM run`,
+    // every run's batch of a group, as \`append\`: each goes in only if it follows its log and is its run owner's; one
+    // NOTIFY names them all
+    appendGroup: `
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::integer[], $3::integer[], $4::text[]) AS b (run_id, n, after, owner)),
+      run AS (
+        UPDATE ${runs} r SET last_seq = r.last_seq + b.n FROM batch b
+        WHERE r.run_id = b.run_id AND r.last_seq = b.after AND r.status = 'running' AND r.owner = b.owner
+        RETURNING r.run_id, r.last_seq),
+      added AS (
+        INSERT INTO ${events} (run_id, seq, type, data)
+        SELECT e.run_id, e.seq, e.type, e.data FROM unnest($5::text[], $6::integer[], $7::text[], $8::text[]) AS e (run_id, seq, type, data)
+        WHERE e.run_id IN (SELECT run_id FROM run))
+      SELECT run_id, last_seq,
+        (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
+      FROM run`,
     // The last events, the end and the session given back, in one statement (by the lease's owner, when named):
     // a queued detachable run waiting for that session is news for the claimers.
     end: `

@@ -17,6 +17,7 @@ import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, 
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { RedisScript, RedisStore } from './redis-connection.js'
+import { GroupCommit } from './group-commit.js'
 import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
 import type {
   CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
@@ -72,15 +73,17 @@ local function holding (session)
   if holder and active(redis.call('HGET', runKey(holder), 'status')) then return holder end
   return nil
 end
-local function push (key, from)
-  for i = from, #ARGV, 1000 do redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+-- ARGV[from..to] (to: the last of ARGV, unless given)
+local function push (key, from, to)
+  to = to or #ARGV
+  for i = from, to, 1000 do redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, to))) end
 end
--- Of the events ARGV[from..] (seqs from \`first\` on), those the log of id (its lastSeq \`last\`) does not hold yet: a
--- retried write brings events the log holds already, acknowledged again when they are the same (see unheldEvents in
--- common.ts). Returns the index in ARGV of the first event to push (past #ARGV: none), or { last } when the rest
--- does not follow the log, or { 'conflict', seq } for a held seq with another event.
-local function unheld (id, last, first, from)
-  local n = #ARGV - from + 1
+-- Of the events ARGV[from..to] (seqs from \`first\` on; to: the last of ARGV, unless given), those the log of id (its
+-- lastSeq \`last\`) does not hold yet: a retried write brings events the log holds already, acknowledged again when
+-- they are the same (see unheldEvents in common.ts). Returns the index in ARGV of the first event to push (past
+-- \`to\`: none), or { last } when the rest does not follow the log, or { 'conflict', seq } for a held seq with another event.
+local function unheld (id, last, first, from, to)
+  local n = (to or #ARGV) - from + 1
   if first < 1 then return { last } end
   local skip = 0
   if first <= last then
@@ -223,27 +226,46 @@ redis.call('ZADD', P .. 'runs:status:running', run[5], id)
 return { 'reopened', redis.call('HGETALL', key) }
 `)
 
-// Only the lease's owner appends to a running run. ARGV: prefix, runId, channel, owner, the batch's first seq, then the
-// events. Returns the new lastSeq, { lastSeq } when the batch does not follow the log, { 'conflict', seq } (see
-// unheld), 'lost' when the run is not running under owner's lease, nil when the run is unknown or ended.
-const APPEND = new RedisScript(LUA_COMMON + `
-local id = ARGV[2]
-local key = runKey(id)
-local run = redis.call('HMGET', key, 'status', 'lastSeq', 'owner')
-if not active(run[1]) then return nil end
-if run[1] ~= 'running' or run[3] ~= ARGV[4] then return 'lost' end
-local last = tonumber(run[2])
-if #ARGV > 5 then
-  local from = unheld(id, last, tonumber(ARGV[5]), 6)
-  if type(from) == 'table' then return from end
-  if from <= #ARGV then
-    push(eventsKey(id), from)
-    last = last + #ARGV - from + 1
-    redis.call('HSET', key, 'lastSeq', last)
-    redis.call('PUBLISH', ARGV[3], 'e:' .. id .. ':' .. last)
+// Appends the batches of a group of runs, in one call (one round trip), with one message naming them all; only the
+// lease's owner appends to a running run. ARGV: prefix, channel, then for each run: runId, owner, the batch's first
+// seq, its length, its events. Returns for each run in order its new lastSeq, { lastSeq } when the batch does not
+// follow the log, { 'conflict', seq } (see unheld), 'lost' when the run is not running under owner's lease, false
+// (nil) when the run is unknown or ended.
+const APPEND_GROUP = new RedisScript(LUA_COMMON + `
+local results, told = {}, {}
+local i = 3
+while i <= #ARGV do
+  local id, owner, first, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local from, to = i + 4, i + 3 + n
+  i = to + 1
+  local key = runKey(id)
+  local run = redis.call('HMGET', key, 'status', 'lastSeq', 'owner')
+  local result = false
+  if active(run[1]) then
+    if run[1] ~= 'running' or run[3] ~= owner then
+      result = 'lost'
+    else
+      local last = tonumber(run[2])
+      result = last
+      if n > 0 then
+        local start = unheld(id, last, first, from, to)
+        if type(start) == 'table' then
+          result = start
+        elseif start <= to then
+          push(eventsKey(id), start, to)
+          last = last + to - start + 1
+          redis.call('HSET', key, 'lastSeq', last)
+          told[#told + 1] = id
+          told[#told + 1] = last
+          result = last
+        end
+      end
+    end
   end
+  results[#results + 1] = result
 end
-return last
+if #told > 0 then redis.call('PUBLISH', ARGV[2], 'g:' .. cjson.encode(told)) end
+return results
 `)
 
 // Ends a run whose status is ARGV[5] with its last events, gives its session back and its lease up.
@@ -448,6 +470,17 @@ function noop (): void {}
 /** A batch the scripts refused: { lastSeq } when it does not follow the log, { 'conflict', seq } (see `unheld`). */
 type Refusal = [number] | ['conflict', number]
 
+/** What APPEND_GROUP answers for a run: the new lastSeq, a refusal, 'lost', or null (the run is unknown or ended). */
+type AppendResult = number | Refusal | 'lost' | null
+
+/** One run's batch waiting for its group's script. */
+interface Appending {
+  client: Redis
+  runId: string
+  events: readonly StoredEvent[]
+  owner: string
+}
+
 /** The error of a refused batch. */
 function refused (runId: string, refusal: Refusal, events: readonly StoredEvent[]): Error {
   return refusal.length === 2 ? new RunLogConflictError(runId, refusal[1]) : new RunLogGapError(runId, refusal[0] + 1, events[0]!.seq)
@@ -475,6 +508,16 @@ export class RedisRunStore extends RedisStore implements RunStore {
   readonly #queueWatchers = new Set<() => void>()
   /** names this store in what it publishes of the queue: its own messages it has told its watchers already */
   readonly #tag = randomUUID()
+  /**
+   * The appends that come while one is in flight go together in the next one: every run's in one script call, with
+   * one message (see docs/stores.md, "Group commit").
+   */
+  readonly #appends = new GroupCommit<Appending, AppendResult>({
+    write: async (items) => this.#appendGroup(items),
+    key: (item) => item.runId,
+    // a script call costs mostly per call and per run: a run streaming a delta per tick is written a few at a time
+    windowMs: 5
+  })
 
   constructor (source: RedisSource, options: RedisRunStoreOptions = {}) {
     super(source, options)
@@ -576,12 +619,24 @@ export class RedisRunStore extends RedisStore implements RunStore {
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
     // an empty batch is sent all the same: a writer that lost the lease hears it
-    const result = await APPEND.run(client, [
-      this.prefix, runId, this.channel, owner, events.length === 0 ? 0 : events[0]!.seq, ...events.map(encodeEvent)
-    ]) as number | Refusal | 'lost' | null
+    const result = await this.#appends.add({ client, runId, events, owner })
     if (result === 'lost') throw new RunLeaseLostError(runId)
     if (typeof result === 'number') this.#hub.events(runId, result)
     else if (result !== null) throw refused(runId, result, events)
+  }
+
+  /** Groups of appends written so far (each one script call): what the tests and the bench count. */
+  get groupWrites (): number {
+    return this.#appends.writes
+  }
+
+  async #appendGroup (items: readonly Appending[]): Promise<AppendResult[]> {
+    const args: Array<string | number> = [this.prefix, this.channel]
+    for (const { runId, events, owner } of items) {
+      args.push(runId, owner, events.length === 0 ? 0 : events[0]!.seq, events.length)
+      for (const event of events) args.push(encodeEvent(event))
+    }
+    return await APPEND_GROUP.run(items[0]!.client, args) as AppendResult[]
   }
 
   /**
@@ -872,13 +927,19 @@ export class RedisRunStore extends RedisStore implements RunStore {
     this.#notifyQueue()
   }
 
-  /** `e:<runId>:<lastSeq>`, `c:<runId>`, `s:<sessionId>` or `q:<tag>`, from the scripts above. */
+  /** `e:<runId>:<lastSeq>`, `g:[runId, lastSeq, …]`, `c:<runId>`, `s:<sessionId>` or `q:<tag>`, from the scripts above. */
   #heard (message: string): void {
     const body = message.slice(2)
     switch (message[0]) {
       case 'e': {
         const cut = body.lastIndexOf(':')
         this.#hub.events(body.slice(0, cut), Number(body.slice(cut + 1)))
+        break
+      }
+      case 'g': {
+        // a group of appends: runId, lastSeq, runId, lastSeq…
+        const told = JSON.parse(body) as Array<string | number>
+        for (let i = 0; i < told.length; i += 2) this.#hub.events(told[i] as string, told[i + 1] as number)
         break
       }
       case 'c': this.#hub.cancel(body); break

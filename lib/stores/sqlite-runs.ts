@@ -11,6 +11,7 @@ import {
 import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
+import { GroupCommit } from './group-commit.js'
 import { SqliteStore } from './sqlite-connection.js'
 import type { SqliteSource, SqliteStoreOptions } from './sqlite-connection.js'
 import type {
@@ -29,6 +30,8 @@ const BACKEND = 'SQLite'
 const POLL_MS = 250
 /** Queued runs read per step of a claim, at least (runs whose session is busy are stepped over). */
 const CLAIM_PAGE = 32
+/** How long the log's writes gather before their transaction (a run's end does not wait): see #group. */
+const GROUP_WINDOW_MS = 20
 /** Events inserted per statement: a batch of n is about log2(n) + n/32 statements (as the audit store does). */
 const INSERT_ROWS = 32
 
@@ -209,12 +212,26 @@ interface Prepared {
   statements: Statements
   /** runs its callback in an IMMEDIATE transaction: the write lock first, so no other connection writes in between */
   write: <T>(fn: (statements: Statements, now: number) => T) => T
+  /** inside a write: runs its callback in a savepoint, undone alone when it throws */
+  savepoint: <T>(fn: () => T) => T
 }
 
 function prepare (db: Db, prefix: string): Prepared {
   const statements = runStatements(db, prefix)
   const transaction = db.transaction((fn: (statements: Statements, now: number) => unknown) => fn(statements, Date.now()))
-  return { statements, write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T }
+  // called inside a transaction, a better-sqlite3 transaction function is a savepoint
+  const savepoint = db.transaction((fn: () => unknown) => fn())
+  return {
+    statements,
+    write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T,
+    savepoint: <T>(fn: () => T): T => savepoint(fn) as T
+  }
+}
+
+/** A log write of one run waiting for its group: what it does inside the group's transaction. */
+interface Grouped {
+  runId: string
+  write: (statements: Statements, now: number) => { value: unknown, heard?: Heard }
 }
 
 /** What a write tells the watchers once it has committed. */
@@ -235,6 +252,17 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   /** the queue counter as last seen (null: not read yet) */
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
+  /**
+   * The log's writes (append, finish), every run's, go in one transaction (each in a savepoint of its own) every
+   * GROUP_WINDOW_MS, a run's end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in
+   * flight to gather behind, and each commit writes every page it changed to the WAL (one per run's log at least).
+   */
+  readonly #group = new GroupCommit<Grouped, unknown>({
+    write: (items) => this.#writeGroup(items),
+    key: (item) => item.runId,
+    start: 'tick',
+    windowMs: GROUP_WINDOW_MS
+  })
 
   constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
     super(source, options)
@@ -259,6 +287,33 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
 
   #write<T> (fn: (statements: Statements, now: number) => T): T {
     return this.#use().write(fn)
+  }
+
+  /** Groups written so far (each one transaction): what the tests and the bench count. */
+  get groupWrites (): number {
+    return this.#group.writes
+  }
+
+  #writeGroup (items: readonly Grouped[]): Array<unknown> {
+    const { savepoint } = this.#use()
+    const done = this.#write((statements, now) => items.map((item) => {
+      try {
+        return savepoint(() => item.write(statements, now))
+      } catch (error) {
+        return error as Error
+      }
+    }))
+    // committed: now the watchers may read what they are told of
+    return done.map((result) => {
+      if (result instanceof Error) return result
+      if (result.heard !== undefined) this.#tell(result.heard)
+      return result.value
+    })
+  }
+
+  /** One run's log write, in the next group's transaction (`urgent`: at the end of this turn). */
+  async #grouped<T> (runId: string, write: (statements: Statements, now: number) => { value: T, heard?: Heard }, urgent = false): Promise<T> {
+    return await this.#group.add({ runId, write }, urgent) as T
   }
 
   #tell (heard: Heard): void {
@@ -508,16 +563,16 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       SqliteRunStore.#owned(this.#statements().run.get({ runId, now: Date.now() }), owner)
       return
     }
-    const lastSeq = this.#write((statements, now) => {
+    this.#use()
+    await this.#grouped(runId, (statements, now) => {
       const row = SqliteRunStore.#owned(statements.run.get({ runId, now }), owner)
-      if (row === undefined) return null
+      if (row === undefined) return { value: undefined }
       const lastSeq = this.#append(statements, row, events)
       // all of it held already: a retry acknowledged, nothing new
-      if (lastSeq === row.last_seq) return null
+      if (lastSeq === row.last_seq) return { value: undefined }
       statements.lastSeq.run(lastSeq, runId)
-      return lastSeq
+      return { value: undefined, heard: { runId, lastSeq } }
     })
-    if (lastSeq !== null) this.#tell({ runId, lastSeq })
   }
 
   /** Ends the run (its status checked by the caller) with its last events, and gives its session back: one transaction. */
@@ -544,19 +599,18 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     if (!storable(runId, true)) return null
     checkBatch(runId, events)
     checkEvents(BACKEND, true, events)
-    const done = this.#write((statements, now) => {
+    this.#use()
+    return this.#grouped(runId, (statements, now) => {
       const row = statements.run.get({ runId, now })
       // a queued run has nothing to finish (an old owner's late finish after a requeue lands here too)
-      if (row === undefined || row.status === 'queued') return null
+      if (row === undefined || row.status === 'queued') return { value: null }
       const owned = SqliteRunStore.#owned(row, owner)
-      if (owned === undefined) return null
+      if (owned === undefined) return { value: null }
       // cancel and finish are one compare-and-set: a cancel requested first wins
       const ending = runningEnd(owned.cancel_requested === 1, owned.trace_id, events, end)
-      return this.#end(statements, owned, ending.events, ending.end, retentionMs)
-    })
-    if (done === null) return null
-    this.#tell(done.heard)
-    return done.record
+      const { record, heard } = this.#end(statements, owned, ending.events, ending.end, retentionMs)
+      return { value: record, heard }
+    }, true)
   }
 
   async get (runId: string): Promise<RunRecord | null> {

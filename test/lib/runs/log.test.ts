@@ -165,3 +165,35 @@ t.test('a run ended by another write: its stored terminal event is sent, and wha
   const eventsUnreadable = { finish: async () => null, get: async () => record({}), events: async () => { throw new Error('broken') } }
   t.equal(await logOf(eventsUnreadable).log.finish(completed(3), outcome, { leaseUntil: Infinity }), 'STORE_UNAVAILABLE')
 })
+
+t.test('the first write waits a moment: a run that ends meanwhile writes its first events with its end, in one write', async (t) => {
+  const writes: string[] = []
+  const store = {
+    append: async (_runId: string, events: StoredEvent[]) => { writes.push(`append ${events.map((e) => e.seq).join(',')}`) },
+    finish: async (_runId: string, events: StoredEvent[]) => {
+      writes.push(`finish ${events.map((e) => e.seq).join(',')}`)
+      return record({})
+    }
+  }
+  // a JSON run of a quick agent: run.started, then its end before the first write went
+  const quick = logOf(store)
+  quick.log.event(event(1))
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(writes, [], 'nothing written at once')
+  const terminal = completed(2)
+  t.equal(await quick.log.finish(terminal, outcome, { leaseUntil: Infinity }), terminal)
+  t.same(writes, ['finish 1,2'], 'one write: the first event with the end')
+  t.same(quick.stored, [[1, 2]])
+
+  // a longer run: its first events gather for the moment, then go in one append; the next ones as they come
+  writes.length = 0
+  const longer = logOf(store)
+  longer.log.event(event(1))
+  await new Promise((resolve) => setImmediate(resolve))
+  longer.log.event(event(2))
+  await longer.log.flush()
+  t.same(writes, ['append 1,2'])
+  longer.log.event(event(3))
+  await longer.log.flush()
+  t.same(writes, ['append 1,2', 'append 3'], 'later writes do not wait')
+})
