@@ -8,10 +8,11 @@ import { ownedSession } from '../lib/runs/sessions.js'
 import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
 import { RunPage, SessionRunsQuery } from '../schemas/runs.js'
-import { CreateSessionRequest, Session, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+import { CreateSessionRequest, Session, SessionListQuery, SessionPage, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
 const DEFAULT_SESSION_RUNS_LIMIT = 20
+const DEFAULT_SESSIONS_LIMIT = 20
 
 export type SessionsPluginOptions = Record<never, never>
 
@@ -48,6 +49,25 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     const session = await store.create({ id: randomId(), agent: body.agent ?? null, principal: context.principal, metadata: body.metadata ?? {} }, settings.sessionTtlMs)
     service.audit.note(request, { sessionId: session.id })
     return reply.code(201).send(session)
+  })
+
+  fastify.get('/sessions', {
+    config: { access: 'run' },
+    schema: {
+      operationId: 'listSessions',
+      summary: 'The caller\'s own sessions, most recently active first',
+      description: 'Unexpired sessions of the caller (never another principal\'s), optionally only those of one agent, ' +
+        'paged by `nextCursor`. A chat\'s session carries its chat id in `metadata.chatId`.',
+      tags: ['sessions'],
+      querystring: SessionListQuery,
+      response: { 200: SessionPage, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const { limit = DEFAULT_SESSIONS_LIMIT, cursor, agent } = request.query
+    if (agent !== undefined && !settings.agents.has(agent)) throw new AgentNotFoundError(agent)
+    return store.listByPrincipal(requestContextOf(request).principal, {
+      limit, ...(cursor === undefined ? {} : { cursor }), ...(agent === undefined ? {} : { agent })
+    })
   })
 
   fastify.get('/sessions/:id', {

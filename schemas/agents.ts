@@ -10,5 +10,6 @@ export const AgentInfo = Type.Object({
 export type AgentInfo = Static<typeof AgentInfo>
 
 export const AgentList = Type.Object({ agents: Type.Array(AgentInfo) }, { title: 'AgentList' })
+export type AgentList = Static<typeof AgentList>
 
 export const AgentParams = Type.Object({ name: AgentName }, { additionalProperties: false })

@@ -32,6 +32,13 @@ export type ChatRequest = Static<typeof ChatRequest>
 export const ChatParams = Type.Object({ name: AgentName }, { additionalProperties: false })
 export const ChatStreamParams = Type.Object({ name: AgentName, id: Id }, { additionalProperties: false })
 
+export const ChatMessages = Type.Array(UiMessage, {
+  title: 'ChatMessages',
+  description: 'the chat\'s messages, oldest first, as the AI SDK\'s UIMessage[] (what `useChat({ messages })` takes): ' +
+    'each run\'s user message (id `<runId>-user`) and, once it has ended, the assistant message its stream built (id the ' +
+    'run id): text, reasoning, tool parts with their states and approvals, data parts'
+})
+
 export const ChatStreamQuery = Type.Object({
   approvals: Type.Optional(Type.Union([Type.Literal('end'), Type.Literal('wait')], {
     description: '`end` (default): the stream ends at an approval still pending, so that the page can answer it (the ' +

@@ -27,6 +27,10 @@ export const AgentName = Type.String({ pattern: AgentNamePattern })
 /** Path ids: generous but bounded, so a 10 KB id is a 400 rather than a store look-up. */
 export const Id = Type.String({ minLength: 1, maxLength: 128 })
 
+/** A listing's page cursor (lib/core/cursors.ts writes and reads them): one a store did not hand out is a 400. */
+export const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
+export const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
+
 const errorDescriptions: Record<number, string> = {
   400: 'Invalid request',
   401: 'Missing or invalid credentials',

@@ -29,3 +29,12 @@ export type ToolResultData = Static<typeof ToolResultData>
 
 export const ApprovalEventData = Type.Object({ approval: Approval })
 export type ApprovalEventData = Static<typeof ApprovalEventData>
+
+export const CheckpointSavedData = Type.Object({ step: Type.Integer({ minimum: 1 }) })
+export type CheckpointSavedData = Static<typeof CheckpointSavedData>
+
+export const RunRequeuedData = Type.Object({
+  attempt: Type.Integer({ minimum: 2, description: 'the attempt that follows' }),
+  reason: Type.String({ description: 'SHUTDOWN (its instance drained), INSTANCE_LOST (its lease lapsed) or RESUMED (resumeRunId)' })
+})
+export type RunRequeuedData = Static<typeof RunRequeuedData>

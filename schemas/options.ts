@@ -17,7 +17,7 @@ function withMethods<T> (methods: readonly string[], description: string): TUnsa
 // The methods a store must have, checked at registration; lib/stores/types.ts holds each list against its interface.
 export const storeMethods = {
   auditStore: ['append', 'query', 'count'],
-  sessionStore: ['create', 'get', 'appendTurn', 'touch', 'delete', 'list'],
+  sessionStore: ['create', 'get', 'appendTurn', 'touch', 'delete', 'list', 'listByPrincipal'],
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
   idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],

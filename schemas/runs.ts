@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id, Metadata, Usage } from './common.js'
+import { Cursor, Id, Metadata, NextCursor, Usage } from './common.js'
 
 export const OnDisconnect = Type.Union([Type.Literal('cancel'), Type.Literal('continue')], {
   description: 'what a client going away does to the run: cancel it (default), or let it go on (rejoin through /v1/runs/:runId/events)'
@@ -49,6 +49,7 @@ export const RunFailedEvent = Type.Object({
   error: Type.Object({ code: Type.String(), message: Type.String() }),
   traceId: Type.String()
 }, { title: 'RunFailedEvent' })
+export type RunFailedEvent = Static<typeof RunFailedEvent>
 
 export const SseStreamDescription = 'A Server-Sent Events stream: `id: <seq>`, `event: <type>`, `data: <json>` per event. ' +
   'Types: run.started ({ runId, agent, sessionId, requestId, traceId, attempt }), message.delta ({ text }), ' +
@@ -95,18 +96,18 @@ export const RunEventsQuery = Type.Object({
 }, { additionalProperties: false })
 
 const Limit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
-const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
-const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
 
 export const SessionRunsQuery = Type.Object({
   limit: Type.Optional(Limit(100, 20)),
   cursor: Type.Optional(Cursor)
 }, { additionalProperties: false })
+export type SessionRunsQuery = Static<typeof SessionRunsQuery>
 
 export const RunPage = Type.Object({
   runs: Type.Array(RunRecord, { description: 'most recent first' }),
   nextCursor: NextCursor
 })
+export type RunPage = Static<typeof RunPage>
 
 export const AdminRunsQuery = Type.Object({
   limit: Type.Optional(Limit(500, 50)),

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id, Metadata } from './common.js'
+import { AgentNamePattern, Cursor, Id, Metadata, NextCursor } from './common.js'
 
 export const CreateSessionRequest = Type.Object({
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
@@ -17,6 +17,7 @@ export const Session = Type.Object({
   turns: Type.Integer({ minimum: 0 }),
   metadata: Metadata
 }, { title: 'Session' })
+export type Session = Static<typeof Session>
 
 export const SessionMessage = Type.Object({
   role: Type.Union([Type.Literal('user'), Type.Literal('assistant')]),
@@ -26,5 +27,19 @@ export const SessionMessage = Type.Object({
 }, { title: 'SessionMessage' })
 
 export const SessionWithMessages = Type.Composite([Session, Type.Object({ messages: Type.Array(SessionMessage) })], { title: 'SessionWithMessages' })
+export type SessionWithMessages = Static<typeof SessionWithMessages>
 
 export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })
+
+export const SessionListQuery = Type.Object({
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+  cursor: Type.Optional(Cursor),
+  agent: Type.Optional(Type.String({ pattern: AgentNamePattern, description: 'only the sessions of this agent' }))
+}, { additionalProperties: false })
+export type SessionListQuery = Static<typeof SessionListQuery>
+
+export const SessionPage = Type.Object({
+  sessions: Type.Array(Session, { description: 'the caller\'s own, unexpired, most recently active first (without messages)' }),
+  nextCursor: NextCursor
+}, { title: 'SessionPage' })
+export type SessionPage = Static<typeof SessionPage>

@@ -1,7 +1,8 @@
 // The layers of the source tree (README, "How it fits together"), checked on every import:
 // schemas/ ← lib/ ← plugins/, routes/ ← app/ ← index.ts, bin/. A file may import its own layer and the ones
 // below it; a plugin never imports another plugin, a route never another route (shared operations hang off
-// the core decorator, lib/core/service.ts).
+// the core decorator, lib/core/service.ts). client/ (fastify-agents/client, shipped to browsers) stands apart: it
+// takes types from schemas/ and nothing else of the tree, so that it loads nothing of the server.
 import t from 'tap'
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join, normalize } from 'node:path'
@@ -47,6 +48,7 @@ const allowed: Record<string, readonly string[]> = {
   adapters: ['adapters', 'lib', 'schemas'],
   app: ['app', 'lib', 'plugins', 'routes', 'schemas'],
   bin: ['app'],
+  client: ['client'],
   index: ['app', 'lib', 'plugins', 'routes', 'schemas', 'adapters']
 }
 
@@ -60,8 +62,11 @@ export function violations (edges: readonly ImportEdge[]): string[] {
     if (rules === undefined) continue
     // the options schema names the types of the objects it checks (agents, stores): types only, nothing loaded
     if (fromLayer === 'schemas' && toLayer === 'lib' && typeOnly) continue
+    // the client's types are the schemas' (a value would load TypeBox into the browser)
+    if (fromLayer === 'client' && toLayer === 'schemas' && typeOnly) continue
     if (rules.includes(toLayer)) continue
     if (toLayer === fromLayer) found.push(`${from} -> ${to} (a ${fromLayer === 'plugins' ? 'plugin' : 'route'} never imports a sibling)`)
+    else if (fromLayer === 'client' && toLayer === 'schemas') found.push(`${from} -> ${to} (client/ imports types only from schemas/)`)
     else found.push(`${from} -> ${to} (${fromLayer}/ may not import ${toLayer}/)`)
   }
   return found
@@ -78,7 +83,7 @@ function sources (dir: string): string[] {
 }
 
 t.test('the source tree keeps its layers', async (t) => {
-  const files = ['index.ts', ...['adapters', 'app', 'bin', 'lib', 'plugins', 'routes', 'schemas'].flatMap(sources)]
+  const files = ['index.ts', ...['adapters', 'app', 'bin', 'client', 'lib', 'plugins', 'routes', 'schemas'].flatMap(sources)]
   const edges = files.flatMap((file) => importsOf(file, readFileSync(join(root, file), 'utf8')))
   t.ok(edges.length > 100, `the check sees the imports (${edges.length})`)
   t.same(violations(edges), [])
@@ -93,13 +98,18 @@ t.test('the check fails on a forbidden import', async (t) => {
     ...importsOf('schemas/x.ts', "import { run } from '../lib/runs/run.js'"),
     ...importsOf('schemas/y.ts', "import type { Agent } from '../lib/core/types.js'"),
     ...importsOf('lib/runs/x.ts', "import { a } from '../core/a.js'\nimport type { S } from '../../schemas/s.js'"),
-    ...importsOf('test/x.test.ts', "import { anything } from '../plugins/core.js'")
+    ...importsOf('test/x.test.ts', "import { anything } from '../plugins/core.js'"),
+    ...importsOf('client/index.ts', "import type { RunResult } from '../schemas/runs.js'\nimport { RunRequest } from '../schemas/runs.js'\nimport { x } from '../lib/core/x.js'"),
+    ...importsOf('index.ts', "export * from './client/index.js'")
   ]
   t.same(violations(edges), [
     'lib/core/x.ts -> plugins/core.ts (lib/ may not import plugins/)',
     'routes/a.ts -> routes/b.ts (a route never imports a sibling)',
     'plugins/a.ts -> plugins/b.ts (a plugin never imports a sibling)',
     'plugins/c.ts -> routes/agents.ts (plugins/ may not import routes/)',
-    'schemas/x.ts -> lib/runs/run.ts (schemas/ may not import lib/)'
+    'schemas/x.ts -> lib/runs/run.ts (schemas/ may not import lib/)',
+    'client/index.ts -> schemas/runs.ts (client/ imports types only from schemas/)',
+    'client/index.ts -> lib/core/x.ts (client/ may not import lib/)',
+    'index.ts -> client/index.ts (index/ may not import client/)'
   ])
 })

@@ -258,6 +258,7 @@ function nullSessionStore () {
     touch: async () => true,
     delete: async () => true,
     list: async () => ({ sessions: [], nextCursor: null }),
+    listByPrincipal: async () => ({ sessions: [], nextCursor: null }),
     close: async () => {}
   }
 }

@@ -10,7 +10,7 @@ import { MemoryQuotaStore } from './memory-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
-  IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
+  IdempotencyStore, Message, NewSession, PrincipalSessionQuery, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
   SessionWithMessages, StoreSet
 } from './types.js'
 
@@ -117,6 +117,8 @@ export interface MemorySessionStoreOptions {
 export class MemorySessionStore implements SessionStore {
   readonly maxSessions: number
   readonly #sessions = new Map<string, StoredSession>()
+  /** each principal's sessions: listByPrincipal reads its own, not everyone's */
+  readonly #byPrincipal = new Map<string, Set<StoredSession>>()
   // A list ordered by last write, least recent first: touching a session moves it to the newest end, the
   // purge and the bound take from the oldest end (re-inserting into the Map left holes every purge walked).
   #oldest: StoredSession | null = null
@@ -142,6 +144,9 @@ export class MemorySessionStore implements SessionStore {
     else if (this.#sessions.size >= this.maxSessions) this.#evictOldest()
     this.#sessions.set(session.id, stored)
     this.#append(stored)
+    const owned = this.#byPrincipal.get(stored.principal)
+    if (owned === undefined) this.#byPrincipal.set(stored.principal, new Set([stored]))
+    else owned.add(stored)
     return toSessionRecord(stored)
   }
 
@@ -185,12 +190,23 @@ export class MemorySessionStore implements SessionStore {
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    return this.#page(this.#sessions.values(), query)
+  }
+
+  async listByPrincipal (principal: string, query: PrincipalSessionQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const owned = this.#byPrincipal.get(principal) ?? []
+    const agent = query.agent
+    return this.#page(owned, query, agent === undefined ? undefined : (stored) => stored.agent === agent)
+  }
+
+  #page (sessions: Iterable<StoredSession>, query: SessionListQuery, wanted?: (stored: StoredSession) => boolean): { sessions: SessionRecord[], nextCursor: string | null } {
     const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
     const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
     const now = Date.now()
     const candidates: StoredSession[] = []
-    for (const stored of this.#sessions.values()) {
+    for (const stored of sessions) {
       if (stored.expiresMs <= now) this.#remove(stored)
+      else if (wanted !== undefined && !wanted(stored)) continue
       else if (after === null || isBefore(stored.lastActiveMs, stored.id, after)) candidates.push(stored)
     }
     candidates.sort((a, b) => b.lastActiveMs - a.lastActiveMs || (a.id < b.id ? 1 : -1))
@@ -256,6 +272,9 @@ export class MemorySessionStore implements SessionStore {
   #remove (stored: StoredSession): void {
     this.#sessions.delete(stored.id)
     this.#unlink(stored)
+    const owned = this.#byPrincipal.get(stored.principal)!
+    owned.delete(stored)
+    if (owned.size === 0) this.#byPrincipal.delete(stored.principal)
   }
 }
 

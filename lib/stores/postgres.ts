@@ -16,7 +16,7 @@ import { PostgresQuotaStore } from './postgres-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
-  IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
+  IdempotencyStore, Message, NewSession, PrincipalSessionQuery, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
   SessionWithMessages, StoreSet
 } from './types.js'
 
@@ -125,7 +125,9 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
         last_active_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, turns integer NOT NULL,
         metadata jsonb NOT NULL, messages jsonb NOT NULL);
       CREATE INDEX IF NOT EXISTS ${this.index('sessions_active')} ON ${this.table('sessions')} (last_active_at, id);
-      CREATE INDEX IF NOT EXISTS ${this.index('sessions_expires')} ON ${this.table('sessions')} (expires_at);`
+      CREATE INDEX IF NOT EXISTS ${this.index('sessions_expires')} ON ${this.table('sessions')} (expires_at);
+      CREATE INDEX IF NOT EXISTS ${this.index('sessions_principal')} ON ${this.table('sessions')} (principal, last_active_at, id);
+      CREATE INDEX IF NOT EXISTS ${this.index('sessions_principal_agent')} ON ${this.table('sessions')} (principal, agent, last_active_at, id);`
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
@@ -180,13 +182,25 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    return this.#page(query, '', [])
+  }
+
+  async listByPrincipal (principal: string, query: PrincipalSessionQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    return query.agent === undefined
+      ? this.#page(query, 'principal = $3 AND', [principal])
+      : this.#page(query, 'principal = $3 AND agent = $4 AND', [principal, query.agent])
+  }
+
+  /** `filter`: conditions on parameters from $3, `values` theirs; the cursor's come after them. */
+  async #page (query: SessionListQuery, filter: string, values: string[]): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
     const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
     const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
+    const n = values.length + 3
     const rows = await this.sql<SessionRow>(`
       SELECT ${SESSION_COLUMNS} FROM ${this.table('sessions')}
-      WHERE expires_at > $1 ${after === null ? '' : 'AND (last_active_at, id) < ($3, $4)'}
+      WHERE ${filter} expires_at > $1 ${after === null ? '' : `AND (last_active_at, id) < ($${n}, $${n + 1})`}
       ORDER BY last_active_at DESC, id DESC LIMIT $2`,
-    after === null ? [new Date(), limit + 1] : [new Date(), limit + 1, new Date(after.ms), after.id])
+    after === null ? [new Date(), limit + 1, ...values] : [new Date(), limit + 1, ...values, new Date(after.ms), after.id])
     const page = rows.slice(0, limit)
     const last = page[page.length - 1]
     return {

@@ -8,7 +8,7 @@ import { RedisRunStore } from './redis-runs.js'
 import { RedisWebhookStore } from './redis-webhooks.js'
 import { RedisQuotaStore } from './redis-quotas.js'
 import type {
-  IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery,
+  IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, PrincipalSessionQuery, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
 } from './types.js'
 
@@ -121,9 +121,33 @@ function pairs (flat: string[]): Record<string, string> {
   return hash
 }
 
-// Touches a live session: new expiry on both keys, new score in the activity index, optionally a turn.
-// ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
-const TOUCH = new RedisScript(`
+// A session's place in its owner's indexes (all its sessions; those of its agent): a sorted set by last activity
+// that lives as long as its longest-lived member, so that an idle principal's index goes with its sessions.
+const INDEX_OWNED = `
+local function indexOwned (key, now, ttl, id)
+  redis.call('ZADD', key, now, id)
+  if redis.call('PTTL', key) < tonumber(ttl) then redis.call('PEXPIRE', key, ttl) end
+end
+`
+
+// Creates a session afresh. KEYS: hash, messages, activity index, the owner's indexes. ARGV: now, ttlMs, id, base.
+const CREATE = new RedisScript(`${INDEX_OWNED}
+redis.call('DEL', KEYS[1], KEYS[2])
+local fields = { 'base', ARGV[4], 'lastActiveAt', ARGV[1], 'turns', '0' }
+for i = 4, #KEYS do
+  table.insert(fields, 'owned' .. (i - 3))
+  table.insert(fields, KEYS[i])
+  indexOwned(KEYS[i], ARGV[1], ARGV[2], ARGV[3])
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
+return 1
+`)
+
+// Touches a live session: new expiry on both keys, new score in the activity index and its owner's, optionally a
+// turn. ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
+const TOUCH = new RedisScript(`${INDEX_OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'turns', ARGV[4])
@@ -131,6 +155,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if #ARGV > 4 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 5)) end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
+for _, key in ipairs(redis.call('HMGET', KEYS[1], 'owned1', 'owned2')) do
+  if key then indexOwned(key, ARGV[1], ARGV[2], ARGV[3]) end
+end
 return 1
 `)
 
@@ -145,27 +172,29 @@ function toSession (hash: { base: string, lastActiveAt: string, turns: string })
 /**
  * A session is a hash (`session:<id>`) plus a list of messages (`messages:<id>`), both expiring with the
  * session; `sessions` is a sorted set of ids by last activity for list(), whose members outlive their
- * sessions until list() meets and removes them.
+ * sessions until list() meets and removes them. `owned:<[principal]>` and `owned:<[principal, agent]>` are the same
+ * for listByPrincipal(), named in the session's hash (`owned1`, `owned2`) for the scripts that touch it.
  */
 export class RedisSessionStore extends RedisStore implements SessionStore {
   #keys (id: string): [string, string, string] {
     return [`${this.prefix}session:${id}`, `${this.prefix}messages:${id}`, `${this.prefix}sessions`]
   }
 
+  /** The owner's indexes: JSON names them, so that no principal or agent name can pass for another's. */
+  #owned (principal: string, agent?: string | null): string {
+    return `${this.prefix}owned:${JSON.stringify(agent == null ? [principal] : [principal, agent])}`
+  }
+
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
-    const [hash, messages, index] = this.#keys(session.id)
     const base: SessionBase = {
       id: session.id, agent: session.agent, principal: session.principal, createdAt: iso(now), metadata: session.metadata
     }
+    const owned = [this.#owned(session.principal)]
+    if (session.agent !== null) owned.push(this.#owned(session.principal, session.agent))
     const fields = { base: JSON.stringify(base), lastActiveAt: String(now), turns: '0' }
-    await (this.client() as Redis).multi()
-      .del(hash, messages)
-      .hset(hash, fields)
-      .pexpire(hash, Math.ceil(ttlMs))
-      .zadd(index, now, session.id)
-      .exec()
+    await CREATE.run(this.client(), [now, Math.ceil(ttlMs), session.id, fields.base], [...this.#keys(session.id), ...owned])
     return toSession(fields)
   }
 
@@ -198,10 +227,20 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    return this.#page(`${this.prefix}sessions`, query, () => true)
+  }
+
+  async listByPrincipal (principal: string, query: PrincipalSessionQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const { agent } = query
+    // a session created afresh under the same id for someone else leaves its old place behind: it is not theirs
+    return this.#page(this.#owned(principal, agent), query, (session) => session.principal === principal && (agent === undefined || session.agent === agent))
+  }
+
+  /** A page of the sessions in the sorted set `index`; members without a session, or not `wanted`, are removed. */
+  async #page (index: string, query: SessionListQuery, wanted: (session: SessionRecord) => boolean): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
     const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
     const after = query.cursor === undefined ? null : decodeKeyCursor(query.cursor)
     const client = this.client() as Redis
-    const index = `${this.prefix}sessions`
     const found: SessionRecord[] = []
     const gone: string[] = []
     // Equal scores come in reverse byte order of the id, the same order the cursor compares in.
@@ -216,8 +255,9 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       for (const id of ids) pipeline.hmget(this.#keys(id)[0], 'base', 'lastActiveAt', 'turns')
       const replies = ids.length === 0 ? [] : await pipeline.exec() as Array<[Error | null, Array<string | null>]>
       replies.forEach(([, [base, lastActiveAt, turns]], i) => {
-        if (base === null) gone.push(ids[i])
-        else if (found.length <= limit) found.push(toSession({ base, lastActiveAt: lastActiveAt as string, turns: turns as string }))
+        const session = base === null ? null : toSession({ base, lastActiveAt: lastActiveAt as string, turns: turns as string })
+        if (session === null || !wanted(session)) gone.push(ids[i])
+        else if (found.length <= limit) found.push(session)
       })
       if (flat.length < batch * 2) break
     }
@@ -228,8 +268,7 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       sessions: page,
       nextCursor: found.length > limit ? encodeKeyCursor(Date.parse(last.lastActiveAt), last.id) : null
     }
-  }
-}
+  }}
 
 /** Sessions, idempotency, runs, the webhook outbox and the quota counts on one client (opened from a URL, or yours). */
 export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore' | 'quotaStore'> {

@@ -14,7 +14,7 @@ import { SqliteQuotaStore } from './sqlite-quotas.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
-  IdempotencyStore, Message, NewSession, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
+  IdempotencyStore, Message, NewSession, PrincipalSessionQuery, ReserveResult, SessionListQuery, SessionRecord, SessionStore,
   SessionWithMessages, StoreSet
 } from './types.js'
 
@@ -135,6 +135,8 @@ function sessionStatements (db: Db, table: string) {
       metadata TEXT NOT NULL, messages TEXT NOT NULL);
     CREATE INDEX IF NOT EXISTS "${table}_active" ON "${table}" (last_active_at, id);
     CREATE INDEX IF NOT EXISTS "${table}_expires" ON "${table}" (expires_at);
+    CREATE INDEX IF NOT EXISTS "${table}_principal" ON "${table}" (principal, last_active_at, id);
+    CREATE INDEX IF NOT EXISTS "${table}_principal_agent" ON "${table}" (principal, agent, last_active_at, id);
   `)
   const columns = 'id, agent, principal, created_at, last_active_at, turns, metadata'
   return {
@@ -155,6 +157,12 @@ function sessionStatements (db: Db, table: string) {
     delete: db.prepare<[string], number>(`DELETE FROM "${table}" WHERE id = ? RETURNING expires_at`).pluck(),
     list: db.prepare<[number, number, string, number], SessionRow>(`
       SELECT ${columns} FROM "${table}" WHERE expires_at > ? AND (last_active_at, id) < (?, ?)
+      ORDER BY last_active_at DESC, id DESC LIMIT ?`),
+    listByPrincipal: db.prepare<[string, number, number, string, number], SessionRow>(`
+      SELECT ${columns} FROM "${table}" WHERE principal = ? AND expires_at > ? AND (last_active_at, id) < (?, ?)
+      ORDER BY last_active_at DESC, id DESC LIMIT ?`),
+    listByAgent: db.prepare<[string, string, number, number, string, number], SessionRow>(`
+      SELECT ${columns} FROM "${table}" WHERE principal = ? AND agent = ? AND expires_at > ? AND (last_active_at, id) < (?, ?)
       ORDER BY last_active_at DESC, id DESC LIMIT ?`),
     purge: db.prepare<[number]>(`DELETE FROM "${table}" WHERE expires_at <= ?`)
   }
@@ -205,9 +213,20 @@ export class SqliteSessionStore extends SqliteStore implements SessionStore {
   }
 
   async list (query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    return this.#page(query, (now, after, rows) => this.#statements().list.all(now, after.ms, after.id, rows))
+  }
+
+  async listByPrincipal (principal: string, query: PrincipalSessionQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }> {
+    const { agent } = query
+    return this.#page(query, agent === undefined
+      ? (now, after, rows) => this.#statements().listByPrincipal.all(principal, now, after.ms, after.id, rows)
+      : (now, after, rows) => this.#statements().listByAgent.all(principal, agent, now, after.ms, after.id, rows))
+  }
+
+  #page (query: SessionListQuery, select: (now: number, after: { ms: number, id: string }, rows: number) => SessionRow[]): { sessions: SessionRecord[], nextCursor: string | null } {
     const limit = checkLimit(query.limit, Number.MAX_SAFE_INTEGER)
     const after = query.cursor === undefined ? { ms: Number.MAX_SAFE_INTEGER, id: '' } : decodeKeyCursor(query.cursor)
-    const rows = this.#statements().list.all(Date.now(), after.ms, after.id, limit + 1)
+    const rows = select(Date.now(), after, limit + 1)
     const page = rows.slice(0, limit)
     const last = page[page.length - 1]
     return {

@@ -59,6 +59,11 @@ export interface SessionListQuery {
   cursor?: string
 }
 
+/** One principal's sessions (GET /v1/sessions), optionally only those of one agent. */
+export interface PrincipalSessionQuery extends SessionListQuery {
+  agent?: string
+}
+
 export interface SessionStore {
   /** `ttlMs`: idle time after which the session expires (every write below resets it). */
   create(session: NewSession, ttlMs: number): Promise<SessionRecord>
@@ -72,6 +77,11 @@ export interface SessionStore {
   delete(id: string): Promise<boolean>
   /** Unexpired sessions, most recently active first. */
   list(query: SessionListQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }>
+  /**
+   * `principal`'s unexpired sessions (of `query.agent` only, when given), most recently active first, paged as
+   * `list` is: from an index by principal, never a walk through everyone's sessions.
+   */
+  listByPrincipal(principal: string, query: PrincipalSessionQuery): Promise<{ sessions: SessionRecord[], nextCursor: string | null }>
   close?(): Promise<void>
 }
 

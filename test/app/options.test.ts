@@ -47,7 +47,7 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['db shape', { agents: { echo }, db: { query: 1 } }, '/db must have health(), or be a pg Pool, a better-sqlite3 Database or an ioredis client'],
     ['db type', { agents: { echo }, db: 'postgres://x' }, '/db must be object'],
     ['auditStore', { agents: { echo }, auditStore: store('append') }, '/auditStore must have methods query(), count()'],
-    ['sessionStore', { agents: { echo }, sessionStore: {} }, '/sessionStore must have methods create(), get(), appendTurn(), touch(), delete(), list()'],
+    ['sessionStore', { agents: { echo }, sessionStore: {} }, '/sessionStore must have methods create(), get(), appendTurn(), touch(), delete(), list(), listByPrincipal()'],
     ['approvalStore', { agents: { echo }, approvalStore: store('create', 'get', 'listPending', 'decide', 'expire', 'cancel') }, '/approvalStore must have method waitForDecision()'],
     ['checkpointStore', { agents: { echo }, checkpointStore: [] }, /\/checkpointStore must be object/],
     ['rateLimit missing', { agents: { echo }, rateLimit: { intervalMs: 1000 } }, "/rateLimit must have required property 'maxRequests'"],

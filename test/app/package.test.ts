@@ -38,6 +38,8 @@ import agentService, {
   createAgentService, defineAgent, memoryStores, postgresStores, redisStores, sqliteStores, schemas
 } from 'fastify-agents'
 import type { AgentServiceOptions, PgPool, RedisClient, RunResult, SqliteDatabase } from 'fastify-agents'
+import { AgentsClientError, createClient } from 'fastify-agents/client'
+import type { RunStreamEvent } from 'fastify-agents/client'
 
 const echo = defineAgent({
   description: 'echo',
@@ -74,6 +76,21 @@ export async function main (): Promise<RunResult | undefined> {
   void schemas.RunRequest
   return undefined
 }
+
+export async function client (): Promise<string> {
+  const agents = createClient({ baseUrl: 'http://127.0.0.1:3000', apiKey: 'k' })
+  let text = ''
+  const events: RunStreamEvent[] = []
+  for await (const event of agents.runs.stream('echo', { input: { text: 'hi' } })) {
+    events.push(event)
+    if (event.type === 'message.delta') text += event.data.text
+    if (event.type === 'run.failed') throw new Error(event.data.error.code)
+  }
+  const { sessions, nextCursor } = await agents.sessions.list({ agent: 'echo', limit: 10 })
+  const result: RunResult = await agents.runs.create('echo', { input: { text: 'hi' }, sessionId: sessions[0]?.id })
+  if (nextCursor === null && result.status === 'completed') return text
+  throw new AgentsClientError(500, undefined, 'never')
+}
 `
 
 const tsconfig = {
@@ -92,7 +109,8 @@ const tsconfig = {
 // What importing does without the drivers, and the errors their factories give.
 const runtimeCheck = `
 const api = await import('fastify-agents')
-const results = { loaded: typeof api.createAgentService === 'function' }
+const clientApi = await import('fastify-agents/client')
+const results = { loaded: typeof api.createAgentService === 'function', client: typeof clientApi.createClient === 'function' }
 for (const [name, make] of [['sqliteStores', () => api.sqliteStores('./data.db')], ['postgresStores', () => api.postgresStores('postgres://localhost/db')], ['redisStores', () => api.redisStores('redis://localhost')]]) {
   try { make(); results[name] = 'no error' } catch (error) { results[name] = error.message }
 }
@@ -112,6 +130,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   t.ok(files.includes('dist/adapters/ai-sdk.js') && files.includes('dist/adapters/langchain.d.ts'), 'with the adapters')
   t.ok(files.includes('dist/lib/console/assets.js') && files.includes('dist/lib/console/script.js'), 'the operator console ships in the package (no CDN)')
   t.ok(files.includes('docs/runs.md'), "the README's docs pages ship with it (its links are relative)")
+  t.ok(files.includes('dist/client/index.js') && files.includes('dist/client/index.d.ts'), 'fastify-agents/client ships with it')
   t.notOk(files.some((f) => f.endsWith('.tsbuildinfo') || f.startsWith('test/') || f.endsWith('.ts') && !f.endsWith('.d.ts')), 'and nothing else of the tree')
 
   const consumer = join(dir, 'consumer')
@@ -136,6 +155,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   const results = JSON.parse((await run(process.execPath, ['check.mjs'], { cwd: consumer })).stdout) as Record<string, unknown>
   t.same(results, {
     loaded: true,
+    client: true,
     sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3@12',
     postgresStores: 'postgresStores() needs the optional dependency pg: npm install pg',
     redisStores: 'redisStores() needs the optional dependency ioredis: npm install ioredis',

@@ -117,7 +117,7 @@ t.test('the README links every docs page', async (t) => {
 
 t.test('every source path the pages name exists', async (t) => {
   for (const page of pages) {
-    for (const [, path] of text.get(page)!.matchAll(/`((?:lib|app|plugins|routes|schemas|adapters|bin|test|bench|examples|docs)\/[\w./-]+\.(?:ts|js|mjs|md)|index\.ts)`/g)) {
+    for (const [, path] of text.get(page)!.matchAll(/`((?:lib|app|plugins|routes|schemas|adapters|bin|client|test|bench|examples|docs)\/[\w./-]+\.(?:ts|js|mjs|md)|index\.ts)`/g)) {
       t.ok(existsSync(join(root, path!)), `${page}: ${path}`)
     }
   }
@@ -204,6 +204,7 @@ t.test('every TypeScript example type-checks against the package\'s declarations
       'fastify-agents': [join(root, '.build/index.d.ts')],
       'fastify-agents/ai-sdk': [join(root, '.build/adapters/ai-sdk.d.ts')],
       'fastify-agents/langchain': [join(root, '.build/adapters/langchain.d.ts')],
+      'fastify-agents/client': [join(root, '.build/client/index.d.ts')],
       // a model provider the AI SDK example names, not installed here: any model will do
       '@ai-sdk/openai': [join(dir, 'ai-sdk-openai.d.ts')]
     }

@@ -1,6 +1,7 @@
 // The page of the browser test: what a user of fastify-agents writes with @ai-sdk/react, and nothing more. Bundled
 // by esbuild when the test runs (not compiled by tsc: it is a browser entry). The chat id, the agent and the API key
-// come from the page's URL; the DOM carries data-* attributes for the test to read.
+// come from the page's URL; the DOM carries data-* attributes for the test to read. A reload gets the chat back
+// whole: its messages from GET …/chat/:id/messages, then the run in progress (resume: true).
 import { useState } from 'react'
 import { createRoot } from 'react-dom/client'
 import { useChat } from '@ai-sdk/react'
@@ -36,11 +37,16 @@ function PartView ({ part, onApprove }: { part: Part, onApprove: (id: string, ap
   return null
 }
 
+const headers = { 'x-api-key': apiKey }
+const history = await fetch(`/v1/agents/${agent}/chat/${encodeURIComponent(chatId)}/messages`, { headers })
+const initial = await history.json() as UIMessage[]
+
 function App () {
   const [input, setInput] = useState('')
   const { messages, sendMessage, status, error, addToolApprovalResponse } = useChat({
     id: chatId,
-    transport: new DefaultChatTransport({ api: `/v1/agents/${agent}/chat`, headers: { 'x-api-key': apiKey } }),
+    messages: initial,
+    transport: new DefaultChatTransport({ api: `/v1/agents/${agent}/chat`, headers }),
     // after a reload: the run in progress (if any) is streamed again from its start
     resume: true,
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses

@@ -1,6 +1,7 @@
 // A real browser chats with an agent through the service: a page using @ai-sdk/react's useChat (test/browser/
 // chat-app.tsx, bundled by esbuild here, offline) in Chromium driven by playwright-core. It shows a tool call,
-// approves an approval from the page, reloads mid-stream to resume the run, and approves an AI SDK agent's tool
+// approves an approval from the page, reloads mid-stream to resume the run (keeping the user's messages and the
+// earlier turns, from GET …/chat/:id/messages), and approves an AI SDK agent's tool
 // call on the call's own part. The DOM is checked; screenshots (after the approval, after the resume) are kept in
 // test-artifacts/ (gitignored).
 import t from 'tap'
@@ -59,7 +60,7 @@ function files (deleted: string[]) {
 const PAGE = '<!doctype html><html><head><meta charset="utf-8"><title>chat</title></head>' +
   '<body><div id="root"></div><script type="module" src="/app.js"></script></body></html>'
 
-t.test('useChat in Chromium: a tool call, an approval from the page, a reload mid-stream that resumes', async (t) => {
+t.test('useChat in Chromium: a tool call, an approval from the page, a reload mid-stream that keeps the chat and resumes', async (t) => {
   if (!requireService(t, existsSync(CHROMIUM), `the browser test needs Chromium at ${CHROMIUM}: apt-get install -y chromium`)) return
   const began = performance.now()
   const built = await bundle({
@@ -130,11 +131,24 @@ t.test('useChat in Chromium: a tool call, an approval from the page, a reload mi
   const resumed = `section[data-role="assistant"][data-id="${waiting.runId}"]`
   await page.waitForSelector(`${resumed} [data-part="text"]:text-is("tick")`)
   t.equal(await page.getAttribute('main', 'data-status'), 'streaming', 'resumed: the run is still going')
+  // the chat came back whole: the user's messages and the earlier turn, as they were shown
+  const userTexts = (): Promise<string[]> => page.$$eval('section[data-role="user"] [data-part="text"]', (nodes) => nodes.map((node) => node.textContent ?? ''))
+  t.same(await userTexts(), ['mail', 'wait'], 'the user\'s messages kept')
+  const earlier = `section[data-role="assistant"][data-id="${mail.runId}"]`
+  t.same(await page.$$eval(`${earlier} [data-part="text"]`, (nodes) => nodes.map((node) => node.textContent)), ['Sending.', ' Sent.'], 'the earlier answer kept')
+  t.equal(await page.getAttribute(`${earlier} [data-tool="sendEmail"]`, 'data-state'), 'output-available', 'with its approved tool call')
+  t.equal(await page.getAttribute(`${earlier} [data-tool="draft"]`, 'data-state'), 'output-available')
   helper.release()
   await page.waitForSelector(`${resumed} [data-part="text"]:text-is("tick tock")`)
   await page.waitForSelector('main[data-status="ready"]')
   t.equal(helper.seen.length, 2, 'the reload started no run')
   t.same(failures, [])
+  // a reload once the chat is idle: every message back, nothing to resume
+  await page.reload()
+  await page.waitForSelector(`${resumed} [data-part="text"]:text-is("tick tock")`)
+  t.same(await userTexts(), ['mail', 'wait'])
+  t.equal(await page.locator('section[data-role="assistant"]').count(), 2)
+  t.equal(await page.getAttribute('main', 'data-status'), 'ready')
 
   await page.screenshot({ path: join(artifacts, 'browser-chat-resumed.png'), fullPage: true })
 

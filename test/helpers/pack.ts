@@ -21,7 +21,7 @@ export async function copyBuild (from: string, to: string): Promise<void> {
   for (const entry of await readdir(from, { withFileTypes: true })) {
     const source = join(from, entry.name)
     if (entry.isDirectory()) {
-      if (from.endsWith('.build') && !['adapters', 'app', 'bin', 'lib', 'plugins', 'routes', 'schemas'].includes(entry.name)) continue
+      if (from.endsWith('.build') && !['adapters', 'app', 'bin', 'client', 'lib', 'plugins', 'routes', 'schemas'].includes(entry.name)) continue
       await copyBuild(source, join(to, entry.name))
     } else if (/\.(js|d\.ts)$/.test(entry.name)) {
       await mkdir(to, { recursive: true })

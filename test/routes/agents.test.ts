@@ -83,7 +83,7 @@ t.test('a failing agent: 500 AGENT_ERROR, message hidden unless exposeErrors', a
 t.test('an unhandled error outside a run: 500, message per exposeErrors, internal codes kept out', async (t) => {
   // a store's own failure (an outage, ECONNREFUSED, would be 503 STORE_UNAVAILABLE: test/stores/deadlines.test.ts)
   const failing = { create: async () => { throw Object.assign(new Error('relation "fa_sessions" does not exist'), { code: '42P01' }) } }
-  const sessionStore = { get: async () => null, appendTurn: async () => true, touch: async () => true, delete: async () => true, list: async () => ({ sessions: [], nextCursor: null }), ...failing }
+  const sessionStore = { get: async () => null, appendTurn: async () => true, touch: async () => true, delete: async () => true, list: async () => ({ sessions: [], nextCursor: null }), listByPrincipal: async () => ({ sessions: [], nextCursor: null }), ...failing }
   const hidden = build(t, { sessionStore }).app
   const res = await hidden.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1 } })
   t.equal(res.statusCode, 500)
@@ -322,6 +322,7 @@ t.test('a run that times out while its completion is being saved answers the tim
     touch: sessions.touch.bind(sessions),
     delete: sessions.delete.bind(sessions),
     list: sessions.list.bind(sessions),
+    listByPrincipal: sessions.listByPrincipal.bind(sessions),
     appendTurn: async (...args: Parameters<typeof sessions.appendTurn>) => {
       await sleep(300)
       saved = true

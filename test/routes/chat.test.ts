@@ -564,6 +564,116 @@ t.test('a page that watches (`?approvals=wait`) sees a decision made elsewhere, 
   release()
   await Promise.all([watched, read])
   t.equal(watching.chat.status, 'ready')
-  t.same(states, ['input-available', 'approval-requested', 'output-available'], 'read by the SDK: requested, then the decision\'s output')
+  t.same(states, ['input-available', 'approval-requested', 'approval-responded', 'output-available'], 'read by the SDK: requested, answered, then the decision\'s output')
   t.equal(seen.length, 1, 'one run')
+})
+
+/** GET …/chat/:id/messages as `who`. */
+async function history (url: string, id: string, who: keyof typeof KEYS = 'alice', agent = 'helper'): Promise<{ status: number, body: any }> {
+  const response = await fetch(`${url}/v1/agents/${agent}/chat/${encodeURIComponent(id)}/messages`, { headers: { 'x-api-key': KEYS[who] } })
+  return { status: response.status, body: await response.json() }
+}
+
+/** As JSON carries it: undefined fields gone. */
+function json (value: unknown): any {
+  return JSON.parse(JSON.stringify(value))
+}
+
+t.test('a chat\'s messages come back as the chat built them: text, reasoning, tool parts, approvals; they seed a chat that goes on', async (t) => {
+  const { url, seen } = await serve(t)
+  const { chat, finished } = chatWith(url, { id: 'h' })
+  await chat.sendMessage({ text: 'full' })
+  await chat.sendMessage({ text: 'hello' })
+  await chat.sendMessage({ text: 'mail' })
+  const approvalId = (assistant(chat).parts.at(-1) as { approval: { id: string } }).approval.id
+  const next = finished()
+  await chat.addToolApprovalResponse({ id: approvalId, approved: true, reason: 'my call' })
+  await next
+  await chat.sendMessage({ text: 'fail' })
+  t.equal(chat.messages.length, 8)
+
+  const { status, body } = await history(url, 'h')
+  t.equal(status, 200)
+  t.same(body.map((m: UIMessage) => m.role), chat.messages.map((m) => m.role))
+  body.forEach((message: UIMessage, i: number) => {
+    const shown = json(chat.messages[i])
+    if (message.role === 'assistant') t.same(message, shown, `message ${i}: the assistant message the chat shows, part for part`)
+    else t.same({ ...message, id: shown.id }, shown, `message ${i}: the user's text (under an id of the server's)`)
+  })
+  t.same(body.filter((m: UIMessage) => m.role === 'user').map((m: UIMessage) => m.id), seen.map((s) => `${s.runId}-user`))
+  t.match(body[5].parts.at(-2), { type: 'dynamic-tool', state: 'output-available', approval: { id: approvalId, approved: true, reason: 'my call' } })
+
+  // a reloaded page seeded with them carries on: the agent gets the server's history, the chat all of it
+  const reloaded = chatWith(url, { id: 'h', messages: body })
+  await reloaded.chat.sendMessage({ text: 'again' })
+  t.equal(reloaded.chat.messages.length, 10)
+  t.match(assistant(reloaded.chat).parts, [{ type: 'text', text: 'echo: again' }])
+  t.equal(seen.at(-1)!.history.filter((m) => m.role === 'user').length, 3, 'the completed turns, from the server')
+})
+
+t.test('a run in progress gives its user message only: the resumed stream brings the answer, whole', async (t) => {
+  const { url, release } = await serve(t)
+  const { chat } = chatWith(url, { id: 'r' })
+  await chat.sendMessage({ text: 'hello' })
+  const sent = chat.sendMessage({ text: 'wait' })
+  await eventually(() => chat.messages.length === 4 && assistant(chat).parts.length > 0)
+  const { body } = await history(url, 'r')
+  t.same(body.map((m: UIMessage) => m.role), ['user', 'assistant', 'user'])
+  t.same(body[2].parts, [{ type: 'text', text: 'wait' }])
+
+  const reloaded = chatWith(url, { id: 'r', messages: body })
+  const resumed = reloaded.chat.resumeStream()
+  await eventually(() => reloaded.chat.messages.length === 4 && (assistant(reloaded.chat).parts[0] as { text?: string })?.text === 'tick')
+  release()
+  await Promise.all([sent, resumed])
+  t.same(json(reloaded.chat.messages.slice(1)).map((m: UIMessage) => m.parts), json(chat.messages.slice(1)).map((m: UIMessage) => m.parts), 'one chat, as the page that sent it shows it')
+  t.same((await history(url, 'r')).body.at(-1), json(assistant(chat)))
+})
+
+t.test('a turn whose run log is gone (past runRetentionMs) comes back as its text, from the session', async (t) => {
+  const { url, app, seen } = await serve(t)
+  const { chat } = chatWith(url, { id: 'old' })
+  await chat.sendMessage({ text: 'one' })
+  await chat.sendMessage({ text: 'two' })
+  t.ok(await app.agentService.settings.runStore.delete(seen[0]!.runId))
+  const { body } = await history(url, 'old')
+  t.same(body.slice(0, 2), [
+    { id: `${seen[0]!.runId}-user`, role: 'user', parts: [{ type: 'text', text: 'one' }] },
+    { id: seen[0]!.runId, role: 'assistant', parts: [{ type: 'text', text: 'echo: one', state: 'done' }] }
+  ])
+  t.same(body.slice(2), json(chat.messages.slice(2)).map((m: UIMessage, i: number) => i === 0 ? { ...m, id: `${seen[1]!.runId}-user` } : m))
+  // a run gone between the listing and the read of its input: its user message says nothing rather than failing
+  const runStore = app.agentService.settings.runStore
+  const spec = runStore.spec.bind(runStore)
+  await chat.sendMessage({ text: 'fail' })
+  runStore.spec = async (runId) => runId === seen[2]!.runId ? null : spec(runId)
+  t.match((await history(url, 'old')).body.slice(2), [{ parts: [{ text: 'two' }] }, {}, { parts: [{ text: '' }] }, { parts: [{ text: 'Work' }] }])
+})
+
+t.test('a chat of more runs than one page of a session\'s runs comes back whole, in order', async (t) => {
+  const { url, app } = await serve(t)
+  const post = (text: string) => app.inject({
+    method: 'POST',
+    url: '/v1/agents/helper/chat',
+    headers: { 'x-api-key': KEYS.alice },
+    payload: { id: 'long', messages: [{ id: text, role: 'user', parts: [{ type: 'text', text }] }] }
+  })
+  for (let i = 0; i < 101; i++) t.equal((await post(`m${i}`)).statusCode, 200)
+  const { body } = await history(url, 'long')
+  t.equal(body.length, 202)
+  t.same(body.filter((m: UIMessage) => m.role === 'user').map((m: any) => m.parts[0].text), Array.from({ length: 101 }, (_, i) => `m${i}`))
+})
+
+t.test('a chat\'s messages are the caller\'s own: another principal\'s chat id is their own empty chat; bad requests refused', async (t) => {
+  const { url, app } = await serve(t)
+  const { chat } = chatWith(url, { id: 'mine' })
+  await chat.sendMessage({ text: 'hello' })
+  t.equal((await history(url, 'mine')).body.length, 2)
+  t.same(await history(url, 'mine', 'bob'), { status: 200, body: [] })
+  t.same(await history(url, 'never-used'), { status: 200, body: [] })
+  t.match(await history(url, 'mine', 'alice', 'nobody'), { status: 404, body: { code: 'AGENT_NOT_FOUND' } })
+  t.match(await history(url, 'mine', 'alice', 'Not-A-Name'), { status: 400, body: { code: 'FST_ERR_VALIDATION' } })
+  t.equal((await app.inject({ url: '/v1/agents/helper/chat/mine/messages' })).statusCode, 401)
+  const entries = await auditEntries(app)
+  t.match(entries.find((e) => e.route === '/v1/agents/:name/chat/:id/messages' && e.status === 200), { agent: 'helper', sessionId: /^chat-/ })
 })

@@ -321,11 +321,73 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     for (let i = 1; i < seen.length; i++) t.ok(seen[i - 1].lastActiveAt >= seen[i].lastActiveAt)
   })
 
+  t.test('sessions: listByPrincipal lists one principal\'s own, of one agent when asked, and pages by cursor', async (t) => {
+    const store = await open(t, factory)
+    const mine = ['m1', 'm2', 'm3', 'm4']
+    for (const id of mine) {
+      await store.create(newSession(id, { agent: id === 'm3' ? 'other' : 'echo' }), LONG)
+      await store.create(newSession(`x-${id}`, { principal: 'someone-else' }), LONG)
+      await sleep(3)
+    }
+    await store.create(newSession('m5', { agent: null }), LONG)
+    await sleep(3)
+    await store.touch('m1', LONG)
+    const all = await store.listByPrincipal('key_abc', { limit: 10 })
+    t.same(all.sessions.map((s) => s.id), ['m1', 'm5', 'm4', 'm3', 'm2'], 'most recently active first, only the principal\'s')
+    t.equal(all.nextCursor, null)
+    t.notOk('messages' in all.sessions[0], 'listByPrincipal() leaves the messages out')
+    t.same((await store.listByPrincipal('key_abc', { limit: 10, agent: 'echo' })).sessions.map((s) => s.id), ['m1', 'm4', 'm2'])
+    t.same((await store.listByPrincipal('key_abc', { limit: 10, agent: 'other' })).sessions.map((s) => s.id), ['m3'])
+    t.same((await store.listByPrincipal('nobody', { limit: 10 })).sessions, [])
+    t.same((await store.listByPrincipal('someone-else', { limit: 10, agent: 'other' })).sessions, [])
+
+    const pages: string[][] = []
+    let cursor: string | undefined
+    do {
+      const page = await store.listByPrincipal('key_abc', { limit: 2, cursor, agent: 'echo' })
+      pages.push(page.sessions.map((s) => s.id))
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    t.same(pages, [['m1', 'm4'], ['m2']])
+  })
+
+  t.test('sessions: listByPrincipal forgets deleted, expired and re-created sessions', async (t) => {
+    const store = await warm(t, factory)
+    await store.create(newSession('gone'), LONG)
+    await store.create(newSession('short'), 50)
+    await store.create(newSession('moved'), LONG)
+    await store.create(newSession('kept'), LONG)
+    t.equal(await store.delete('gone'), true)
+    // the same id afresh, for another principal and agent: it is theirs now
+    await store.create(newSession('moved', { principal: 'someone-else', agent: 'other' }), LONG)
+    await sleep(70)
+    t.same((await store.listByPrincipal('key_abc', { limit: 10 })).sessions.map((s) => s.id), ['kept'])
+    t.same((await store.listByPrincipal('key_abc', { limit: 10, agent: 'echo' })).sessions.map((s) => s.id), ['kept'])
+    t.same((await store.listByPrincipal('someone-else', { limit: 10, agent: 'other' })).sessions.map((s) => s.id), ['moved'])
+    t.same((await store.listByPrincipal('someone-else', { limit: 10, agent: 'echo' })).sessions, [])
+  })
+
+  t.test('sessions: listByPrincipal pages completely when several sessions share a lastActiveAt', async (t) => {
+    const store = await open(t, factory)
+    const created = await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => store.create(newSession(id), LONG)))
+    const seen: SessionRecord[] = []
+    let cursor: string | undefined
+    do {
+      const page = await store.listByPrincipal('key_abc', { limit: 1, cursor })
+      seen.push(...page.sessions)
+      cursor = page.nextCursor ?? undefined
+    } while (cursor !== undefined)
+    t.same(seen.map((s) => s.id).sort(), created.map((s) => s.id).sort())
+    for (let i = 1; i < seen.length; i++) t.ok(seen[i - 1].lastActiveAt >= seen[i].lastActiveAt)
+  })
+
   t.test('sessions: reject bad input', async (t) => {
     const store = await open(t, factory)
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR' })
     await t.rejects(store.list({ limit: 10, cursor: Buffer.from('[1]').toString('base64url') }), { code: 'FA_INVALID_CURSOR' })
     await t.rejects(store.list({ limit: 0 }), RangeError)
+    await t.rejects(store.listByPrincipal('key_abc', { limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR' })
+    await t.rejects(store.listByPrincipal('key_abc', { limit: 0 }), RangeError)
     await t.rejects(store.create(newSession('s1'), 0), RangeError)
     await t.rejects(store.touch('s1', -1), RangeError)
     await t.rejects(store.appendTurn('s1', [], Number.NaN), RangeError)

@@ -8,8 +8,9 @@ import { ProjectedStream } from '../stream.js'
 import { requestsOf, runInProgress } from '../runs.js'
 import { continueTurn, openConversation, startTurn } from '../conversation.js'
 import type { Conversation, ConversationProtocol } from '../conversation.js'
+import { chatHistory } from './history.js'
 import { UI_MESSAGE_STREAM_HEADERS, UiMessageStreamProjection } from './ui-message-stream.js'
-import { ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../../../schemas/chat.js'
+import { ChatMessages, ChatParams, ChatRequest, ChatStreamParams, ChatStreamQuery, UiMessageStreamDescription } from '../../../schemas/chat.js'
 import type { UiMessage } from '../../../schemas/chat.js'
 import { errorResponses } from '../../../schemas/common.js'
 import { routePluginScope } from '../../service/composition.js'
@@ -131,6 +132,23 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
     return startTurn(service, request, reply, CHAT, conversation, {
       input, inputPath: `body/messages/${index}/parts/text`, metadata: { chatId: body.id }, projection: new UiMessageStreamProjection()
     })
+  })
+
+  fastify.get('/agents/:name/chat/:id/messages', {
+    config: { access: 'run' },
+    schema: {
+      operationId: 'getChatMessages',
+      summary: 'A chat\'s messages, to seed useChat after a reload',
+      description: 'The chat\'s history as the AI SDK\'s UIMessage[] (`useChat({ id, messages, resume: true })`): each ' +
+        'run\'s user message and the assistant message its stream showed, built from the same chunks. A run still in ' +
+        'progress gives only its user message (the resumed stream brings the answer); a chat with no messages yet, `[]`.',
+      tags: ['front ends'],
+      params: ChatStreamParams,
+      response: { 200: ChatMessages, ...errorResponses(400, 401, 403, 404, 429, 503) }
+    }
+  }, async (request) => {
+    const { caller: { principal }, sessionId } = openConversation(service, request, CHAT, request.params.name, request.params.id)
+    return chatHistory(service, sessionId, principal)
   })
 
   fastify.get('/agents/:name/chat/:id/stream', {

@@ -218,6 +218,11 @@ export class UiMessageStreamProjection {
         const { approval } = event.data as ApprovalEventData
         const approved = approval.status === 'approved'
         const toolCallId = this.#callOf.get(approval.id)
+        // the answer on the approval, as the page that answered shows it (approval-responded), wherever it was decided
+        const comment = approval.decision?.comment
+        chunks.push(comment == null
+          ? { type: 'tool-approval-response', approvalId: approval.id, approved }
+          : { type: 'tool-approval-response', approvalId: approval.id, approved, reason: comment })
         if (toolCallId === undefined) {
           chunks.push(approved
             ? { type: 'tool-output-available', toolCallId: approval.id, output: approval.decision ?? { approved: true } }
@@ -226,10 +231,6 @@ export class UiMessageStreamProjection {
         }
         this.#undecided.delete(approval.id)
         // the call's own outcome comes with its result (approved), or is the refusal (anything else)
-        const comment = approval.decision?.comment
-        chunks.push(comment == null
-          ? { type: 'tool-approval-response', approvalId: approval.id, approved }
-          : { type: 'tool-approval-response', approvalId: approval.id, approved, reason: comment })
         if (!approved) {
           this.#denied.add(toolCallId)
           chunks.push({ type: 'tool-output-denied', toolCallId })

@@ -335,6 +335,7 @@ t.test('serialization drops whatever a store adds beyond the records', async (t)
     appendTurn: sessions.appendTurn.bind(sessions),
     touch: sessions.touch.bind(sessions),
     delete: sessions.delete.bind(sessions),
+    listByPrincipal: sessions.listByPrincipal.bind(sessions),
     async list (query: { limit: number }) {
       const page = await sessions.list(query)
       return { ...page, sessions: page.sessions.map((s) => ({ ...s, apiKey: 'leaked' })) }

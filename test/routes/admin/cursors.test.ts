@@ -80,7 +80,7 @@ for (const backend of backends) {
     })
     const sessionIds: string[] = []
     for (let i = 0; i < 3; i++) sessionIds.push((await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json().id)
-    const routes = ['/admin/audit', '/admin/sessions', '/admin/runs', '/admin/webhooks', `/v1/sessions/${sessionIds[0]!}/runs`]
+    const routes = ['/admin/audit', '/admin/sessions', '/admin/runs', '/admin/webhooks', `/v1/sessions/${sessionIds[0]!}/runs`, '/v1/sessions']
 
     t.test('every hostile cursor on every paginated route: 400 FA_INVALID_CURSOR naming the parameter', async (t) => {
       for (const route of routes) {
@@ -99,6 +99,9 @@ for (const backend of backends) {
       const rest = await app.inject({ url: `/admin/sessions?limit=2&cursor=${first.nextCursor as string}` })
       t.equal(rest.statusCode, 200)
       t.same([...first.sessions, ...rest.json().sessions].map((s: { id: string }) => s.id).sort(), [...sessionIds].sort())
+      const own = (await app.inject({ url: '/v1/sessions?limit=2' })).json()
+      const ownRest = (await app.inject({ url: `/v1/sessions?limit=2&cursor=${own.nextCursor as string}` })).json()
+      t.same([...own.sessions, ...ownRest.sessions].map((s: { id: string }) => s.id).sort(), [...sessionIds].sort())
       const audit = (await app.inject({ url: '/admin/audit?limit=1' })).json()
       t.equal((await app.inject({ url: `/admin/audit?limit=1&cursor=${audit.nextCursor as string}` })).statusCode, 200)
     })

@@ -307,6 +307,7 @@ function rest (status: 'approved' | 'rejected'): RunEvent[] {
 function restChunks (status: 'approved' | 'rejected'): UIMessageChunk[] {
   return [
     START,
+    { type: 'tool-approval-response', approvalId: 'appr-1', approved: status === 'approved', reason: 'ok' },
     status === 'approved'
       ? { type: 'tool-output-available', toolCallId: 'appr-1', output: approval('approved').decision }
       : { type: 'tool-output-denied', toolCallId: 'appr-1' },
@@ -431,6 +432,7 @@ t.test('an approval without a reason or payload, and one that expired', async (t
   const second = projected(log([['approval.decided', { approval: approval('expired', { reason: null }) }], failed('AGENT_ERROR', 'gave up')], 3), { delivered })
   t.equal(second.join(''), await textOf(referenceStream([
     START,
+    { type: 'tool-approval-response', approvalId: 'appr-1', approved: false },
     { type: 'tool-output-denied', toolCallId: 'appr-1' },
     { type: 'message-metadata', messageMetadata: { error: { code: 'AGENT_ERROR', message: 'gave up' } } },
     { type: 'error', errorText: 'gave up' }
