@@ -5,12 +5,19 @@ import type { AuditEntry, StoreSet } from '../lib/stores/types.js'
 import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
+import { INJECT } from '../lib/service/settings.js'
+import type { Injected } from '../lib/service/settings.js'
 
 export const echo: Agent = {
   description: 'echo',
   async run (input) {
     return { output: input, usage: { inputTokens: 1, outputTokens: 2 } }
   }
+}
+
+/** Options that give one service its own replacements (webhook timings, an A2A loader): never the process's. */
+export function injected (replacements: Injected): Partial<AgentServiceOptions> {
+  return { [INJECT]: replacements } as Partial<AgentServiceOptions>
 }
 
 /** One service per test, closed in teardown (drain deadline 0: nothing a test left running survives). */

@@ -1,6 +1,10 @@
-import type { TSchema } from '@sinclair/typebox'
 import type { FastifyBaseLogger } from 'fastify'
-import type { ApprovalStatus, Message } from '../stores/types.js'
+import type { Static, TSchema } from '@sinclair/typebox'
+import type { ApprovalStatus } from '../../schemas/approvals.js'
+import type { SessionMessage } from '../../schemas/sessions.js'
+
+/** A session's message, as the agent reads its history (the stores keep them in this shape). */
+type Message = Static<typeof SessionMessage>
 
 export interface AgentEvent {
   type: string

@@ -150,7 +150,7 @@ export class ProjectedStream implements RunListener {
     }
     if (text !== '') this.#stream.write(text)
     if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
-      this.#service.stats.slowConsumers++
+      this.#service.stats.count('slowConsumers')
       this.#stream.cut()
       return false
     }

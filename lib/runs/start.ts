@@ -4,7 +4,7 @@ import {
   RunSessionMismatchError, SessionBusyError, SessionNotFoundError
 } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import type { Agent, TraceContext } from '../core/types.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord, RunSpec } from '../stores/types.js'
@@ -32,7 +32,7 @@ export interface RunCaller {
 }
 
 export interface PrepareRunOptions {
-  service: AgentServiceCore
+  service: RunHost
   agent: string
   request: RunRequestFields
   caller: RunCaller
@@ -84,7 +84,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
       log: options.log,
       owner: service.worker.owner,
-      onFailure: () => { service.stats.runLogFailures++ },
+      onFailure: () => { service.stats.count('runLogFailures') },
       onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored({ runId, agent: record.agent, sessionId, principal: caller.principal }, events) }
     })),
@@ -218,7 +218,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
  * Resumes the stored run under its id (its next attempt, its log going on); false when there is no record to
  * resume (past its retention: the caller stores it afresh). A run in progress anywhere is RUN_IN_PROGRESS.
  */
-async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolean> {
+async function reopened (service: RunHost, run: NewRun): Promise<boolean> {
   const result = await service.settings.runStore.reopen(run, { exclusive: true })
   switch (result.outcome) {
     case 'reopened':
@@ -233,7 +233,7 @@ async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolea
 }
 
 /** The run's log, giving its quota slot back and counting its tokens at its end (with the `quotas` option). */
-function withQuota (service: AgentServiceCore, principal: string, runId: string, log: RunLog): RunSink {
+function withQuota (service: RunHost, principal: string, runId: string, log: RunLog): RunSink {
   return service.quotas === null ? log : service.quotas.sink(principal, runId, log)
 }
 
@@ -244,7 +244,7 @@ export const EPHEMERAL_RETENTION_MS = 1_000
  * Resolves once `sessionId` may be free again (its run ended, here or on another instance), once the run
  * `waiting` changed (a queued run cancelled meanwhile), or when the signal aborts.
  */
-function sessionFreed (service: AgentServiceCore, sessionId: string, waiting: string | null, signal: AbortSignal | undefined): Promise<void> {
+function sessionFreed (service: RunHost, sessionId: string, waiting: string | null, signal: AbortSignal | undefined): Promise<void> {
   const store = service.settings.runStore
   return new Promise((resolve) => {
     const done = (): void => {
@@ -260,7 +260,7 @@ function sessionFreed (service: AgentServiceCore, sessionId: string, waiting: st
 }
 
 /** Stores the run with its session taken, as `multitask` says when another run holds the session. */
-async function takeSession (service: AgentServiceCore, run: NewRun, multitask: Multitask, signal: AbortSignal | undefined): Promise<void> {
+async function takeSession (service: RunHost, run: NewRun, multitask: Multitask, signal: AbortSignal | undefined): Promise<void> {
   const store = service.settings.runStore
   const sessionId = run.record.sessionId!
   if (multitask === 'enqueue') {

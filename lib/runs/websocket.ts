@@ -11,7 +11,7 @@ import {
 } from '../core/errors.js'
 import { jsonDeeperThan, unstorableText } from '../core/validation.js'
 import { requestContextOf } from '../core/request-context.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import { WsRunCancel, WsRunStart } from '../../schemas/websocket.js'
 import type { WsErrorFrame, WsRef } from '../../schemas/websocket.js'
 import type { AgentRun } from './run.js'
@@ -92,14 +92,14 @@ export class WebSocketHeartbeat {
 /** One client connection of the WebSocket transport (contract §8): its runs (at most WS_MAX_RUNS, counting those still being set up). */
 export class Connection {
   readonly socket: WebSocket
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #request: FastifyRequest
   readonly #caller: RunCaller
   readonly #log: FastifyBaseLogger
   readonly #runs = new Map<string, AgentRun>()
   #starting = 0
 
-  constructor (socket: WebSocket, service: AgentServiceCore, request: FastifyRequest) {
+  constructor (socket: WebSocket, service: RunHost, request: FastifyRequest) {
     const context = requestContextOf(request)
     this.socket = socket
     this.#service = service
@@ -220,7 +220,7 @@ export class Connection {
     this.socket.send(text)
     // a client this far behind is cut: its connection-bound runs end as with any disconnect
     if (this.socket.bufferedAmount > this.#service.settings.maxStreamBufferBytes) {
-      this.#service.stats.slowConsumers++
+      this.#service.stats.count('slowConsumers')
       this.socket.terminate()
     }
   }

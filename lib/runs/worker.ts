@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
@@ -25,7 +25,7 @@ const SCAN_BATCH = 100
 export class RunWorker {
   /** this instance, as the run store knows it */
   readonly owner = randomId()
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #leaseMs: number
   #log: FastifyBaseLogger | null = null
   #timers: NodeJS.Timeout[] = []
@@ -40,7 +40,7 @@ export class RunWorker {
   #renewing = false
   #scanning = false
 
-  constructor (service: AgentServiceCore) {
+  constructor (service: RunHost) {
     this.#service = service
     this.#leaseMs = service.settings.runLeaseMs
     this.#margin = Math.floor(this.#leaseMs / 3)
@@ -167,7 +167,7 @@ export class RunWorker {
       retentionMs: settings.runRetentionMs,
       log,
       owner: this.owner,
-      onFailure: () => { service.stats.runLogFailures++ },
+      onFailure: () => { service.stats.count('runLogFailures') },
       onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored(record, events) }
     })

@@ -167,7 +167,7 @@ export class ServiceMetrics {
       approvalWaited (seconds) { approvalWait.observe(seconds) },
       queueWaited (seconds) { queueWait.observe(seconds) }
     }
-    stats.observer = observer
+    stats.observe(observer)
   }
 
   /** The text exposition format, and its content type. */

@@ -1,6 +1,6 @@
 import { Ajv } from 'ajv'
 import type { Registry } from 'prom-client'
-import type { ErrorObject } from 'ajv'
+import type { ErrorObject, ValidateFunction } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
 import { jwtAlgorithms } from '../auth/credentials.js'
@@ -11,6 +11,8 @@ import { toHealthProbe } from '../core/health-probe.js'
 import { compileInputValidator } from '../core/validation.js'
 import { resolveWebhooks, webhookProblems } from '../webhooks/options.js'
 import type { WebhookSettings } from '../webhooks/options.js'
+import type { WebhookTuning } from '../webhooks/dispatcher.js'
+import type { RunSettings } from '../runs/host.js'
 import type { QuotaSettings } from '../quotas/quotas.js'
 import type { InputValidator } from '../core/validation.js'
 import type { HealthProbe } from '../core/health-probe.js'
@@ -44,7 +46,7 @@ export interface AdminApiSettings {
 }
 
 /** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
-export interface Settings {
+export interface Settings extends RunSettings {
   readonly agents: ReadonlyMap<string, Agent>
   /** each agent with an `input` schema: its validator, compiled once */
   readonly agentInputs: ReadonlyMap<string, InputValidator>
@@ -92,20 +94,52 @@ export interface Settings {
   readonly drainTimeoutMs: number
   /** the host's prom-client Registry (`metrics.registry`); null: the Admin API makes its own */
   readonly metricsRegistry: Registry | null
+  /** per-service replacements (tests): see INJECT */
+  readonly injected: Injected
 }
 
-const ajv = new Ajv({ allErrors: true, strict: false })
+/**
+ * Per-service replacements, for tests, given as `{ ...options, [INJECT]: { … } }`: how fast the webhooks retry, what
+ * loads the A2A module. Outside the documented options (a symbol key: the options schema sees string keys only), and
+ * held by one service, never by the process.
+ */
+export const INJECT = Symbol.for('fastify-agents.inject')
+export interface Injected {
+  readonly webhookTuning?: Partial<WebhookTuning>
+  /** resolves to the A2A module (lib/frontends/a2a/protocol.ts) */
+  readonly a2aLoader?: () => Promise<unknown>
+}
+
 const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
   const missing = methods.filter((m) => typeof (data as Record<string, unknown>)?.[m] !== 'function')
   if (missing.length === 0) return true
   checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m}()`).join(', ')}`, params: { missing } }]
   return false
 }
-ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
-const validateOptions = ajv.compile(OptionsSchema)
-const validateApiKeyAuth = ajv.compile(ApiKeyAuthOptions)
-const validateJwtAuth = ajv.compile(JwtAuthOptions)
-const validateAdminApi = ajv.compile(AdminApiSchema)
+
+interface Validators {
+  ajv: Ajv
+  options: ValidateFunction
+  apiKeyAuth: ValidateFunction
+  jwtAuth: ValidateFunction
+  adminApi: ValidateFunction
+}
+let compiled: Validators | null = null
+
+/** The options' validators, compiled once, on first use: importing the package compiles nothing (bench/import.js). */
+function validators (): Validators {
+  if (compiled !== null) return compiled
+  const ajv = new Ajv({ allErrors: true, strict: false })
+  ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
+  compiled = {
+    ajv,
+    options: ajv.compile(OptionsSchema),
+    apiKeyAuth: ajv.compile(ApiKeyAuthOptions),
+    jwtAuth: ajv.compile(JwtAuthOptions),
+    adminApi: ajv.compile(AdminApiSchema)
+  }
+  return compiled
+}
 
 const agentName = new RegExp(AgentNamePattern)
 let adminApiTrueWarned = false
@@ -149,6 +183,7 @@ function adminApiProblems (adminApi: AdminApiOptions): string[] {
 function authProblems (auth: unknown): string[] {
   if (typeof auth !== 'object' || auth === null) return ['/auth must be object']
   const strategy = (auth as { strategy?: unknown }).strategy
+  const { apiKeyAuth: validateApiKeyAuth, jwtAuth: validateJwtAuth } = validators()
   if (strategy === 'api-key') return validateApiKeyAuth(auth) ? [] : describe(validateApiKeyAuth.errors, '/auth')
   if (strategy !== 'jwt') return ['/auth/strategy must be "api-key" or "jwt"']
   if (!validateJwtAuth(auth)) return describe(validateJwtAuth.errors, '/auth')
@@ -182,6 +217,7 @@ function agentProblems (name: string, agent: Agent | null | undefined, inputs: M
     }
   }
   // only documented (OpenAPI): checked against the meta-schema, never compiled
+  const { ajv } = validators()
   if (agent.output !== undefined && !ajv.validateSchema(agent.output)) {
     problems.push(`${path}/output is not a valid schema: ${ajv.errorsText(ajv.errors)}`)
   }
@@ -196,6 +232,7 @@ function agentProblems (name: string, agent: Agent | null | undefined, inputs: M
 export function resolveSettings (options: AgentServiceOptions): Settings {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('/ must be object')
   const problems: string[] = []
+  const { options: validateOptions, adminApi: validateAdminApi } = validators()
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
   const agentInputs = new Map<string, InputValidator>()
@@ -342,6 +379,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     trustProxy: options.trustProxy ?? false,
     docs: options.docs ?? false,
     drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
-    metricsRegistry: options.metrics?.registry ?? null
+    metricsRegistry: options.metrics?.registry ?? null,
+    injected: (options as { [INJECT]?: Injected })[INJECT] ?? {}
   })
 }

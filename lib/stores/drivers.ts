@@ -8,8 +8,7 @@ export type DriverName = 'pg' | 'ioredis' | 'better-sqlite3'
 export type DriverLoader = (name: DriverName) => unknown
 
 const require = createRequire(import.meta.url)
-const defaultLoader: DriverLoader = (name) => require(name)
-let loader = defaultLoader
+const requireDriver: DriverLoader = (name) => require(name)
 
 function isMissing (error: unknown, name: DriverName): boolean {
   const { code, message } = error as { code?: unknown, message?: unknown }
@@ -17,18 +16,15 @@ function isMissing (error: unknown, name: DriverName): boolean {
   return code === 'MODULE_NOT_FOUND' && typeof message === 'string' && message.startsWith(`Cannot find module '${name}'`)
 }
 
-/** The driver's module; `user` names what needs it (`sqliteStores()`), for the error when it is not installed. */
-export function loadDriver<T> (name: DriverName, user: string): T {
+/**
+ * The driver's module; `user` names what needs it (`sqliteStores()`), for the error when it is not installed. `load`
+ * is Node's require (tests give another, to see what a failed load answers).
+ */
+export function loadDriver<T> (name: DriverName, user: string, load: DriverLoader = requireDriver): T {
   try {
-    return loader(name) as T
+    return load(name) as T
   } catch (error) {
     if (isMissing(error, name)) throw new MissingDriverError(user, name, name)
     throw error
   }
-}
-
-/** Replaces the loader (tests simulate a missing driver through it); returns the function that restores the default. */
-export function useDriverLoader (replacement: DriverLoader): () => void {
-  loader = replacement
-  return () => { loader = defaultLoader }
 }
