@@ -66,7 +66,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
     await v1.register(runsPlugin)
-    // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
+    // the front-end protocols (docs/front-ends.md): the same runs, as useChat, AG-UI and A2A clients speak them
     await v1.register(chatPlugin)
     await v1.register(agUiPlugin)
     await v1.register(a2aPlugin)

@@ -44,7 +44,7 @@ export function statusRange (status: string): { statusFrom: number, statusTo: nu
 }
 
 /**
- * The read-only operational overlay (contract §10): health, agents, audit, sessions, approvals,
+ * The read-only operational overlay (docs/operations.md): health, agents, audit, sessions, approvals,
  * checkpoints and stats, under the prefix it is registered with. Needs the core plugin with
  * `adminApi` enabled in its options.
  */
@@ -57,7 +57,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
 
   const routes = new RouteIndex()
   routes.collect(fastify)
-  // Fastify's 404 context takes a route config (lib/four-oh-four.js reads `opts.config`) though its types do not
+  // Fastify's 404 context takes a route config (fastify's own lib/four-oh-four.js reads `opts.config`) though its types do not
   // say so. Marked admin, a 404 or 405 under the prefix is what an admin route is: no service auth, counted apart.
   const notFoundOptions = { config: { admin: true } } as Parameters<typeof fastify.setNotFoundHandler>[0] & object
   fastify.setNotFoundHandler(notFoundOptions, options.notFoundHandler ?? buildNotFoundHandler(routes))
@@ -79,7 +79,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     done(new UnauthorizedError(match === null ? 'Admin API bearer token required' : 'Invalid Admin API bearer token'))
   })
 
-  // §10's source rule taken literally: with both options set to different stores, the admin API reads one the
+  // The Admin API's source rule (docs/operations.md) taken literally: with both options set to different stores, the admin API reads one the
   // service never writes to. Legal, but almost certainly not what was meant: say so once.
   for (const name of ['auditStore', 'checkpointStore'] as const) {
     if (admin[name] !== settings[name]) {

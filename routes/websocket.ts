@@ -27,7 +27,7 @@ function upgradeHeaders (reply: FastifyReply): string[] {
 
 
 /**
- * `GET /ws`: the WebSocket transport (contract §8). The upgrade is an ordinary GET through every hook
+ * `GET /ws`: the WebSocket transport (docs/runs.md). The upgrade is an ordinary GET through every hook
  * (request id, auth with `access_token`, rate limit, drain); then JSON messages start and cancel runs,
  * and every run event comes back as a frame.
  */

@@ -21,7 +21,7 @@ interface AuditState extends AuditNote {
   audited: boolean
 }
 
-/** Whether a request changes state: its audit entry is committed before its answer (contract §19). */
+/** Whether a request changes state: its audit entry is committed before its answer (docs/stores.md). */
 export function isStateChanging (method: string): boolean {
   return method === 'POST' || method === 'DELETE'
 }
@@ -76,7 +76,7 @@ export class AuditLog implements RunAudit {
   }
 
   /**
-   * The same, for a state-changing request (contract §19): resolves once the entry is in the audit store, so that
+   * The same, for a state-changing request (docs/stores.md): resolves once the entry is in the audit store, so that
    * its answer (or a stream's terminal event) goes out after it. A store that fails is counted and logged, and
    * the answer goes out all the same (README, Deviations).
    */

@@ -74,7 +74,7 @@ export interface Agent<Input = unknown> {
   input?: TSchema
   /** the result's `output`, for the OpenAPI document (not checked at run time) */
   output?: TSchema
-  /** the run may be requeued on another instance (contract §16) */
+  /** the run may be requeued on another instance (docs/runs.md) */
   resumable?: boolean
   run(input: Input, ctx: RunContext): AgentRunReturn
 }

@@ -6,12 +6,20 @@ import { InputValidationError } from './errors.js'
 // Fastify's default Ajv coerces body types and silently strips unknown properties. Our routes answer
 // both with a 400 instead: bodies are validated as sent; only querystrings and params (always strings
 // on the wire) are coerced.
-const buildCompiler = AjvCompiler()
-const strict = buildCompiler({}, { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } })
-const coercing = buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+// Made on first use, once per process: importing the package builds no Ajv (bench/import.js).
+let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
+function ajvCompilers (): NonNullable<typeof compilers> {
+  if (compilers !== null) return compilers
+  const buildCompiler = AjvCompiler()
+  compilers = {
+    strict: buildCompiler({}, { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } }),
+    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+  }
+  return compilers
+}
 
 export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) =>
-  route.httpPart === 'body' ? strict(route) : coercing(route)
+  route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
 
 /** `body/foo is not allowed` rather than Ajv's `must NOT have additional properties`, which names nothing. */
 export function formatSchemaErrors (errors: FastifySchemaValidationError[], dataVar: string): Error {
@@ -31,7 +39,7 @@ export type InputValidator = (input: unknown, name: string) => void
  * Throws Ajv's error for a schema that is not one.
  */
 export function compileInputValidator (schema: TSchema): InputValidator {
-  const validate = strict({ schema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' }) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
+  const validate = ajvCompilers().strict({ schema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' }) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
   return (input, name) => {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
   }

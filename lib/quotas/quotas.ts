@@ -1,4 +1,4 @@
-// The `quotas` option (contract §18), counted in a QuotaStore that the instances share. A run in progress holds a
+// The `quotas` option (docs/auth-and-traffic.md), counted in a QuotaStore that the instances share. A run in progress holds a
 // slot, its id the run's, from its admission to its end; the slot is leased like the run (renewed on the worker's
 // lease timer by every instance holding it), so that an instance's death frees it within a lease. Tokens are counted
 // per fixed window, aligned to multiples of `intervalMs`, at each run's end.

@@ -270,7 +270,7 @@ export class SseRun implements RunListener {
   async #end (): Promise<void> {
     // an idempotency key's record is written before the stream ends: a retry after the end is a replay
     await this.#service.settleStream(this.#request, this.#final)
-    // and its audit entry is in the store before the client sees the end (contract §19)
+    // and its audit entry is in the store before the client sees the end (docs/stores.md)
     await this.#service.audit.commit(this.#request, 200)
     this.#service.heartbeat.delete(this.#stream)
     this.#stream.end(this.#final)

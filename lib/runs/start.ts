@@ -97,7 +97,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
 }
 
 /**
- * A background run (§16): checked and stored as `queued` like any run request (the agent, the input, the session
+ * A background run (docs/runs.md): checked and stored as `queued` like any run request (the agent, the input, the session
  * as `multitask` says), then run by whichever instance sharing the run store has room. Resolves with its record.
  */
 export async function queueRun (options: PrepareRunOptions): Promise<RunRecord> {
@@ -125,7 +125,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   let resume: { step: number, state: unknown } | undefined
   let history: Message[] | undefined
   if (request.resumeRunId !== undefined) {
-    // Ownership first (contract §19): another principal's run, in flight or ended, is not found, never in progress.
+    // Ownership first (docs/auth-and-traffic.md): another principal's run, in flight or ended, is not found, never in progress.
     const resumeRunId = request.resumeRunId
     const checkpoint = await settings.checkpointStore.load(resumeRunId)
     if (checkpoint === null || checkpoint.agent !== name) {
@@ -144,7 +144,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
     history = session.messages
   }
 
-  // the quotas (§18) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
+  // the quotas (docs/auth-and-traffic.md) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
   // (without quotas, no await: an await of nothing still costs the run a tick)
   const admitted = service.quotas !== null && await service.quotas.admit(caller.principal, runId)
   try {

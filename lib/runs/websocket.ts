@@ -27,10 +27,14 @@ export const WS_CLOSE_GRACE_MS = 1_000
 
 type ErrorCode = WsErrorFrame['error']['code']
 
-const ajv = new Ajv({ allErrors: false, strict: false })
-const validators: Record<string, ValidateFunction> = {
-  'run.start': ajv.compile(WsRunStart),
-  'run.cancel': ajv.compile(WsRunCancel)
+// compiled on the first message of the process, not when the package is imported
+let compiled: Record<string, ValidateFunction> | null = null
+function validatorOf (type: string): ValidateFunction | undefined {
+  if (compiled === null) {
+    const ajv = new Ajv({ allErrors: false, strict: false })
+    compiled = { 'run.start': ajv.compile(WsRunStart), 'run.cancel': ajv.compile(WsRunCancel) }
+  }
+  return compiled[type]
 }
 
 function describe (error: ErrorObject): string {
@@ -89,7 +93,7 @@ export class WebSocketHeartbeat {
   }
 }
 
-/** One client connection of the WebSocket transport (contract §8): its runs (at most WS_MAX_RUNS, counting those still being set up). */
+/** One client connection of the WebSocket transport (docs/runs.md): its runs (at most WS_MAX_RUNS, counting those still being set up). */
 export class Connection {
   readonly socket: WebSocket
   readonly #service: RunHost
@@ -131,7 +135,7 @@ export class Connection {
     }
     const fields = message as Record<string, unknown>
     const ref = isRef(fields.ref) ? fields.ref : undefined
-    const validate = typeof fields.type === 'string' ? validators[fields.type] : undefined
+    const validate = typeof fields.type === 'string' ? validatorOf(fields.type) : undefined
     if (validate === undefined) {
       const type = JSON.stringify(fields.type ?? null).slice(0, 64)
       return this.#error(ref, new UnknownMessageTypeError(type))

@@ -17,7 +17,7 @@ const CLAIM_POLL_MS = 5_000
 const SCAN_BATCH = 100
 
 /**
- * This instance's side of §16: every run it runs is held by a lease, renewed while the run runs; queued
+ * This instance's side of background runs (docs/runs.md): every run it runs is held by a lease, renewed while the run runs; queued
  * detachable runs (background runs, requeued runs) are claimed while there is room; runs whose instance is gone
  * (their lease lapsed) are requeued when their agent is resumable and they are detachable, else ended
  * `INSTANCE_LOST`. At a drain, claiming stops, and at its deadline the resumable detachable runs are handed off.

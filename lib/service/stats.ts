@@ -90,7 +90,7 @@ export class ServiceStats implements StatsRecorder {
     return this.#agents.keys()
   }
 
-  /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (§16); 'lost' for a delivery the outbox never took. */
+  /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (docs/webhooks.md); 'lost' for a delivery the outbox never took. */
   recordWebhookDelivery (outcome: string): void {
     this.#webhookDeliveries.set(outcome, (this.#webhookDeliveries.get(outcome) ?? 0) + 1)
   }

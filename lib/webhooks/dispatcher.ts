@@ -1,4 +1,4 @@
-// Webhooks (contract §16): the events a run stores are put in an outbox (the webhook store), and delivered from
+// Webhooks (docs/webhooks.md): the events a run stores are put in an outbox (the webhook store), and delivered from
 // it by whichever instance claims them, signed the Standard Webhooks way by the `standardwebhooks` package.
 import { createHash } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'

@@ -1,4 +1,4 @@
-// The operator console (contract §18) in Chromium driven by playwright-core: it loads with no request leaving the
+// The operator console (docs/operations.md) in Chromium driven by playwright-core: it loads with no request leaving the
 // service's origin, shows agents and stats, approves a waiting approval (the run completes), follows a run live and
 // cancels another. Screenshots (laptop and phone) are kept in test-artifacts/ (gitignored).
 import t from 'tap'

@@ -1,5 +1,5 @@
 // Instances of the service in processes of their own (test/fixtures/recovery-instance.ts) sharing one PostgreSQL
-// schema, for the fault tests of contract §16 and bench/recovery.js: killed with SIGKILL, drained with SIGTERM.
+// schema, for the fault tests of background runs (docs/runs.md) and bench/recovery.js: killed with SIGKILL, drained with SIGTERM.
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'

@@ -1,4 +1,4 @@
-// GET /v1/a2a/:name/.well-known/agent-card.json and POST /v1/a2a/:name (contract §17), driven by @a2a-js/sdk's own
+// GET /v1/a2a/:name/.well-known/agent-card.json and POST /v1/a2a/:name (docs/front-ends.md), driven by @a2a-js/sdk's own
 // clients against a listening service: the v1.0 Client from its ClientFactory (card resolution, JSON-RPC transport)
 // and the v0.3 LegacyJsonRpcTransport. A task is a run, its context a session.
 import t from 'tap'

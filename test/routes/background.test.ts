@@ -1,4 +1,4 @@
-// Background runs, leases and recovery (contract §16), with instances in one process sharing memory stores: a run
+// Background runs, leases and recovery (docs/runs.md), with instances in one process sharing memory stores: a run
 // queued on one is claimed by another, a lapsed lease is found and its run requeued or ended, a drain hands runs
 // off. The same across processes, killed with SIGKILL, on PostgreSQL and Redis: test/stores/.
 import { mock } from 'node:test'

@@ -271,7 +271,7 @@ if (await pgReachable()) {
       app_runs_status: '(status, created_seq)'
     })
     const columns = await admin.query('SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2', [schema, 'app_runs'])
-    t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (§16)')
+    t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (docs/runs.md)')
   })
 
   t.test('runs: a new pool on the schema finds the runs and their logs', async (t) => {

@@ -1,4 +1,4 @@
-// The behaviour every run store must have (contract §15), run by each backend's test file against a factory that
+// The behaviour every run store must have (docs/runs.md), run by each backend's test file against a factory that
 // makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'

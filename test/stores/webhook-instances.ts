@@ -1,4 +1,4 @@
-// Two instances of the service sharing one outbox (contract §16: "never from more than one instance for the same
+// Two instances of the service sharing one outbox (docs/webhooks.md: "never from more than one instance for the same
 // event"): each has its own runs and memory stores; only the webhook store is shared. Run by the test files of the
 // shared backends.
 import type { Test } from 'tap'

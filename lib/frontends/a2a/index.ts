@@ -40,7 +40,7 @@ function versionOf (request: FastifyRequest): string | undefined {
 }
 
 /**
- * `/a2a/:name`: each agent as an A2A agent (contract §17), on @a2a-js/sdk's own JSON-RPC handlers (v1.0 and v0.3
+ * `/a2a/:name`: each agent as an A2A agent (docs/front-ends.md), on @a2a-js/sdk's own JSON-RPC handlers (v1.0 and v0.3
  * method names) over the run pipeline: a task is a run, its context a session. The SDK is an optional peer, loaded
  * by the first request here (501 A2A_UNAVAILABLE without it).
  */

@@ -54,7 +54,7 @@ function decisionOf (entry: AgUiResumeEntry, index: number): { approved: boolean
 }
 
 /**
- * `/agents/:name/ag-ui`: AG-UI (contract §17) over the run pipeline. A thread id names a session in the caller's own
+ * `/agents/:name/ag-ui`: AG-UI (docs/front-ends.md) over the run pipeline. A thread id names a session in the caller's own
  * space; the agent gets the last user message's text and the session's own history. An approval ends the AG-UI run
  * as an interrupt while the service's run waits (`onDisconnect: 'continue'`); the next input's `resume` decides it
  * and streams the rest as a new AG-UI run. A client that leaves before its AG-UI run ended (`abortRun()`) cancels

@@ -1,4 +1,4 @@
-// Webhooks (contract §16) end to end: a real endpoint (test/helpers/webhook-receiver.ts) that verifies every
+// Webhooks (docs/webhooks.md) end to end: a real endpoint (test/helpers/webhook-receiver.ts) that verifies every
 // delivery with standardwebhooks' own Webhook.verify; the outbox in memory here (the shared ones: webhooks-*.test.ts).
 import t from 'tap'
 import type { Test } from 'tap'
