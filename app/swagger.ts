@@ -1,6 +1,5 @@
 import type { SwaggerOptions } from '@fastify/swagger'
 import type { TSchema } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
 import type { Settings } from '../lib/service/settings.js'
 import { packageVersion as version } from '../lib/core/version.js'
 
@@ -59,9 +58,13 @@ function givenExample (schema: TSchema): unknown {
   return Object.keys(value).length > 0 ? value : undefined
 }
 
+// TypeBox's value module (dozens of files), loaded with the document's options rather than with the package
+let value: typeof import('@sinclair/typebox/value') | null = null
+
 /** An input the agent's schema accepts, for the example body: from the schema's examples, else one TypeBox makes. */
 function exampleInput (schema: TSchema | undefined): unknown {
   if (schema === undefined) return 'hello'
+  const { Value } = value!
   for (const make of [() => givenExample(schema), () => Value.Create(schema)]) {
     try {
       const value = make()
@@ -191,7 +194,8 @@ export function completeDocument (generated: Json, settings: Settings, publicRou
 }
 
 /** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas, then completed. */
-export function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): SwaggerOptions {
+export async function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): Promise<SwaggerOptions> {
+  value ??= await import('@sinclair/typebox/value')
   return {
     openapi: {
       openapi: '3.1.0',

@@ -17,7 +17,6 @@ import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
-import { ServiceMetrics } from '../lib/service/metrics.js'
 import { consoleAssets } from '../lib/console/assets.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
@@ -195,6 +194,8 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     response: { 200: AdminStats, ...errors() }
   }), async (): Promise<AdminStats> => stats.snapshot())
 
+  // prom-client is loaded with the Admin API only: importing the package does not pay for it (bench/import.js)
+  const { ServiceMetrics } = await import('../lib/service/metrics.js')
   const metrics = new ServiceMetrics(state, settings.metricsRegistry, fastify.log)
   fastify.get('/metrics', route('Prometheus metrics, in the text exposition format', {
     operationId: 'getMetrics',

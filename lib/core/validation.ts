@@ -1,4 +1,4 @@
-import AjvCompiler from '@fastify/ajv-compiler'
+import { createRequire } from 'node:module'
 import type { TSchema } from '@sinclair/typebox'
 import type { FastifySchema, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify'
 import { InputValidationError } from './errors.js'
@@ -6,10 +6,11 @@ import { InputValidationError } from './errors.js'
 // Fastify's default Ajv coerces body types and silently strips unknown properties. Our routes answer
 // both with a 400 instead: bodies are validated as sent; only querystrings and params (always strings
 // on the wire) are coerced.
-// Made on first use, once per process: importing the package builds no Ajv (bench/import.js).
+// Made on first use, once per process: importing the package loads no Ajv (bench/import.js), hence require().
 let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
 function ajvCompilers (): NonNullable<typeof compilers> {
   if (compilers !== null) return compilers
+  const AjvCompiler = createRequire(import.meta.url)('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
   const buildCompiler = AjvCompiler()
   compilers = {
     strict: buildCompiler({}, { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } }),

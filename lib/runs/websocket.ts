@@ -1,7 +1,7 @@
 import { once } from 'node:events'
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { FastifyError } from '@fastify/error'
-import { Ajv } from 'ajv'
+import { createRequire } from 'node:module'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import type { WebSocket } from 'ws'
 import {
@@ -31,6 +31,7 @@ type ErrorCode = WsErrorFrame['error']['code']
 let compiled: Record<string, ValidateFunction> | null = null
 function validatorOf (type: string): ValidateFunction | undefined {
   if (compiled === null) {
+    const { Ajv } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
     const ajv = new Ajv({ allErrors: false, strict: false })
     compiled = { 'run.start': ajv.compile(WsRunStart), 'run.cancel': ajv.compile(WsRunCancel) }
   }

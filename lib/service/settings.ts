@@ -1,4 +1,5 @@
-import { Ajv } from 'ajv'
+import { createRequire } from 'node:module'
+import type { Ajv } from 'ajv'
 import type { Registry } from 'prom-client'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
@@ -129,7 +130,9 @@ let compiled: Validators | null = null
 /** The options' validators, compiled once, on first use: importing the package compiles nothing (bench/import.js). */
 function validators (): Validators {
   if (compiled !== null) return compiled
-  const ajv = new Ajv({ allErrors: true, strict: false })
+  // required here, not imported: the package's import loads no Ajv either
+  const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
+  const ajv = new AjvClass({ allErrors: true, strict: false })
   ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
   compiled = {
     ajv,

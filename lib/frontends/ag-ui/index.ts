@@ -1,8 +1,8 @@
 import fp from 'fastify-plugin'
+import type { Static } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
-import { Value } from '@sinclair/typebox/value'
 import { InputValidationError } from '../../core/errors.js'
 import { requestsOf } from '../runs.js'
 import { continueTurn, openConversation, startTurn } from '../conversation.js'
@@ -45,9 +45,9 @@ function inputOf (messages: AgUiMessage[]): string {
 }
 
 /** A resume entry as a decision: `resolved` with `{ approved, comment? }`, or `cancelled` (a rejection). */
-function decisionOf (entry: AgUiResumeEntry, index: number): { approved: boolean, comment?: string } {
+function decisionOf (entry: AgUiResumeEntry, index: number, isAnswer: (payload: unknown) => payload is Static<typeof AgUiApprovalAnswer>): { approved: boolean, comment?: string } {
   if (entry.status === 'cancelled') return { approved: false }
-  if (!Value.Check(AgUiApprovalAnswer, entry.payload)) {
+  if (!isAnswer(entry.payload)) {
     throw new InputValidationError(`body/resume/${index}/payload must be { approved: boolean, comment?: string (at most 2000 characters) }`)
   }
   return entry.payload
@@ -64,13 +64,16 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
   routePluginScope(fastify, 'agUiPlugin')
   const service = fastify.agentService
   const { settings } = service
+  // TypeBox's value module (dozens of files) is loaded when the plugin is registered, not with the package
+  const { Value } = await import('@sinclair/typebox/value')
+  const isAnswer = (payload: unknown): payload is Static<typeof AgUiApprovalAnswer> => Value.Check(AgUiApprovalAnswer, payload)
 
   function resume (request: FastifyRequest, reply: FastifyReply, input: RunAgentInput, conversation: Conversation): Promise<FastifyReply> {
     const interrupted = new Map<string, string | undefined>()
     const answers = input.resume!.map((entry, i) => {
       const { approvalId, agUiRunId } = parseInterruptId(entry.interruptId)
       interrupted.set(approvalId, agUiRunId)
-      return { id: approvalId, decision: decisionOf(entry, i) }
+      return { id: approvalId, decision: decisionOf(entry, i, isAnswer) }
     })
     return continueTurn(service, request, reply, AG_UI, conversation, answers, ([approval]) => {
       // the first one asked: where the AG-UI run that the client's answer continues was interrupted. HttpAgent sends
