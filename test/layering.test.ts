@@ -7,7 +7,7 @@
 import t from 'tap'
 import { readFileSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join, normalize } from 'node:path'
-import { projectRoot } from './helpers/files.js'
+import { projectRoot, sources } from './helpers/files.js'
 
 const root = projectRoot()
 
@@ -109,16 +109,6 @@ export function violations (edges: readonly ImportEdge[]): string[] {
     if (!allowed[source.layer].includes(target.layer)) found.push(`${from} -> ${to} (${source.layer} may not import ${target.layer})`)
   }
   return found
-}
-
-function sources (dir: string): string[] {
-  const out: string[] = []
-  for (const name of readdirSync(join(root, dir))) {
-    const path = join(dir, name)
-    if (statSync(join(root, path)).isDirectory()) out.push(...sources(path))
-    else if (name.endsWith('.ts') && !name.endsWith('.d.ts')) out.push(path)
-  }
-  return out
 }
 
 t.test('the source tree keeps its layers', async (t) => {

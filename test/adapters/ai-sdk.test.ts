@@ -1,5 +1,4 @@
 import t from 'tap'
-import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { Chat } from '@ai-sdk/react'
@@ -13,7 +12,7 @@ import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageMod
 import { z } from 'zod'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
-import { build, eventually, listen, parseSse } from '../helper.js'
+import { build, eventually, keepAlive, listen, parseSse } from '../helper.js'
 import { openSse, openWs } from '../helpers/streams.js'
 
 type Prompt = LanguageModelV4CallOptions['prompt']
@@ -54,11 +53,6 @@ function lastToolOutput (prompt: Prompt): { type: string, value?: unknown, reaso
 }
 
 /** The approval's expiry timer is unref'ed; with inject() and no socket, nothing else keeps the process up. */
-function keepAlive (t: Test): void {
-  const timer = setInterval(() => {}, 1_000)
-  t.teardown(() => clearInterval(timer))
-}
-
 async function pendingApproval (app: FastifyInstance): Promise<ApprovalRecord> {
   return eventually(async () => {
     const res = await app.inject({ method: 'GET', url: '/v1/approvals' })

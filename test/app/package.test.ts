@@ -3,23 +3,18 @@
 // @types/pg, @types/better-sqlite3, @types/ws). There, the declarations type-check with skipLibCheck: false and
 // importing the package loads no database driver. The slowest test of the suite (a build and a type check).
 import { execFile } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { copyFile, cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { promisify } from 'node:util'
-import { fileURLToPath } from 'node:url'
 import t from 'tap'
+import { projectRoot } from '../helpers/files.js'
 
 const run = promisify(execFile)
 // a pack, an install and a type check: on a busy machine more than the suite's 60 s per file
 t.setTimeout(180_000)
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
 const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
   dependencies: Record<string, string>

@@ -4,17 +4,12 @@
 import t from 'tap'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import * as errors from '../../lib/core/errors.js'
 import { AgentServiceOptions } from '../../schemas/options.js'
+import { projectRoot } from '../helpers/files.js'
 
 // the sources, wherever the compiled test runs from: the folder of the nearest package.json
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
 const pages = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)]
 const text = new Map(pages.map((page) => [page, readFileSync(join(root, page), 'utf8')]))

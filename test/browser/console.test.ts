@@ -5,22 +5,17 @@ import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { chromium } from 'playwright-core'
 import type { Agent } from '../../lib/core/types.js'
 import { eventually, listen } from '../helper.js'
 import { requireService } from '../helpers/services.js'
+import { projectRoot } from '../helpers/files.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const KEY = 'console-key-0123456789'
 const ADMIN_TOKEN = 'console-admin-token'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 
 t.test('the console in Chromium: agents and stats, an approval decided, a run followed live, a run cancelled', async (t) => {
   if (!requireService(t, existsSync(CHROMIUM), `the browser test needs Chromium at ${CHROMIUM}: apt-get install -y chromium`)) return

@@ -13,7 +13,7 @@ import type { Client } from '@a2a-js/sdk/client'
 import { LegacyJsonRpcTransport, isLegacyAgentCard, parseLegacyAgentCard } from '@a2a-js/sdk/compat/v0_3/client'
 import { loadA2a } from '../../lib/frontends/a2a/run-port.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
-import { auditEntries, build, eventually, injected, listen } from '../helper.js'
+import { auditEntries, build, collect, eventually, injected, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 
 const KEYS = { alice: 'alice-key-0123456789', bob: 'bob-key-0123456789' }
@@ -62,12 +62,6 @@ function request (parts: Part[], ids: { taskId?: string, contextId?: string } = 
     referenceTaskIds: []
   }
   return { tenant: '', message, configuration: { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately }, metadata: {} }
-}
-
-async function collect (stream: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
-  const all: StreamResponse[] = []
-  for await (const response of stream) all.push(response)
-  return all
 }
 
 /** Each response as `case:state` or `artifact:<text>` (`+` appended, `!` last chunk), for compact assertions. */

@@ -7,7 +7,7 @@ import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { eventually } from '../helper.js'
+import { eventually, percentile } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
@@ -241,11 +241,6 @@ function spiedPool (t: Test, before: (text: string) => Promise<void> | void = ()
     }
   })
   return { pool: spied, queries }
-}
-
-function percentile (values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
 }
 
 if (await pgReachable()) {
