@@ -30,6 +30,11 @@ function currentTracer (): Tracer | null {
   return cached.tracer
 }
 
+/** Loads the API now (the core plugin, as the service starts): the first run does not pay for it, nor the import. */
+export function prepareTracing (): void {
+  otel()
+}
+
 /** Whether the host registered an OpenTelemetry SDK. */
 export function tracingEnabled (): boolean {
   return currentTracer() !== null
