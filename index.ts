@@ -9,6 +9,8 @@ export type { AgentService, ListenOptions } from './app/service.js'
 export { buildOpenApiDocument } from './app/openapi.js'
 export { demoAgents } from './app/demo-agents.js'
 export { defineAgent } from './lib/runs/define-agent.js'
+export type { TypedAgent } from './lib/runs/define-agent.js'
+export type { AgentSchema, InferSchema, JsonSchema } from './lib/core/agent-schemas.js'
 
 // Each concern on its own: the core first (with the options), then the request pipeline (or its hook plugins one by
 // one, in its order), then the route plugins you want; a route plugin refuses to register without a hook it needs.

@@ -11,10 +11,10 @@
  * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
  * Only types are imported from `ai`: this module loads nothing of it.
  */
-import type { Static, TSchema } from '@sinclair/typebox'
 import type { ModelMessage, TextStreamPart, ToolApprovalResponse, ToolSet } from 'ai'
 import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
 import type { TypedAgent } from '../lib/runs/define-agent.js'
+import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
 
@@ -30,7 +30,7 @@ export interface AiSdkAgentOptions<Input = unknown> extends AdapterOptions {
 }
 
 /** With an `input` schema, `run` gets what the schema describes. */
-export interface TypedAiSdkAgentOptions<S extends TSchema> extends Omit<AiSdkAgentOptions<Static<S>>, 'input'> {
+export interface TypedAiSdkAgentOptions<S extends AgentSchema> extends Omit<AiSdkAgentOptions<InferSchema<S>>, 'input'> {
   input: S
 }
 
@@ -73,7 +73,7 @@ function approvalResponse (request: ApprovalRequestPart, decision: Decision): To
   return { type: 'tool-approval-response', approvalId: request.approvalId, approved: decision.approved, reason }
 }
 
-export function aiSdkAgent<S extends TSchema> (options: TypedAiSdkAgentOptions<S>): TypedAgent<S>
+export function aiSdkAgent<S extends AgentSchema> (options: TypedAiSdkAgentOptions<S>): TypedAgent<S>
 export function aiSdkAgent<Input = unknown> (options: AiSdkAgentOptions<Input> & { input?: undefined }): Agent<Input>
 export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Input> {
   const { run, approvalTimeoutMs, ...fields } = options

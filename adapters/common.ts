@@ -1,13 +1,13 @@
 // What the ecosystem adapters share: the options every adapted agent takes and how it turns a run's input into text.
-import type { TSchema } from '@sinclair/typebox'
+import type { AgentSchema } from '../lib/core/agent-schemas.js'
 
 export interface AdapterOptions {
   description?: string
   metadata?: Record<string, unknown>
   /** validates the run request's input (and types it); passed through to the service */
-  input?: TSchema
+  input?: AgentSchema
   /** documents the run's output; passed through to the service */
-  output?: TSchema
+  output?: AgentSchema
   /** the run may be requeued on another instance (docs/runs.md); passed through to the service */
   resumable?: boolean
   /** how long each approval the adapter asks for stays pending; default: `ctx.requestApproval`'s (15 minutes) */

@@ -10,10 +10,10 @@
  * interrupt id, so `interrupt()` returns the decision `{ approved, comment, decidedBy, status }`.
  * A plain Runnable (a chat model, a chain) is streamed too: its message chunks or strings are the text.
  */
-import type { Static, TSchema } from '@sinclair/typebox'
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
 import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
 import type { TypedAgent } from '../lib/runs/define-agent.js'
+import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
 
@@ -34,7 +34,7 @@ export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
 }
 
 /** With an `input` schema, `toGraphInput` gets what the schema describes. */
-export interface TypedLangGraphAgentOptions<S extends TSchema> extends Omit<LangGraphAgentOptions<Static<S>>, 'input'> {
+export interface TypedLangGraphAgentOptions<S extends AgentSchema> extends Omit<LangGraphAgentOptions<InferSchema<S>>, 'input'> {
   input: S
 }
 
@@ -59,7 +59,7 @@ function messagesIn (update: unknown): unknown[] {
   return Array.isArray(messages) ? messages : [messages]
 }
 
-export function langGraphAgent<S extends TSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
+export function langGraphAgent<S extends AgentSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
 export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options?: LangGraphAgentOptions<Input> & { input?: undefined }): Agent<Input>
 export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): Agent<Input> {
   if (typeof graph?.stream !== 'function') throw new TypeError('langGraphAgent: graph must be a compiled graph or a Runnable (an object with stream())')

@@ -1,5 +1,7 @@
 import type { SwaggerOptions } from '@fastify/swagger'
+import { Kind } from '@sinclair/typebox'
 import type { TSchema } from '@sinclair/typebox'
+import type { AgentSchema, CompiledAgentSchemas, JsonSchema } from '../lib/core/agent-schemas.js'
 import type { Settings } from '../lib/service/settings.js'
 import { packageVersion as version } from '../lib/core/version.js'
 
@@ -47,11 +49,11 @@ export function operationIdOf (method: string, path: string, adminPrefix: string
 }
 
 /** A value for `schema` from its own examples or default, an object's from its properties'; undefined when none is given. */
-function givenExample (schema: TSchema): unknown {
+function givenExample (schema: JsonSchema): unknown {
   const given = (schema.examples as unknown[] | undefined)?.[0] ?? schema.default
   if (given !== undefined || schema.type !== 'object' || schema.properties === undefined) return given
   const value: Record<string, unknown> = {}
-  for (const [key, property] of Object.entries(schema.properties as Record<string, TSchema>)) {
+  for (const [key, property] of Object.entries(schema.properties as Record<string, JsonSchema>)) {
     const example = givenExample(property)
     if (example !== undefined) value[key] = example
   }
@@ -59,24 +61,28 @@ function givenExample (schema: TSchema): unknown {
 }
 
 // TypeBox's value module (dozens of files), loaded with the document's options rather than with the package
-let value: typeof import('@sinclair/typebox/value') | null = null
+let valueModule: typeof import('@sinclair/typebox/value') | null = null
 
-/** An input the agent's schema accepts, for the example body: from the schema's examples, else one TypeBox makes. */
-function exampleInput (schema: TSchema | undefined): unknown {
+/**
+ * An input the agent's schema accepts, for the example body: from the schema's examples, else (TypeBox) one TypeBox
+ * makes; checked by the agent's own validator (a check that is async confirms nothing here).
+ */
+function exampleInput (schema: AgentSchema | undefined, compiled: CompiledAgentSchemas | undefined): unknown {
   if (schema === undefined) return 'hello'
-  const { Value } = value!
-  for (const make of [() => givenExample(schema), () => Value.Create(schema)]) {
+  const { Value } = valueModule!
+  const { input, validate } = compiled!
+  const makers = [() => givenExample(input!)]
+  if (Kind in schema) makers.push(() => Value.Create(schema as TSchema))
+  for (const make of makers) {
     try {
       const value = make()
-      if (value !== undefined && Value.Check(schema, value)) return value
+      if (value === undefined) continue
+      const checked = validate!(structuredClone(value), 'input')
+      if (checked instanceof Promise) checked.catch(() => {})
+      else return value
     } catch {}
   }
   return undefined
-}
-
-/** A TypeBox schema as plain JSON (its symbols dropped). */
-function plain (schema: TSchema): Json {
-  return JSON.parse(JSON.stringify(schema)) as Json
 }
 
 /**
@@ -109,18 +115,19 @@ function addAgentOperations (document: Json, settings: Settings): void {
     delete operation.responses['202']
     // without `stream` and `background`: this operation answers the run's JSON result only
     body.schema.title = 'AgentRunRequest'
-    if (agent.input !== undefined) {
-      body.schema.properties.input = plain(agent.input)
+    const compiled = settings.agentSchemas.get(name)
+    if (compiled?.input !== undefined) {
+      body.schema.properties.input = structuredClone(compiled.input)
       body.schema.title = `${id}RunRequest`
     }
-    const input = exampleInput(agent.input)
+    const input = exampleInput(agent.input, compiled)
     if (input === undefined) delete body.example
     else body.example = { input }
     const ok = operation.responses['200']
     ok.description = 'The run result'
     const result = structuredClone(ok.content['application/json'])
-    if (agent.output !== undefined) {
-      result.schema.properties.output = plain(agent.output)
+    if (compiled?.output !== undefined) {
+      result.schema.properties.output = structuredClone(compiled.output)
       result.schema.title = `${id}RunResult`
     }
     ok.content = { 'application/json': result }
@@ -195,7 +202,7 @@ export function completeDocument (generated: Json, settings: Settings, publicRou
 
 /** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas, then completed. */
 export async function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): Promise<SwaggerOptions> {
-  value ??= await import('@sinclair/typebox/value')
+  valueModule ??= await import('@sinclair/typebox/value')
   return {
     openapi: {
       openapi: '3.1.0',

@@ -3,16 +3,17 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest, FastifySchema } from 'fastify'
-import { InvalidOptionsError, UnauthorizedError } from '../lib/core/errors.js'
+import { InvalidOptionsError, RunRecordNotFoundError, UnauthorizedError } from '../lib/core/errors.js'
 import { EventLoopDelayMonitor } from '../lib/core/event-loop-delay.js'
 import { packageVersion } from '../lib/core/version.js'
-import type { AuditQuery } from '../lib/stores/types.js'
+import type { AuditQuery, RunRecord } from '../lib/stores/types.js'
+import { SseStream } from '../lib/runs/sse.js'
 import {
   AdminAgentList, AdminApprovalList, AdminApprovalsQuery, AdminAuditPage, AdminAuditQuery, AdminCheckpointList,
-  AdminHealth, AdminPageQuery, AdminSessionList, AdminStats
+  AdminHealth, AdminLiveSnapshot, AdminPageQuery, AdminRun, AdminSessionList, AdminStats
 } from '../schemas/admin.js'
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
-import { AdminRunPage, AdminRunsQuery } from '../schemas/runs.js'
+import { AdminRunEventsPage, AdminRunEventsQuery, AdminRunPage, AdminRunsQuery, RunParams } from '../schemas/runs.js'
 import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks.js'
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
@@ -30,6 +31,14 @@ export interface AdminApiPluginOptions {
 }
 
 export const DEFAULT_AUDIT_LIMIT = 50
+export const DEFAULT_EVENTS_LIMIT = 100
+/** the runs in progress the live feed lists, of each status */
+export const LIVE_RUNS_LIMIT = 100
+
+/** A run as the Admin API lists it: without its result. */
+function withoutResult ({ result: _result, ...record }: RunRecord): AdminRun {
+  return record
+}
 
 function sha256 (value: string): Buffer {
   return createHash('sha256').update(value).digest()
@@ -107,9 +116,14 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   fastify.get('/health', route('Deep health: process, event loop, database', {
     response: { 200: AdminHealth, 503: Type.Union([AdminHealth, ErrorResponse], { description: 'Degraded, or shutting down' }), ...errorResponses(401, 429) }
   }), async (_request, reply) => {
+    const body = await health()
+    return reply.code(body.status === 'ok' ? 200 : 503).send(body)
+  })
+
+  async function health (): Promise<AdminHealth> {
     const report = await healthReport(settings.checks, settings.healthTimeoutMs)
     const memory = process.memoryUsage()
-    const body: AdminHealth = {
+    return {
       status: report.status,
       uptimeSeconds: Math.floor((Date.now() - Date.parse(state.startedAt)) / 1000),
       startedAt: state.startedAt,
@@ -124,22 +138,27 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
       },
       checks: report.checks
     }
-    return reply.code(report.status === 'ok' ? 200 : 503).send(body)
-  })
+  }
 
-  fastify.get('/agents', route('Agents with their figures', {
-    response: { 200: AdminAgentList, ...errors() }
-  }), async (): Promise<AdminAgentList> => ({
+  const agents = (): AdminAgentList => ({
     agents: [...settings.agents].map(([name, agent]) => {
       const figures = stats.agent(name)
-      return {
+      const item: AdminAgentList['agents'][number] = {
         name,
         description: agent.description ?? '',
         metadata: agent.metadata ?? {},
         stats: { runs: figures.runs, failed: figures.failed, inFlight: figures.inFlight, tokens: figures.tokens }
       }
+      // as the OpenAPI document gives it: plain JSON Schema (a Standard Schema's from its library's converter)
+      const input = settings.agentSchemas.get(name)?.input
+      if (input !== undefined) item.input = input
+      return item
     })
-  }))
+  })
+
+  fastify.get('/agents', route('Agents with this instance\'s figures', {
+    response: { 200: AdminAgentList, ...errors() }
+  }), async (): Promise<AdminAgentList> => agents())
 
   fastify.get('/audit', route('The audit log, most recent first, by cursor', {
     querystring: AdminAuditQuery,
@@ -171,12 +190,36 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   }), async () => ({ checkpoints: await admin.checkpointStore.list() }))
 
   fastify.get('/runs', route('Runs of every principal, most recent first, without their results', {
+    description: 'Filters: `status`, `agent`, `sessionId`, `principal`; `runId` answers that one run (when it matches the others), on one page.',
     querystring: AdminRunsQuery,
     response: { 200: AdminRunPage, ...errors(400) }
   }), async (request) => {
-    const { limit = DEFAULT_AUDIT_LIMIT, cursor, status, agent, sessionId } = request.query
-    const page = await settings.runStore.list({ limit, cursor, status, agent, sessionId })
-    return { runs: page.runs.map(({ result: _result, ...record }) => record), nextCursor: page.nextCursor }
+    const { limit = DEFAULT_AUDIT_LIMIT, cursor, runId, ...filters } = request.query
+    if (runId !== undefined) {
+      const record = await settings.runStore.get(runId)
+      const matches = record !== null && Object.entries(filters).every(([name, value]) => record[name as keyof typeof filters] === value)
+      return { runs: matches ? [withoutResult(record)] : [], nextCursor: null }
+    }
+    const page = await settings.runStore.list({ limit, cursor, ...filters })
+    return { runs: page.runs.map(withoutResult), nextCursor: page.nextCursor }
+  })
+
+  fastify.get('/runs/:runId/events', route('A run\'s events from its log, whoever started it, in order, by page', {
+    operationId: 'listAdminRunEvents',
+    params: RunParams,
+    querystring: AdminRunEventsQuery,
+    response: { 200: AdminRunEventsPage, ...errors(400, 404) }
+  }), async (request) => {
+    const { runId } = request.params
+    const { after = 0, limit = DEFAULT_EVENTS_LIMIT } = request.query
+    const record = await settings.runStore.get(runId)
+    if (record === null) throw new RunRecordNotFoundError(runId)
+    const events = await settings.runStore.events(runId, after, limit)
+    return {
+      run: withoutResult(record),
+      events: events.map((event) => ({ seq: event.seq, type: event.type, data: JSON.parse(event.data) as unknown })),
+      nextAfter: events.length === limit ? events.at(-1)!.seq : null
+    }
   })
 
   fastify.get('/webhooks', route('Webhook delivery attempts, most recent first, by cursor', {
@@ -193,6 +236,67 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
   fastify.get('/stats', route('Service figures since start', {
     response: { 200: AdminStats, ...errors() }
   }), async (): Promise<AdminStats> => stats.snapshot())
+
+  // TypeBox's value module (dozens of files) is loaded with the Admin API, not with the package (bench/import.js)
+  const { Value } = await import('@sinclair/typebox/value')
+  /** What the console showed by polling six routes, read once for every interval of a live feed. */
+  async function snapshot (): Promise<AdminLiveSnapshot> {
+    const store = settings.runStore
+    const [healthBody, running, queued, approvals] = await Promise.all([
+      health(),
+      store.list({ limit: LIVE_RUNS_LIMIT, status: 'running' }),
+      store.list({ limit: LIVE_RUNS_LIMIT, status: 'queued' }),
+      settings.approvalStore.listPending({})
+    ])
+    const body: AdminLiveSnapshot = {
+      at: new Date().toISOString(),
+      health: healthBody,
+      stats: stats.snapshot(),
+      agents: agents().agents,
+      runs: [...running.runs, ...queued.runs].map(withoutResult),
+      approvals,
+      cluster: {
+        running: running.runs.length,
+        queued: queued.runs.length,
+        approvalsPending: approvals.length,
+        capped: running.nextCursor !== null || queued.nextCursor !== null
+      }
+    }
+    // the rule of every admin answer (nothing but the records leaves), kept without Fastify's serializer
+    return Value.Clean(AdminLiveSnapshot, Value.Clone(body)) as AdminLiveSnapshot
+  }
+
+  const feeds = new Set<LiveFeed>()
+  fastify.get('/live', route('The live feed: a snapshot of health, figures, runs in progress and pending approvals at every interval', {
+    operationId: 'getAdminLiveFeed',
+    description: 'Server-Sent Events: `event: snapshot` with an AdminLiveSnapshot now and every `adminApi.liveIntervalMs` ' +
+      '(`event: problem` with `{ code, message }` when one could not be read), until the server ends the response after ' +
+      '`adminApi.liveFeedMs` (a minute by default); the client opens the next. One audit entry per connection, written ' +
+      'when it opens: an open console costs one entry a minute.',
+    produces: ['text/event-stream'],
+    response: {
+      200: { description: 'snapshots', content: { 'text/event-stream': { schema: AdminLiveSnapshot } } },
+      ...errors()
+    }
+  }), (request, reply) => {
+    // its one entry now, not when it ends: an operator reading the audit log sees who watches
+    state.audit.record(request, 200)
+    reply.hijack()
+    const feed = new LiveFeed(new SseStream(reply.raw, reply.getHeaders() as Record<string, string>), snapshot, admin.liveIntervalMs, () => feeds.delete(feed))
+    feeds.add(feed)
+    state.heartbeat.add(feed.stream)
+    reply.raw.on('close', () => {
+      feed.stream.closed()
+      state.heartbeat.delete(feed.stream)
+      feed.stop()
+    })
+    feed.start(admin.liveFeedMs)
+  })
+  // a feed is never what keeps a closing server open
+  fastify.addHook('preClose', (done) => {
+    for (const feed of feeds) feed.stop()
+    done()
+  })
 
   // prom-client is loaded with the Admin API only: importing the package does not pay for it (bench/import.js)
   const { ServiceMetrics } = await import('../lib/service/metrics.js')
@@ -220,6 +324,51 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
         .header('x-content-type-options', 'nosniff')
         .send(asset.body)
     })
+  }
+}
+
+/**
+ * One open live feed: a snapshot at once and after each interval (the next read starts once the last is sent, so
+ * a slow store never stacks reads), until its time is up, the client leaves or the server closes.
+ */
+class LiveFeed {
+  readonly stream: SseStream
+  readonly #read: () => Promise<AdminLiveSnapshot>
+  readonly #intervalMs: number
+  readonly #forget: () => void
+  #timer: NodeJS.Timeout | undefined
+  #deadline: NodeJS.Timeout | undefined
+  #stopped = false
+
+  constructor (stream: SseStream, read: () => Promise<AdminLiveSnapshot>, intervalMs: number, forget: () => void) {
+    this.stream = stream
+    this.#read = read
+    this.#intervalMs = intervalMs
+    this.#forget = forget
+  }
+
+  start (durationMs: number): void {
+    this.#deadline = setTimeout(() => this.stop(), durationMs)
+    void this.#tick()
+  }
+
+  async #tick (): Promise<void> {
+    const text = await this.#read().then(
+      (body) => `event: snapshot\ndata: ${JSON.stringify(body)}\n\n`,
+      (err: { code?: unknown, message?: unknown }) => `event: problem\ndata: ${JSON.stringify({ code: typeof err.code === 'string' ? err.code : 'INTERNAL_ERROR', message: String(err.message) })}\n\n`)
+    if (this.#stopped) return
+    this.stream.write(text)
+    this.#timer = setTimeout(() => { void this.#tick() }, this.#intervalMs)
+  }
+
+  /** Ends the response (the client opens the next feed); idempotent. */
+  stop (): void {
+    if (this.#stopped) return
+    this.#stopped = true
+    clearTimeout(this.#timer)
+    clearTimeout(this.#deadline)
+    this.stream.end()
+    this.#forget()
   }
 }
 

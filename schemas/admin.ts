@@ -6,6 +6,7 @@ import { Metadata } from './common.js'
 import { HealthChecks } from './health.js'
 import { Session } from './sessions.js'
 import { Approval } from './approvals.js'
+import { RunRecord } from './runs.js'
 
 const Count = Type.Integer({ minimum: 0 })
 const DateTime = Type.String({ format: 'date-time' })
@@ -40,6 +41,7 @@ export const AdminAgentList = Type.Object({
     name: Type.String(),
     description: Type.String(),
     metadata: Metadata,
+    input: Type.Optional(Type.Unknown({ description: 'the JSON Schema of its input, when it has one (the console\'s playground shapes its input by it)' })),
     stats: AdminAgentStats
   }))
 }, { title: 'AdminAgentList' })
@@ -146,3 +148,27 @@ export const AdminStats = Type.Object({
   agents: Type.Record(Type.String(), AdminAgentFigures)
 }, { title: 'AdminStats' })
 export type AdminStats = Static<typeof AdminStats>
+
+/** A run as the Admin API lists it: without its result. */
+export const AdminRun = Type.Omit(RunRecord, ['result'], { title: 'AdminRun' })
+export type AdminRun = Static<typeof AdminRun>
+
+/**
+ * One snapshot of the live feed (`GET {prefix}/live`, the console's): what it showed by polling six routes. The
+ * cluster figures come from the shared stores; `stats` and the agents' figures are this instance's.
+ */
+export const AdminLiveSnapshot = Type.Object({
+  at: DateTime,
+  health: AdminHealth,
+  stats: AdminStats,
+  agents: AdminAgentList.properties.agents,
+  runs: Type.Array(AdminRun, { description: 'in progress (running, then queued; at most 100 of each), every instance\'s' }),
+  approvals: Type.Array(AdminApproval, { description: 'pending and unexpired, oldest first' }),
+  cluster: Type.Object({
+    running: Count,
+    queued: Count,
+    approvalsPending: Count,
+    capped: Type.Boolean({ description: 'more than 100 runs running or queued: the counts are at least these' })
+  }, { description: 'from the shared stores: every instance\'s' })
+}, { title: 'AdminLiveSnapshot' })
+export type AdminLiveSnapshot = Static<typeof AdminLiveSnapshot>

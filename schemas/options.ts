@@ -56,7 +56,9 @@ export const AdminApiOptions = Type.Object({
   prefix: Type.Optional(Type.String({ default: '/admin' })),
   bearerToken: Type.Optional(Type.String({ minLength: 1 })),
   auditStore: Type.Optional(AuditStoreOption),
-  checkpointStore: Type.Optional(CheckpointStoreOption)
+  checkpointStore: Type.Optional(CheckpointStoreOption),
+  liveIntervalMs: Type.Optional(Type.Integer({ minimum: 50, maximum: 3_600_000, default: 2000, description: 'how often the live feed (the console\'s) sends a snapshot' })),
+  liveFeedMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000, default: 60_000, description: 'how long one live-feed connection stays open (one audit entry each) before the client opens the next' }))
 }, { additionalProperties: false })
 
 export const ApiKeyAuthOptions = Type.Object({

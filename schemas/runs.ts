@@ -113,13 +113,30 @@ export const AdminRunsQuery = Type.Object({
   cursor: Type.Optional(Cursor),
   status: Type.Optional(RunStatus),
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
-  sessionId: Type.Optional(Id)
+  sessionId: Type.Optional(Id),
+  principal: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'who started the run' })),
+  runId: Type.Optional(Type.String({ minLength: 1, maxLength: 128, description: 'that one run (with the other filters, if it matches them)' }))
 }, { additionalProperties: false })
 
 export const AdminRunPage = Type.Object({
   runs: Type.Array(Type.Omit(RunRecord, ['result']), { description: 'every principal\'s, most recent first, without results' }),
   nextCursor: NextCursor
 })
+
+export const AdminRunEventsQuery = Type.Object({
+  after: Type.Optional(Type.Integer({ minimum: 0, description: 'the events after this seq (default 0: from the first)' })),
+  limit: Type.Optional(Limit(500, 100))
+}, { additionalProperties: false })
+
+export const AdminRunEventsPage = Type.Object({
+  run: Type.Omit(RunRecord, ['result']),
+  events: Type.Array(Type.Object({
+    seq: Type.Integer({ minimum: 1 }),
+    type: Type.String(),
+    data: Type.Unknown({ description: 'the event\'s data, as the run sent it' })
+  }), { description: 'in order' }),
+  nextAfter: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'the `after` of the next page; null when the log holds no more (yet)' })
+}, { title: 'AdminRunEventsPage' })
 
 /** The answer to a background run request: 202, with `Location: /v1/runs/<runId>`. */
 export const QueuedRun = Type.Object({

@@ -1,18 +1,22 @@
 // The operator console's script, served as /console/app.js: plain browser JavaScript (an ES module), no library.
-// It reads the Admin API with the admin token and acts (decide, cancel, follow) through the service's own routes
-// with the service credential; both are typed in and kept in sessionStorage only. Written without backticks or
-// template placeholders: it lives in a String.raw literal.
+// It reads the Admin API with the admin token (one live feed, and what the operator asks for) and acts (decide,
+// cancel, follow, run in the playground) through the service's own routes with the service credential; both are
+// typed in and kept in sessionStorage only. Written without backticks or template placeholders: it lives in a
+// String.raw literal. Text goes in as text (textContent, text nodes), never as markup.
 export const script = String.raw`
 const root = document.documentElement
 const ADMIN = root.dataset.admin
 const API = root.dataset.api
-const POLL_MS = Number(root.dataset.pollMs || 2000)
+// how long a failed live feed waits before the next try, doubled up to a minute
+const RETRY_MS = 2000
 const HISTORY = 60
 const $ = (selector) => document.querySelector(selector)
 
+const KEYS = { admin: 'fastify-agents.adminToken', service: 'fastify-agents.serviceToken', operator: 'fastify-agents.operator' }
 const credentials = {
-  get admin () { return sessionStorage.getItem('fastify-agents.adminToken') || '' },
-  get service () { return sessionStorage.getItem('fastify-agents.serviceToken') || '' }
+  get admin () { return sessionStorage.getItem(KEYS.admin) || '' },
+  get service () { return sessionStorage.getItem(KEYS.service) || '' },
+  get operator () { return sessionStorage.getItem(KEYS.operator) || '' }
 }
 
 /** An element with attributes (on* are listeners, text is its text) and children (strings become text). */
@@ -35,9 +39,9 @@ function bearer (token) {
 async function problemOf (res) {
   try {
     const body = await res.json()
-    return new Error(res.status + ' ' + (body.code || '') + ': ' + (body.message || res.statusText))
+    return Object.assign(new Error(res.status + ' ' + (body.code || '') + ': ' + (body.message || res.statusText)), { status: res.status })
   } catch {
-    return new Error(res.status + ' ' + res.statusText)
+    return Object.assign(new Error(res.status + ' ' + res.statusText), { status: res.status })
   }
 }
 
@@ -53,6 +57,33 @@ async function serviceCall (method, path, body) {
   const res = await fetch(API + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
   if (!res.ok) throw await problemOf(res)
   return res.json()
+}
+
+/** Reads a Server-Sent Events response to its end, calling onEvent(type, data text) for each event. */
+async function readEvents (res, onEvent) {
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
+  let buffer = ''
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) return
+    buffer += value
+    let end
+    while ((end = buffer.indexOf('\n\n')) >= 0) {
+      const block = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      const fields = {}
+      for (const line of block.split('\n')) {
+        if (line.startsWith(':')) continue
+        const colon = line.indexOf(': ')
+        if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 2)
+      }
+      if (fields.event !== undefined) onEvent(fields.event, fields.data || '', fields.id)
+    }
+  }
+}
+
+function parsed (text) {
+  try { return JSON.parse(text) } catch { return text }
 }
 
 function announce (message, isError) {
@@ -81,11 +112,44 @@ function table (caption, columns, rows) {
       : rows.map((cells) => h('tr', {}, cells.map((cell) => h('td', {}, cell))))))
 }
 
+function figures (pairs) {
+  return h('dl', {}, pairs.flatMap(([label, value, id]) => [h('dt', { text: label }), h('dd', { id, text: value })]))
+}
+
 const when = (iso) => iso ? new Date(iso).toLocaleString() : ''
 const short = (id) => id ? String(id).slice(0, 8) : ''
 const bytes = (n) => (n / 1048576).toFixed(1) + ' MiB'
+const json = (value) => JSON.stringify(value)
+/** A run's id in a table: its start, the whole of it on hover (and in its events' view). */
+const runCode = (runId) => h('code', { title: runId, 'data-run': runId, text: short(runId) })
 
-// ---- health and live stats ----
+/** What an event says, in a line: text for text, the name and arguments of a tool, who decided an approval. */
+function describe (type, data) {
+  try {
+    switch (type) {
+      case 'run.started': return data.agent + ', attempt ' + data.attempt + (data.sessionId ? ', session ' + short(data.sessionId) : '') + ', trace ' + data.traceId
+      case 'message.delta': case 'reasoning.delta': return data.text
+      case 'tool.call': return data.name + ' ' + json(data.input)
+      case 'tool.result': return data.name + (data.isError ? ' failed: ' : ' → ') + json(data.output)
+      case 'approval.requested': return data.approval.action + ' ' + json(data.approval.payload)
+      case 'approval.decided': {
+        const { action, status, decision } = data.approval
+        return action + ': ' + status + (decision && decision.decidedBy ? ' by ' + decision.decidedBy : '') + (decision && decision.comment ? ' (' + decision.comment + ')' : '')
+      }
+      case 'run.failed': return data.error.code + ': ' + data.error.message
+      case 'run.completed': return json(data.output)
+    }
+  } catch {}
+  return json(data)
+}
+
+function eventItem (type, data, seq) {
+  const kind = type === 'run.completed' ? 'completed' : type === 'run.failed' ? 'failed' : ''
+  return h('li', { class: 'event ' + kind }, seq === undefined ? null : h('span', { class: 'note', text: seq + ' ' }),
+    h('code', { class: 'type', text: type }), h('span', { text: describe(type, data) }))
+}
+
+// ---- the live feed: health, figures, agents, runs in progress, approvals ----
 
 const samples = []
 
@@ -95,11 +159,13 @@ function sparkline (label, series, unit) {
   const max = Math.max(1e-9, ...series.flatMap((s) => s.values))
   const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg')
   svg.setAttribute('viewBox', '0 0 ' + width + ' ' + height)
+  svg.setAttribute('preserveAspectRatio', 'none')
   svg.setAttribute('role', 'img')
   const latest = series.map((s) => s.name + ' ' + (s.values.at(-1) ?? 0).toFixed(2) + ' ' + unit).join(', ')
   svg.setAttribute('aria-label', label + ': ' + latest)
   for (const s of series) {
-    const points = s.values.map((v, i) => (i * width / (HISTORY - 1)).toFixed(1) + ',' + (height - 2 - (v / max) * (height - 4)).toFixed(1))
+    // the samples so far fill the width (then the last HISTORY of them)
+    const points = s.values.map((v, i) => (i * width / Math.max(1, s.values.length - 1)).toFixed(1) + ',' + (height - 2 - (v / max) * (height - 4)).toFixed(1))
     const line = document.createElementNS('http://www.w3.org/2000/svg', 'polyline')
     line.setAttribute('points', points.join(' '))
     line.setAttribute('class', 'line ' + s.className)
@@ -108,8 +174,16 @@ function sparkline (label, series, unit) {
   return h('figure', { class: 'chart' }, h('figcaption', {}, h('strong', { text: label }), ' ', h('span', { text: latest })), svg)
 }
 
-async function loadOverview () {
-  const [health, stats] = await Promise.all([adminGet('/health').catch((err) => ({ status: 'unreachable', error: err })), adminGet('/stats')])
+/** Whether a part of the snapshot changed since it was last drawn: what did not is left as it is (and keeps focus). */
+const drawn = new Map()
+function changed (key, value) {
+  const text = json(value)
+  if (drawn.get(key) === text) return false
+  drawn.set(key, text)
+  return true
+}
+
+function drawOverview ({ health, stats, cluster }) {
   const now = performance.now()
   const previous = samples.at(-1)
   const sample = { at: now, stats, rate: 0, tokens: 0 }
@@ -121,28 +195,18 @@ async function loadOverview () {
   samples.push(sample)
   if (samples.length > HISTORY) samples.shift()
 
-  const healthBox = $('#health-body')
-  healthBox.replaceChildren(
+  $('#health-body').replaceChildren(
     h('p', { class: 'badge ' + (health.status === 'ok' ? 'ok' : 'bad'), text: health.status }),
-    health.process
-      ? h('dl', {},
-        h('dt', { text: 'Version' }), h('dd', { text: health.version }),
-        h('dt', { text: 'Uptime' }), h('dd', { text: health.uptimeSeconds + ' s' }),
-        h('dt', { text: 'Memory (RSS)' }), h('dd', { text: bytes(health.process.memory.rss) }),
-        h('dt', { text: 'Event loop p99' }), h('dd', { text: health.process.eventLoopDelayMs.p99 + ' ms' }),
-        ...Object.entries(health.checks || {}).flatMap(([name, check]) => [h('dt', { text: 'Check ' + name }), h('dd', { text: check.status })]))
-      : h('p', { text: String(health.error ? health.error.message : '') })
-  )
-  $('#stats-figures').replaceChildren(
-    h('dl', {},
-      h('dt', { text: 'Runs started' }), h('dd', { id: 'runs-started', text: stats.runs.started }),
-      h('dt', { text: 'In flight' }), h('dd', { text: stats.runs.inFlight }),
-      h('dt', { text: 'Completed' }), h('dd', { text: stats.runs.completed }),
-      h('dt', { text: 'Failed' }), h('dd', { text: stats.runs.failed }),
-      h('dt', { text: 'Tokens' }), h('dd', { text: stats.tokens.total }),
-      h('dt', { text: 'Requests' }), h('dd', { text: stats.requests.total }),
-      h('dt', { text: 'Audit failures' }), h('dd', { text: stats.auditFailures }))
-  )
+    figures([['Version', health.version], ['Uptime', health.uptimeSeconds + ' s'], ['Memory (RSS)', bytes(health.process.memory.rss)],
+      ['Event loop p99', health.process.eventLoopDelayMs.p99 + ' ms'],
+      ...Object.entries(health.checks || {}).map(([name, check]) => ['Check ' + name, check.status])]))
+  const atLeast = cluster.capped ? '+' : ''
+  $('#cluster-figures').replaceChildren(figures([
+    ['Running', cluster.running + atLeast, 'cluster-running'], ['Queued', cluster.queued + atLeast, 'cluster-queued'],
+    ['Approvals waiting', cluster.approvalsPending, 'cluster-approvals']]))
+  $('#stats-figures').replaceChildren(figures([
+    ['Runs started', stats.runs.started, 'runs-started'], ['In flight', stats.runs.inFlight], ['Completed', stats.runs.completed],
+    ['Failed', stats.runs.failed], ['Tokens', stats.tokens.total], ['Requests', stats.requests.total], ['Audit failures', stats.auditFailures]]))
   $('#stats-charts').replaceChildren(
     sparkline('Runs per second', [{ name: 'runs/s', className: 'a', values: samples.map((s) => s.rate) }], ''),
     sparkline('Request latency', [
@@ -154,86 +218,25 @@ async function loadOverview () {
   )
 }
 
-async function loadAgents () {
-  const { agents } = await adminGet('/agents')
+function drawAgents (agents) {
+  if (!changed('agents', agents)) return
   $('#agents-body').replaceChildren(table('Agents', ['Agent', 'Description', 'Runs', 'Failed', 'In flight', 'Tokens'],
     agents.map((a) => [h('span', { class: 'agent-name', text: a.name }), a.description, a.stats.runs, a.stats.failed, a.stats.inFlight, a.stats.tokens.total])))
+  // the playground's choice is redrawn only when the agents themselves change (an open list stays open)
+  if (changed('play-agents', agents.map((a) => [a.name, a.description, a.input]))) playAgents(agents)
 }
 
-// ---- runs in progress: follow live, cancel ----
-
-let following = null
-
-async function follow (runId) {
-  following?.abort()
-  const controller = new AbortController()
-  following = controller
-  const log = $('#follow-log')
-  $('#follow-title').textContent = 'Following run ' + runId
-  log.replaceChildren()
-  try {
-    const res = await fetch(API + '/runs/' + encodeURIComponent(runId) + '/events', { headers: { ...bearer(credentials.service), accept: 'text/event-stream' }, signal: controller.signal })
-    if (!res.ok) throw await problemOf(res)
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
-    let buffer = ''
-    for (;;) {
-      const { value, done } = await reader.read()
-      if (done) break
-      buffer += value
-      let end
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const block = buffer.slice(0, end)
-        buffer = buffer.slice(end + 2)
-        const fields = {}
-        for (const line of block.split('\n')) {
-          if (line.startsWith(':')) continue
-          const colon = line.indexOf(': ')
-          if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 2)
-        }
-        if (fields.event === undefined) continue
-        log.append(h('li', { class: 'event' }, h('code', { text: (fields.id || '') + ' ' + fields.event }), ' ', h('span', { text: fields.data || '' })))
-      }
-    }
-    $('#follow-title').textContent = 'Run ' + runId + ': stream ended'
-  } catch (err) {
-    if (!controller.signal.aborted) $('#follow-title').textContent = 'Run ' + runId + ': ' + (err.message || err)
-  }
-}
-
-async function cancel (runId) {
-  try {
-    await serviceCall('POST', '/runs/' + encodeURIComponent(runId) + '/cancel')
-    announce('Run ' + runId + ' cancelled')
-  } catch (err) {
-    announce('Could not cancel ' + runId + ': ' + err.message, true)
-  }
-  await guarded($('#runs'), loadRuns)
-}
-
-async function loadRuns () {
-  const [running, queued] = await Promise.all([adminGet('/runs?status=running&limit=100'), adminGet('/runs?status=queued&limit=100')])
-  const runs = [...running.runs, ...queued.runs]
+function drawRuns (runs) {
+  if (!changed('runs', runs.map((r) => [r.runId, r.status, r.startedAt]))) return
   $('#runs-body').replaceChildren(table('Runs in progress', ['Run', 'Agent', 'Status', 'Principal', 'Started', 'Actions'],
-    runs.map((r) => [h('code', { title: r.runId, text: r.runId }), r.agent, r.status, r.principal, when(r.startedAt || r.createdAt),
+    runs.map((r) => [runCode(r.runId), r.agent, r.status, r.principal, when(r.startedAt || r.createdAt),
       h('span', { class: 'actions' },
         h('button', { type: 'button', 'aria-label': 'Follow run ' + r.runId + ' of ' + r.agent, onclick: () => follow(r.runId), text: 'Follow' }),
-        h('button', { type: 'button', class: 'danger', 'aria-label': 'Cancel run ' + r.runId + ' of ' + r.agent, onclick: () => cancel(r.runId), text: 'Cancel' }))])))
+        h('button', { type: 'button', class: 'danger', 'aria-label': 'Cancel run ' + r.runId + ' of ' + r.agent, onclick: () => cancel(r), text: 'Cancel' }))])))
 }
 
-// ---- approvals inbox ----
-
-async function decide (approval, approved, comment) {
-  try {
-    await serviceCall('POST', '/approvals/' + encodeURIComponent(approval.id), comment === '' ? { approved } : { approved, comment })
-    announce('Approval ' + approval.action + (approved ? ' approved' : ' rejected'))
-  } catch (err) {
-    announce('Could not decide ' + approval.id + ': ' + err.message, true)
-  }
-  await guarded($('#approvals'), loadApprovals)
-}
-
-async function loadApprovals () {
-  const { approvals } = await adminGet('/approvals')
+function drawApprovals (approvals) {
+  if (!changed('approvals', approvals.map((a) => a.id))) return
   const list = $('#approvals-body')
   // a comment being typed survives the refresh
   const typed = new Map([...list.querySelectorAll('textarea')].map((t) => [t.dataset.id, t.value]))
@@ -243,7 +246,8 @@ async function loadApprovals () {
     comment.value = typed.get(a.id) || ''
     return h('article', { class: 'approval', 'aria-label': 'Approval ' + a.action },
       h('h3', { text: a.action }),
-      h('p', {}, 'Agent ', h('strong', { text: a.agent }), ', run ', h('code', { text: short(a.runId) }), ', requested ' + when(a.requestedAt) + ', expires ' + when(a.expiresAt)),
+      h('p', {}, 'Agent ', h('strong', { text: a.agent }), ', run ', h('code', { text: short(a.runId) }), ', started by ', h('strong', { text: a.principal }),
+        ', requested ' + when(a.requestedAt) + ', expires ' + when(a.expiresAt)),
       a.reason ? h('p', { text: a.reason }) : null,
       a.payload !== null ? h('pre', { text: JSON.stringify(a.payload, null, 2) }) : null,
       h('label', { for: id, text: 'Comment (optional)' }), comment,
@@ -253,7 +257,120 @@ async function loadApprovals () {
   })))
 }
 
-// ---- paged lists: audit (with filters), sessions, checkpoints, webhook deliveries ----
+function draw (snapshot) {
+  drawOverview(snapshot)
+  drawAgents(snapshot.agents)
+  drawRuns(snapshot.runs)
+  drawApprovals(snapshot.approvals)
+  $('#live-note').textContent = 'Live: updated ' + new Date(snapshot.at).toLocaleTimeString()
+}
+
+let live = null
+
+/**
+ * One feed at a time: the server ends each after a minute (one audit entry each) and the next opens at once; a
+ * failure waits, longer each time; a refused token stops it.
+ */
+async function watchLive () {
+  live?.abort()
+  const controller = new AbortController()
+  live = controller
+  let wait = RETRY_MS
+  while (!controller.signal.aborted) {
+    try {
+      const res = await fetch(ADMIN + '/live', { headers: { ...bearer(credentials.admin), accept: 'text/event-stream' }, signal: controller.signal })
+      if (!res.ok) throw await problemOf(res)
+      await readEvents(res, (type, data) => {
+        const section = $('#overview').querySelector('.section-error')
+        if (type === 'snapshot') {
+          draw(JSON.parse(data))
+          section.textContent = ''
+          wait = RETRY_MS
+        } else {
+          section.textContent = 'Live feed: ' + describe('run.failed', { error: parsed(data) })
+        }
+      })
+    } catch (err) {
+      if (controller.signal.aborted) return
+      $('#overview').querySelector('.section-error').textContent = 'Live feed: ' + (err.message || err)
+      if (err.status === 401) {
+        $('#live-note').textContent = 'Live: stopped (sign in again)'
+        return
+      }
+      $('#live-note').textContent = 'Live: trying again in ' + Math.round(wait / 1000) + ' s'
+      await new Promise((resolve) => setTimeout(resolve, wait))
+      wait = Math.min(wait * 2, 60000)
+    }
+  }
+}
+
+// ---- runs in progress: follow live, cancel (after a confirmation) ----
+
+let following = null
+
+async function follow (runId) {
+  following?.abort()
+  const controller = new AbortController()
+  following = controller
+  const log = $('#follow-log')
+  $('#follow-title').textContent = 'Following run ' + runId
+  $('#stop-follow').hidden = false
+  log.replaceChildren()
+  try {
+    const res = await fetch(API + '/runs/' + encodeURIComponent(runId) + '/events', { headers: { ...bearer(credentials.service), accept: 'text/event-stream' }, signal: controller.signal })
+    if (!res.ok) throw await problemOf(res)
+    await readEvents(res, (type, data, id) => log.append(eventItem(type, parsed(data), id)))
+    $('#follow-title').textContent = 'Run ' + runId + ': stream ended'
+  } catch (err) {
+    if (!controller.signal.aborted) $('#follow-title').textContent = 'Run ' + runId + ': ' + (err.message || err)
+  }
+}
+
+let confirming = null
+
+/** Asks before a cancel: resolves true only for the button that says so (Escape and the other button keep the run). */
+function confirmCancel (run) {
+  const dialog = $('#confirm')
+  $('#confirm-text').textContent = 'Run ' + run.runId + ' of ' + run.agent + ', started by ' + run.principal + ', stops and ends cancelled. This cannot be undone.'
+  dialog.returnValue = ''
+  return new Promise((resolve) => {
+    confirming = resolve
+    dialog.showModal()
+  })
+}
+
+async function cancel (run) {
+  if (!await confirmCancel(run)) {
+    announce('Run ' + run.runId + ' left running')
+    return
+  }
+  try {
+    await serviceCall('POST', '/runs/' + encodeURIComponent(run.runId) + '/cancel')
+    announce('Run ' + run.runId + ' cancelled')
+  } catch (err) {
+    announce('Could not cancel ' + run.runId + ': ' + err.message, true)
+  }
+}
+
+// ---- approvals: decided with the operator's name ----
+
+function decision (approved, comment) {
+  const body = { approved }
+  if (comment !== '') body.comment = comment
+  if (credentials.operator !== '') body.decidedBy = credentials.operator
+  return body
+}
+
+async function decide (approval, approved, comment) {
+  try {
+    await serviceCall('POST', '/approvals/' + encodeURIComponent(approval.id), decision(approved, comment))
+    announce('Approval ' + approval.action + (approved ? ' approved' : ' rejected'))
+  } catch (err) {
+    announce('Could not decide ' + approval.id + ': ' + err.message, true)
+  }
+}
+
+// ---- paged lists: history (with search), audit (with filters), sessions, webhook deliveries ----
 
 function pager (name, load) {
   const state = { cursors: [undefined] }
@@ -274,6 +391,41 @@ function query (params) {
   for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== '') search.set(k, v)
   const text = search.toString()
   return text === '' ? '' : '?' + text
+}
+
+const history = pager('history', async (cursor) => {
+  const form = $('#history-filters')
+  const page = await adminGet('/runs' + query({
+    limit: 20, cursor, runId: form.runId.value.trim(), agent: form.agent.value.trim(), status: form.status.value, principal: form.principal.value.trim()
+  }))
+  $('#history-body').replaceChildren(table('Run history', ['Run', 'Agent', 'Status', 'Principal', 'Created', 'Ended', 'Error', 'Log'],
+    page.runs.map((r) => [runCode(r.runId), r.agent, h('span', { class: 'state ' + r.status, text: r.status }), r.principal,
+      when(r.createdAt), when(r.endedAt), r.error ? r.error.code + ': ' + r.error.message : '',
+      h('button', { type: 'button', class: 'secondary', 'aria-label': 'Events of run ' + r.runId, onclick: () => showEvents(r.runId), text: 'Events' })])))
+  return page.nextCursor
+})
+
+const shown = { runId: null, after: null }
+
+async function showEvents (runId) {
+  shown.runId = runId
+  shown.after = null
+  $('#run-events').hidden = false
+  $('#run-events-title').textContent = 'Events of run ' + runId
+  $('#run-events-log').replaceChildren()
+  $('#run-events-summary').replaceChildren()
+  await guarded($('#history'), moreEvents)
+  $('#run-events-title').focus()
+}
+
+async function moreEvents () {
+  const page = await adminGet('/runs/' + encodeURIComponent(shown.runId) + '/events' + query({ after: shown.after ?? undefined, limit: 100 }))
+  const r = page.run
+  $('#run-events-summary').replaceChildren(...figures([['Agent', r.agent], ['Status', r.status], ['Principal', r.principal], ['Attempt', r.attempt],
+    ['Created', when(r.createdAt)], ['Ended', when(r.endedAt)], ['Error', r.error ? r.error.code + ': ' + r.error.message : '—'], ['Trace', r.traceId]]).childNodes)
+  $('#run-events-log').append(...page.events.map((e) => eventItem(e.type, e.data, e.seq)))
+  shown.after = page.nextAfter
+  $('#run-events-more').hidden = page.nextAfter === null
 }
 
 const audit = pager('audit', async (cursor) => {
@@ -304,48 +456,201 @@ async function loadCheckpoints () {
     checkpoints.map((c) => [h('code', { text: c.runId }), c.agent, short(c.sessionId), c.step, when(c.updatedAt)])))
 }
 
-// ---- the page ----
+// ---- the playground: run an agent through the service's routes, watch its events, decide its approvals ----
 
-async function refreshLive () {
-  await Promise.all([
-    guarded($('#overview'), loadOverview),
-    guarded($('#agents'), loadAgents),
-    guarded($('#runs'), loadRuns),
-    guarded($('#approvals'), loadApprovals)
-  ])
+const inputs = new Map()
+let sample = ''
+
+/** An input the schema accepts, where it is simple: an object's properties with values of their types. */
+function exampleOf (schema, depth) {
+  if (schema === null || typeof schema !== 'object' || depth > 3) return 'hello'
+  if (schema.default !== undefined) return schema.default
+  if (Array.isArray(schema.examples) && schema.examples.length > 0) return schema.examples[0]
+  if (schema.const !== undefined) return schema.const
+  if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0]
+  switch (schema.type) {
+    case 'object': {
+      const out = {}
+      for (const [name, property] of Object.entries(schema.properties || {})) out[name] = exampleOf(property, depth + 1)
+      return out
+    }
+    case 'array': return []
+    case 'string': return ''
+    case 'number': case 'integer': return schema.minimum ?? 0
+    case 'boolean': return false
+    case 'null': return null
+  }
+  return 'hello'
 }
 
-let timer = null
+function playAgents (agents) {
+  const select = $('#play-agent')
+  const chosen = select.value
+  inputs.clear()
+  for (const a of agents) inputs.set(a.name, a)
+  select.replaceChildren(...agents.map((a) => h('option', { value: a.name, text: a.name })))
+  if (inputs.has(chosen)) select.value = chosen
+  else choose()
+}
+
+/** The agent changed: its description, and an input shaped by its schema (unless one was typed). */
+function choose () {
+  const agent = inputs.get($('#play-agent').value)
+  if (agent === undefined) return
+  $('#play-agent-description').textContent = agent.description
+  const field = $('#play-input')
+  if (field.value.trim() === '' || field.value === sample) {
+    sample = JSON.stringify(exampleOf(agent.input, 0), null, 2)
+    field.value = sample
+  }
+}
+
+let playing = null
+
+function playState (text, kind) {
+  const state = $('#play-state')
+  state.textContent = text
+  state.className = 'state ' + (kind || '')
+}
+
+function inlineApproval (approval) {
+  const id = 'play-comment-' + approval.id
+  const comment = h('input', { id })
+  const buttons = h('div', { class: 'actions' })
+  const answer = async (approved) => {
+    for (const b of buttons.querySelectorAll('button')) b.disabled = true
+    try {
+      const decided = await serviceCall('POST', '/approvals/' + encodeURIComponent(approval.id), decision(approved, comment.value))
+      buttons.replaceChildren(h('span', { class: 'note', text: decided.status + (decided.decision.decidedBy ? ' by ' + decided.decision.decidedBy : '') }))
+    } catch (err) {
+      buttons.append(h('span', { class: 'section-error', text: err.message }))
+      for (const b of buttons.querySelectorAll('button')) b.disabled = false
+    }
+  }
+  buttons.append(
+    h('button', { type: 'button', 'aria-label': 'Approve ' + approval.action + ' in the playground', onclick: () => answer(true), text: 'Approve' }),
+    h('button', { type: 'button', class: 'danger', 'aria-label': 'Reject ' + approval.action + ' in the playground', onclick: () => answer(false), text: 'Reject' }))
+  return h('li', { class: 'inline-approval' },
+    h('code', { class: 'type', text: 'approval.requested' }), h('strong', { text: approval.action }),
+    approval.reason ? h('p', { text: approval.reason }) : null,
+    approval.payload !== null ? h('pre', { text: JSON.stringify(approval.payload, null, 2) }) : null,
+    h('label', { for: id, text: 'Comment (optional)' }), comment, buttons)
+}
+
+async function play (event) {
+  event.preventDefault()
+  const name = $('#play-agent').value
+  const error = $('#play-error')
+  let input
+  try {
+    input = JSON.parse($('#play-input').value)
+  } catch (err) {
+    error.textContent = 'The input is not JSON: ' + err.message
+    return
+  }
+  error.textContent = ''
+  playing?.abort()
+  const controller = new AbortController()
+  playing = controller
+  const text = $('#play-text')
+  const log = $('#play-events')
+  text.textContent = ''
+  log.replaceChildren()
+  playState('running…')
+  $('#play-run').disabled = true
+  $('#play-stop').disabled = false
+  let ended = false
+  try {
+    const res = await fetch(API + '/agents/' + encodeURIComponent(name) + '/runs', {
+      method: 'POST',
+      headers: { ...bearer(credentials.service), 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ input, stream: true }),
+      signal: controller.signal
+    })
+    if (!res.ok) throw await problemOf(res)
+    await readEvents(res, (type, raw) => {
+      const data = parsed(raw)
+      if (type === 'message.delta') {
+        text.append(data.text)
+        return
+      }
+      log.append(type === 'approval.requested' ? inlineApproval(data.approval) : eventItem(type, data))
+      log.scrollTop = log.scrollHeight
+      if (type === 'run.completed') {
+        ended = true
+        // an agent that answers without text: its output shows as the answer
+        if (text.textContent === '') text.textContent = typeof data.output === 'string' ? data.output : JSON.stringify(data.output, null, 2)
+        playState('completed', 'completed')
+      } else if (type === 'run.failed') {
+        ended = true
+        playState('failed: ' + describe(type, data), 'failed')
+      }
+    })
+    if (!ended) playState('stream ended')
+  } catch (err) {
+    if (controller.signal.aborted) playState('stopped')
+    else {
+      playState('')
+      error.textContent = err.message || String(err)
+    }
+  } finally {
+    if (playing === controller) {
+      playing = null
+      $('#play-run').disabled = false
+      $('#play-stop').disabled = true
+    }
+  }
+}
+
+// ---- the page ----
 
 async function start () {
   $('#login').hidden = true
   $('#main').hidden = false
   $('#signed-in').hidden = false
-  await Promise.all([refreshLive(), audit.reload(), sessions.reload(), webhooks.reload(), guarded($('#checkpoints'), loadCheckpoints)])
-  clearInterval(timer)
-  timer = setInterval(() => { if (!document.hidden) refreshLive() }, POLL_MS)
+  $('#operator-name').textContent = credentials.operator === '' ? '' : 'Signed in as ' + credentials.operator
+  watchLive()
+  await Promise.all([history.reload(), audit.reload(), sessions.reload(), webhooks.reload(), guarded($('#checkpoints'), loadCheckpoints)])
 }
 
 $('#login').addEventListener('submit', (event) => {
   event.preventDefault()
   const form = event.currentTarget
-  sessionStorage.setItem('fastify-agents.adminToken', form.adminToken.value.trim())
-  sessionStorage.setItem('fastify-agents.serviceToken', form.serviceToken.value.trim())
+  sessionStorage.setItem(KEYS.admin, form.adminToken.value.trim())
+  sessionStorage.setItem(KEYS.service, form.serviceToken.value.trim())
+  sessionStorage.setItem(KEYS.operator, form.operator.value.trim())
   form.reset()
   start()
 })
 $('#sign-out').addEventListener('click', () => {
-  sessionStorage.removeItem('fastify-agents.adminToken')
-  sessionStorage.removeItem('fastify-agents.serviceToken')
-  clearInterval(timer)
+  for (const key of Object.values(KEYS)) sessionStorage.removeItem(key)
+  live?.abort()
   following?.abort()
+  playing?.abort()
   location.reload()
 })
+$('#confirm-yes').addEventListener('click', () => $('#confirm').close('yes'))
+$('#confirm-no').addEventListener('click', () => $('#confirm').close('no'))
+$('#confirm').addEventListener('close', () => {
+  const resolve = confirming
+  confirming = null
+  resolve?.($('#confirm').returnValue === 'yes')
+})
+$('#history-filters').addEventListener('submit', (event) => { event.preventDefault(); history.reload() })
+$('#run-events-more').addEventListener('click', () => guarded($('#history'), moreEvents))
+$('#run-events-close').addEventListener('click', () => { $('#run-events').hidden = true })
 $('#audit-filters').addEventListener('submit', (event) => { event.preventDefault(); audit.reload() })
 $('#refresh-sessions').addEventListener('click', () => sessions.reload())
 $('#refresh-webhooks').addEventListener('click', () => webhooks.reload())
 $('#refresh-checkpoints').addEventListener('click', () => guarded($('#checkpoints'), loadCheckpoints))
-$('#stop-follow').addEventListener('click', () => { following?.abort(); $('#follow-title').textContent = 'Not following a run' })
+$('#stop-follow').addEventListener('click', () => {
+  following?.abort()
+  $('#follow-title').textContent = 'Not following a run'
+  $('#stop-follow').hidden = true
+})
+$('#play-form').addEventListener('submit', play)
+$('#play-agent').addEventListener('change', choose)
+$('#play-stop').addEventListener('click', () => playing?.abort())
 
-if (sessionStorage.getItem('fastify-agents.adminToken') !== null) start()
+if (sessionStorage.getItem(KEYS.admin) !== null) start()
 `

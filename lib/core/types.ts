@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Static, TSchema } from '@sinclair/typebox'
+import type { Static } from '@sinclair/typebox'
+import type { AgentSchema } from './agent-schemas.js'
 import type { ApprovalStatus } from '../../schemas/approvals.js'
 import type { SessionMessage } from '../../schemas/sessions.js'
 
@@ -70,10 +71,14 @@ export type AgentRunReturn = Promise<AgentResult> | AsyncIterable<string | Agent
 export interface Agent<Input = unknown> {
   description?: string
   metadata?: Record<string, unknown>
-  /** validates the run request's input (strictly, before anything runs): a 400 FST_ERR_VALIDATION when it fails; the OpenAPI document shows it on the agent's own run operation */
-  input?: TSchema
-  /** the result's `output`, for the OpenAPI document (not checked at run time) */
-  output?: TSchema
+  /**
+   * validates the run request's input (strictly, before anything runs): a 400 FST_ERR_VALIDATION when it fails; the
+   * OpenAPI document shows it on the agent's own run operation. TypeBox, a JSON Schema (draft-07, or 2020-12 by its
+   * `$schema`) or a Standard Schema with a JSON Schema converter (Zod, ArkType, Valibot's `toStandardJsonSchema()`)
+   */
+  input?: AgentSchema
+  /** the result's `output`, for the OpenAPI document (not checked at run time); the same kinds of schema as `input` */
+  output?: AgentSchema
   /** the run may be requeued on another instance (docs/runs.md) */
   resumable?: boolean
   run(input: Input, ctx: RunContext): AgentRunReturn

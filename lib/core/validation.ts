@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module'
-import type { TSchema } from '@sinclair/typebox'
+import type { Ajv } from 'ajv'
+import type { Ajv2020 } from 'ajv/dist/2020.js'
 import type { FastifySchema, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify'
 import { InputValidationError } from './errors.js'
 
@@ -7,13 +8,15 @@ import { InputValidationError } from './errors.js'
 // both with a 400 instead: bodies are validated as sent; only querystrings and params (always strings
 // on the wire) are coerced.
 // Made on first use, once per process: importing the package loads no Ajv (bench/import.js), hence require().
+const require = createRequire(import.meta.url)
+const strictOptions = { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } as const
 let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
 function ajvCompilers (): NonNullable<typeof compilers> {
   if (compilers !== null) return compilers
-  const AjvCompiler = createRequire(import.meta.url)('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
+  const AjvCompiler = require('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
   const buildCompiler = AjvCompiler()
   compilers = {
-    strict: buildCompiler({}, { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } }),
+    strict: buildCompiler({}, { customOptions: strictOptions }),
     coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
   }
   return compilers
@@ -32,17 +35,52 @@ export function formatSchemaErrors (errors: FastifySchemaValidationError[], data
   return new Error(message)
 }
 
-/** Checks a run's input against its agent's schema; throws a 400 FST_ERR_VALIDATION naming `<name>/…`. */
-export type InputValidator = (input: unknown, name: string) => void
+/**
+ * Checks a run's input against its agent's schema: what the agent's `run` gets (a Standard Schema's output, else the
+ * input itself), or a 400 FST_ERR_VALIDATION naming `<name>/…`, thrown or (a Standard Schema's async check) rejected.
+ */
+export type InputValidator = (input: unknown, name: string) => unknown
+
+// @fastify/ajv-compiler makes draft-07 instances only: a schema that says it is 2020-12 (what z.toJSONSchema()
+// emits) gets an Ajv2020 with the same options and formats (see docs/agents.md, "Typed inputs").
+let strict2020: Ajv2020 | undefined
+function ajv2020 (): Ajv2020 {
+  if (strict2020 === undefined) {
+    const { Ajv2020: Ajv2020Class } = require('ajv/dist/2020.js') as typeof import('ajv/dist/2020.js')
+    strict2020 = new Ajv2020Class({ ...strictOptions, addUsedSchema: false })
+    ;(require('ajv-formats') as { default: (ajv: Ajv2020) => unknown }).default(strict2020)
+  }
+  return strict2020
+}
+
+/** A schema's `$schema` names draft 2020-12; anything else is left to the draft-07 Ajv (which refuses what it does not know). */
+function is2020 (schema: unknown): boolean {
+  const uri = (schema as { $schema?: unknown } | null)?.$schema
+  return typeof uri === 'string' && /^https?:\/\/json-schema\.org\/draft\/2020-12\/schema#?$/.test(uri)
+}
+
+let meta07: Ajv | undefined
 
 /**
- * Compiles an agent's `input` schema once, with the same strict Ajv as our bodies (no coercion, no stripping).
- * Throws Ajv's error for a schema that is not one.
+ * What is wrong with `schema` as a JSON Schema of its draft (07, or 2020-12 by its `$schema`), by the meta-schema
+ * alone (a schema that is only documented is never compiled): Ajv's message, or null.
  */
-export function compileInputValidator (schema: TSchema): InputValidator {
-  const validate = ajvCompilers().strict({ schema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' }) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
+export function jsonSchemaProblem (schema: unknown): string | null {
+  const ajv = is2020(schema) ? ajv2020() : (meta07 ??= new (require('ajv') as typeof import('ajv')).Ajv({ allErrors: true, strict: false }))
+  return ajv.validateSchema(schema as object) === true ? null : ajv.errorsText(ajv.errors)
+}
+
+/**
+ * Compiles an agent's JSON Schema (TypeBox's, or draft-07 or 2020-12 by its `$schema`) once, with the same strict
+ * Ajv options as our bodies (no coercion, no stripping). Throws Ajv's error for a schema that is not one.
+ */
+export function compileInputValidator (schema: unknown): InputValidator {
+  const validate = (is2020(schema)
+    ? ajv2020().compile(schema as object)
+    : ajvCompilers().strict({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
   return (input, name) => {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
+    return input
   }
 }
 

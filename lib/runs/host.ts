@@ -3,7 +3,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Access } from '../core/access.js'
 import type { Agent } from '../core/types.js'
-import type { InputValidator } from '../core/validation.js'
+import type { CompiledAgentSchemas } from '../core/agent-schemas.js'
 import type { ApprovalStore, CheckpointStore, RunStore, SessionStore, StoredEvent } from '../stores/types.js'
 import type { RunCapabilities, RunEvent, RunOutcome, RunSink } from './run.js'
 import type { RunRegistry } from './registry.js'
@@ -13,7 +13,8 @@ import type { RunWorker } from './worker.js'
 /** The settings the runs read (the service's resolved options hold them all). */
 export interface RunSettings {
   readonly agents: ReadonlyMap<string, Agent>
-  readonly agentInputs: ReadonlyMap<string, InputValidator>
+  /** each agent with an `input` or `output` schema: its compiled schemas */
+  readonly agentSchemas: ReadonlyMap<string, CompiledAgentSchemas>
   readonly runStore: RunStore
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore

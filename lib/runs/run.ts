@@ -73,7 +73,10 @@ export interface RunOptions {
   runId: string
   agentName: string
   agent: Agent
+  /** the run request's input: what the run's spec and the session's history keep */
   input: unknown
+  /** what the agent's `run` gets: the input as its schema gave it back (a Standard Schema's output) */
+  agentInput: unknown
   /** null for an ephemeral run (store: false) */
   sessionId: string | null
   principal: string
@@ -398,7 +401,7 @@ export class AgentRun {
     let returned: ReturnType<Agent['run']>
     try {
       const trace = this.#trace
-      returned = trace === null ? this.options.agent.run(this.options.input, this.#context()) : trace.within(() => this.options.agent.run(this.options.input, this.#context()))
+      returned = trace === null ? this.options.agent.run(this.options.agentInput, this.#context()) : trace.within(() => this.options.agent.run(this.options.agentInput, this.#context()))
     } catch (err) {
       return Promise.reject(err)
     }

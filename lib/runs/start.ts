@@ -59,7 +59,7 @@ export interface PrepareRunOptions {
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
   const { service, request, caller } = options
   const { settings } = service
-  const { agent, newRun, history, resume } = await resolveRun(options, false)
+  const { agent, agentInput, newRun, history, resume } = await resolveRun(options, false)
   const { record, ephemeral } = newRun
   const { runId, sessionId } = record
   return service.runs.create({
@@ -67,6 +67,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     agentName: record.agent,
     agent,
     input: request.input,
+    agentInput,
     sessionId,
     principal: caller.principal,
     requestId: caller.requestId,
@@ -106,16 +107,17 @@ export async function queueRun (options: PrepareRunOptions): Promise<RunRecord> 
 }
 
 /** What a run request resolves to before it runs: checked, its session found or made, its record stored. */
-async function resolveRun (options: PrepareRunOptions, background: boolean): Promise<{
-  agent: Agent, newRun: NewRun, history: Message[] | undefined, resume: { step: number, state: unknown } | undefined
-}> {
+async function resolveRun (options: PrepareRunOptions, background: boolean): Promise<ResolvedRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
   const { settings } = service
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { agent: name })
   // before anything is loaded, created or registered: a bad input leaves no trace but its 400
-  settings.agentInputs.get(name)?.(request.input, options.inputPath ?? 'body/input')
+  // (no await for a check that is not async: an await of nothing still costs the run a tick)
+  const validate = settings.agentSchemas.get(name)?.validate
+  let agentInput = validate === undefined ? request.input : validate(request.input, options.inputPath ?? 'body/input')
+  if (agentInput instanceof Promise) agentInput = await agentInput
   const ephemeral = request.store === false
   if (ephemeral && (request.sessionId !== undefined || request.resumeRunId !== undefined)) throw new EphemeralSessionError()
   if (ephemeral && background) throw new EphemeralBackgroundError()
@@ -148,7 +150,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   // (without quotas, no await: an await of nothing still costs the run a tick)
   const admitted = service.quotas !== null && await service.quotas.admit(caller.principal, runId)
   try {
-    return await storeRun(options, background, { agent, runId, sessionId, resume, history, ephemeral })
+    return await storeRun(options, background, { agent, agentInput, runId, sessionId, resume, history, ephemeral })
   } catch (err) {
     // not a resume that lost to the same run in progress: that run holds the slot
     if (admitted && !(err instanceof RunInProgressError)) await service.quotas!.release(caller.principal, runId)
@@ -156,14 +158,23 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   }
 }
 
+interface ResolvedRun {
+  agent: Agent
+  /** what the agent's run gets: the input as its schema gave it back */
+  agentInput: unknown
+  newRun: NewRun
+  history: Message[] | undefined
+  resume: { step: number, state: unknown } | undefined
+}
+
 /** The rest of resolveRun, once the run is admitted: its session found or made, its record stored. */
 async function storeRun (options: PrepareRunOptions, background: boolean, resolved: {
-  agent: Agent, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined,
+  agent: Agent, agentInput: unknown, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined,
   history: Message[] | undefined, ephemeral: boolean
-}): Promise<{ agent: Agent, newRun: NewRun, history: Message[] | undefined, resume: { step: number, state: unknown } | undefined }> {
+}): Promise<ResolvedRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
   const { settings } = service
-  const { agent, runId, resume, ephemeral } = resolved
+  const { agent, agentInput, runId, resume, ephemeral } = resolved
   let { sessionId, history } = resolved
   // a session made for this run is this run's alone: nothing to wait for
   let fresh = false
@@ -211,7 +222,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
   } else {
     await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)
   }
-  return { agent, newRun, history, resume }
+  return { agent, agentInput, newRun, history, resume }
 }
 
 /**

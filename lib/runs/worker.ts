@@ -155,6 +155,19 @@ export class RunWorker {
       if (checkpoint !== null) resume = { step: checkpoint.step, state: checkpoint.state }
     }
     const session = record.sessionId === null ? null : await settings.sessionStore.get(record.sessionId)
+    const input = spec?.input ?? null
+    // The stored input is the request's, as sent: the agent gets it as its schema gives it back (a Standard Schema
+    // may transform it, asynchronously), and a schema that changed since (a new release) fails the run at its start.
+    const validate = settings.agentSchemas.get(record.agent)?.validate
+    let agentInput: unknown = input
+    let refused: Error | undefined
+    if (validate !== undefined) {
+      try {
+        agentInput = await validate(input, 'input')
+      } catch (error) {
+        refused = error as Error
+      }
+    }
     // A copy still running here lost its lease when the run was requeued (this instance seemed gone): it stops
     // before the next attempt starts, so that the run is never run twice at once, here either.
     service.runs.get(record.runId)?.detach('INSTANCE_LOST', true)
@@ -175,8 +188,11 @@ export class RunWorker {
       runId: record.runId,
       // an agent gone from this instance's options fails the run at its start, naming it
       agentName: record.agent,
-      agent: agent ?? { run: () => Promise.reject(new Error(`Agent "${record.agent}" is not served by this instance`)) },
-      input: spec?.input ?? null,
+      agent: agent === undefined
+        ? { run: () => Promise.reject(new Error(`Agent "${record.agent}" is not served by this instance`)) }
+        : refused === undefined ? agent : { run: () => Promise.reject(refused) },
+      input,
+      agentInput,
       sessionId: record.sessionId,
       principal: record.principal,
       requestId: record.requestId,

@@ -1,5 +1,4 @@
 import { createRequire } from 'node:module'
-import type { Ajv } from 'ajv'
 import type { Registry } from 'prom-client'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
@@ -9,13 +8,13 @@ import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
 import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS } from '../runs/worker.js'
 import { InvalidOptionsError } from '../core/errors.js'
 import { toHealthProbe } from '../core/health-probe.js'
-import { compileInputValidator } from '../core/validation.js'
+import { compileAgentSchemas } from '../core/agent-schemas.js'
+import type { CompiledAgentSchemas } from '../core/agent-schemas.js'
 import { resolveWebhooks, webhookProblems } from '../webhooks/options.js'
 import type { WebhookSettings } from '../webhooks/options.js'
 import type { WebhookTuning } from '../webhooks/dispatcher.js'
 import type { RunSettings } from '../runs/host.js'
 import type { QuotaSettings } from '../quotas/quotas.js'
-import type { InputValidator } from '../core/validation.js'
 import type { HealthProbe } from '../core/health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
 import { memoryStores } from '../stores/memory.js'
@@ -38,10 +37,16 @@ export const DEFAULT_AUDIT_RETENTION_MS = 30 * 24 * 60 * 60_000
 export const DEFAULT_APPROVAL_RETENTION_MS = 7 * 24 * 60 * 60_000
 export const DEFAULT_BODY_TIMEOUT_MS = 30_000
 export const DEFAULT_MAX_JSON_DEPTH = 64
+export const DEFAULT_LIVE_INTERVAL_MS = 2000
+/** a minute: an open console tab costs one audit entry a minute (docs/operations.md, the operator console) */
+export const DEFAULT_LIVE_FEED_MS = 60_000
 
 export interface AdminApiSettings {
   readonly prefix: string
   readonly bearerToken: string | null
+  /** the live feed's snapshot interval, and how long one of its connections (one audit entry) lasts */
+  readonly liveIntervalMs: number
+  readonly liveFeedMs: number
   readonly auditStore: AuditStore
   readonly checkpointStore: CheckpointStore
 }
@@ -49,8 +54,8 @@ export interface AdminApiSettings {
 /** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
 export interface Settings extends RunSettings {
   readonly agents: ReadonlyMap<string, Agent>
-  /** each agent with an `input` schema: its validator, compiled once */
-  readonly agentInputs: ReadonlyMap<string, InputValidator>
+  /** each agent with an `input` or `output` schema: its input's validator and both as JSON Schema, made once */
+  readonly agentSchemas: ReadonlyMap<string, CompiledAgentSchemas>
   readonly auditStore: AuditStore
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore
@@ -119,7 +124,6 @@ const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?:
 }
 
 interface Validators {
-  ajv: Ajv
   options: ValidateFunction
   apiKeyAuth: ValidateFunction
   jwtAuth: ValidateFunction
@@ -135,7 +139,6 @@ function validators (): Validators {
   const ajv = new AjvClass({ allErrors: true, strict: false })
   ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
   compiled = {
-    ajv,
     options: ajv.compile(OptionsSchema),
     apiKeyAuth: ajv.compile(ApiKeyAuthOptions),
     jwtAuth: ajv.compile(JwtAuthOptions),
@@ -207,23 +210,12 @@ function authProblems (auth: unknown): string[] {
   return problems
 }
 
-/** An agent's schemas and flags (its run() is checked with the options); compiles its input validator into `inputs`. */
-function agentProblems (name: string, agent: Agent | null | undefined, inputs: Map<string, InputValidator>): string[] {
+/** An agent's schemas and flags (its run() is checked with the options); its compiled schemas go into `compiled`. */
+function agentProblems (name: string, agent: Agent | null | undefined, compiled: Map<string, CompiledAgentSchemas>): string[] {
   if (typeof agent !== 'object' || agent === null) return []
   const path = `/agents/${pointerSegment(name)}`
-  const problems: string[] = []
-  if (agent.input !== undefined) {
-    try {
-      inputs.set(name, compileInputValidator(agent.input))
-    } catch (error) {
-      problems.push(`${path}/input is not a valid schema: ${(error as Error).message}`)
-    }
-  }
-  // only documented (OpenAPI): checked against the meta-schema, never compiled
-  const { ajv } = validators()
-  if (agent.output !== undefined && !ajv.validateSchema(agent.output)) {
-    problems.push(`${path}/output is not a valid schema: ${ajv.errorsText(ajv.errors)}`)
-  }
+  const { schemas, problems } = compileAgentSchemas(path, agent.input, agent.output)
+  if (agent.input !== undefined || agent.output !== undefined) compiled.set(name, schemas)
   if (agent.resumable !== undefined && typeof agent.resumable !== 'boolean') problems.push(`${path}/resumable must be boolean`)
   return problems
 }
@@ -238,10 +230,10 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   const { options: validateOptions, adminApi: validateAdminApi } = validators()
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
-  const agentInputs = new Map<string, InputValidator>()
+  const agentSchemas = new Map<string, CompiledAgentSchemas>()
   for (const [name, agent] of Object.entries(options.agents ?? {})) {
     if (!agentName.test(name)) problems.push(`/agents/${pointerSegment(name)} is not a valid agent name (${AgentNamePattern})`)
-    problems.push(...agentProblems(name, agent, agentInputs))
+    problems.push(...agentProblems(name, agent, agentSchemas))
   }
 
   let adminApi = options.adminApi
@@ -320,7 +312,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
 
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),
-    agentInputs,
+    agentSchemas,
     auditStore,
     sessionStore: withDeadline(given.sessionStore, storeMethods.sessionStore, 'sessionStore'),
     // waitForDecision waits for a person, as long as the approval allows: it has no deadline
@@ -370,6 +362,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
       ? Object.freeze({
         prefix: admin.prefix ?? DEFAULT_ADMIN_PREFIX,
         bearerToken: admin.bearerToken ?? null,
+        liveIntervalMs: admin.liveIntervalMs ?? DEFAULT_LIVE_INTERVAL_MS,
+        liveFeedMs: admin.liveFeedMs ?? DEFAULT_LIVE_FEED_MS,
         // the admin API reads what the service writes, whichever option named the store
         auditStore: admin.auditStore === undefined ? auditStore : withDeadline(admin.auditStore, storeMethods.auditStore, 'adminApi.auditStore'),
         checkpointStore: admin.checkpointStore === undefined ? checkpointStore : withDeadline(admin.checkpointStore, storeMethods.checkpointStore, 'adminApi.checkpointStore')

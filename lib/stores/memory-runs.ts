@@ -452,7 +452,8 @@ export class MemoryRunStore implements RunStore {
     return this.#page((record) =>
       (query.status === undefined || record.status === query.status) &&
       (query.agent === undefined || record.agent === query.agent) &&
-      (query.sessionId === undefined || record.sessionId === query.sessionId), limit, query.cursor)
+      (query.sessionId === undefined || record.sessionId === query.sessionId) &&
+      (query.principal === undefined || record.principal === query.principal), limit, query.cursor)
   }
 
   #delete (stored: StoredRun): void {

@@ -145,6 +145,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
       CREATE INDEX IF NOT EXISTS ${this.index('runs_session')} ON ${this.#runs} (session_id, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_agent')} ON ${this.#runs} (agent, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_status')} ON ${this.#runs} (status, created_seq);
+      CREATE INDEX IF NOT EXISTS ${this.index('runs_principal')} ON ${this.#runs} (principal, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_expires')} ON ${this.#runs} (expires_at) WHERE expires_at IS NOT NULL;
       CREATE INDEX IF NOT EXISTS ${this.index('runs_lease')} ON ${this.#runs} (lease_until) WHERE status = 'running';
       CREATE TABLE IF NOT EXISTS ${this.#events} (
@@ -507,7 +508,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   }
 
   async list (query: RunListQuery): Promise<RunPage> {
-    return this.#page({ session_id: query.sessionId, agent: query.agent, status: query.status }, query.limit, query.cursor)
+    return this.#page({ session_id: query.sessionId, agent: query.agent, status: query.status, principal: query.principal }, query.limit, query.cursor)
   }
 
   async #page (filters: Record<string, string | undefined>, limitOption: number, cursor: string | undefined): Promise<RunPage> {

@@ -765,19 +765,20 @@ export class RedisRunStore extends RedisStore implements RunStore {
   }
 
   async list (query: RunListQuery): Promise<RunPage> {
-    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status }, query.limit, query.cursor)
+    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status, principal: query.principal }, query.limit, query.cursor)
   }
 
   /**
    * Pages through the most selective sorted set the filters allow, checking each run against all of them. A
-   * member whose run is gone (expired) or no longer belongs to that set is removed from it on the way.
+   * member whose run is gone (expired) or no longer belongs to that set is removed from it on the way. The
+   * principal has no set of its own: it is checked on the runs the other filters read (an admin search).
    */
-  async #page (filters: { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined }, limitOption: number, cursor: string | undefined): Promise<RunPage> {
+  async #page (filters: { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined, principal?: string | undefined }, limitOption: number, cursor: string | undefined): Promise<RunPage> {
     const client = this.#client()
     const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
     const before = cursor === undefined ? null : decodeSeqCursor(cursor)
-    const { sessionId, agent, status } = filters
-    if ((sessionId !== undefined && !storable(sessionId, true)) || (agent !== undefined && !storable(agent, true))) return { runs: [], nextCursor: null }
+    const { sessionId, agent, status, principal } = filters
+    for (const value of [sessionId, agent, principal]) if (value !== undefined && !storable(value, true)) return { runs: [], nextCursor: null }
     const [index, belongs] = sessionId !== undefined
       ? [`runs:session:${sessionId}`, (r: RunRecord) => r.sessionId === sessionId]
       : agent !== undefined
@@ -785,7 +786,8 @@ export class RedisRunStore extends RedisStore implements RunStore {
         : status !== undefined
           ? [`runs:status:${status}`, (r: RunRecord) => r.status === status]
           : ['runs', () => true]
-    const matches = (r: RunRecord): boolean => (agent === undefined || r.agent === agent) && (status === undefined || r.status === status)
+    const matches = (r: RunRecord): boolean => (agent === undefined || r.agent === agent) && (status === undefined || r.status === status) &&
+      (principal === undefined || r.principal === principal)
     const key = this.prefix + index
     const found: Array<{ record: RunRecord, seq: string }> = []
     const stale: string[] = []

@@ -78,7 +78,7 @@ function toRecord (row: RunRow): RunRecord {
   return record
 }
 
-interface ListFilters { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined }
+interface ListFilters { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined, principal?: string | undefined }
 
 function runStatements (db: Db, prefix: string) {
   const runs = `"${prefix}runs"`
@@ -100,6 +100,7 @@ function runStatements (db: Db, prefix: string) {
     CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_seq);
+    CREATE INDEX IF NOT EXISTS "${prefix}runs_principal" ON ${runs} (principal, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_expires" ON ${runs} (expires_at) WHERE expires_at IS NOT NULL;
     CREATE INDEX IF NOT EXISTS "${prefix}runs_lease" ON ${runs} (status, lease_until) WHERE status = 'running';
     CREATE INDEX IF NOT EXISTS "${prefix}runs_waiting" ON ${runs} (session_id) WHERE status = 'queued' AND detachable = 1;
@@ -182,7 +183,7 @@ function runStatements (db: Db, prefix: string) {
       }
     },
     list (filters: ListFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
-      const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}`
+      const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}${filters.principal !== undefined}`
       let statement = lists.get(key)
       if (statement === undefined) {
         // one statement per combination of filters: `(@x IS NULL OR x = @x)` would keep SQLite off the indexes
@@ -192,6 +193,7 @@ function runStatements (db: Db, prefix: string) {
             ${filters.sessionId === undefined ? '' : 'AND session_id = @sessionId'}
             ${filters.agent === undefined ? '' : 'AND agent = @agent'}
             ${filters.status === undefined ? '' : 'AND status = @status'}
+            ${filters.principal === undefined ? '' : 'AND principal = @principal'}
           ORDER BY created_seq DESC LIMIT @limit`)
         lists.set(key, statement)
       }
@@ -607,7 +609,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   }
 
   async list (query: RunListQuery): Promise<RunPage> {
-    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status }, query.limit, query.cursor)
+    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status, principal: query.principal }, query.limit, query.cursor)
   }
 
   #page (filters: ListFilters, limitOption: number, cursor: string | undefined): RunPage {

@@ -283,6 +283,8 @@ export interface RunListQuery {
   status?: RunStatus
   agent?: string
   sessionId?: string
+  /** who started the run */
+  principal?: string
 }
 
 export interface RunPage {

@@ -65,9 +65,18 @@ const echo = defineAgent({
   }
 })
 
+// a Standard Schema of the user's library types run's input (the declarations read @standard-schema/spec's types)
+const shout = defineAgent({
+  input: { '~standard': { version: 1, vendor: 'mine', validate: (value: unknown) => ({ value: String(value) }), types: { input: '', output: '' } } },
+  async run (input) {
+    const text: string = input
+    return { output: text.toUpperCase() }
+  }
+})
+
 export function options (pool: PgPool, redis: RedisClient, db: SqliteDatabase): AgentServiceOptions[] {
   return [
-    { agents: { echo }, ...memoryStores() },
+    { agents: { echo, shout }, ...memoryStores() },
     { agents: { echo }, ...sqliteStores(db), storeTimeoutMs: 1000 },
     { agents: { echo }, ...postgresStores(pool, { schema: 'agents' }), ...redisStores(redis) },
     { agents: { echo }, ...postgresStores({ connectionString: 'postgres://localhost/db', max: 5 }) }

@@ -262,6 +262,7 @@ if (await pgReachable()) {
       app_runs_expires: '(expires_at) WHERE (expires_at IS NOT NULL)',
       app_runs_lease: '(lease_until) WHERE (status = \'running\'::text)',
       app_runs_pkey: '(run_id)',
+      app_runs_principal: '(principal, created_seq)',
       app_runs_session: '(session_id, created_seq)',
       app_runs_status: '(status, created_seq)'
     })

@@ -403,6 +403,16 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.list({ limit: 10, sessionId: 'listed', status: 'running' })).runs.length, 5)
     t.same((await store.list({ limit: 10, status: 'queued' })).runs.map((r) => r.runId), [others[1]!.record.runId])
     t.same((await store.list({ limit: 10, agent: 'other', status: 'queued' })).runs, [])
+    // who started it: alone (an admin search) and with the others
+    const bob = `bob-${Math.random().toString(36).slice(2)}`
+    const bobs = [newRun({ sessionId: 'elsewhere', principal: bob }), newRun({ sessionId: 'elsewhere', principal: bob, agent: 'other', status: 'queued' })]
+    for (const run of bobs) await store.create(run, { exclusive: false })
+    t.same((await store.list({ limit: 10, principal: bob })).runs.map((r) => r.runId), [bobs[1]!.record.runId, bobs[0]!.record.runId])
+    const firstBob = await store.list({ limit: 1, principal: bob })
+    t.same((await store.list({ limit: 1, principal: bob, cursor: firstBob.nextCursor! })).runs.map((r) => r.runId), [bobs[0]!.record.runId])
+    t.same((await store.list({ limit: 10, principal: bob, agent: 'other' })).runs.map((r) => r.runId), [bobs[1]!.record.runId])
+    t.same((await store.list({ limit: 10, principal: bob, status: 'running', sessionId: 'elsewhere' })).runs.map((r) => r.runId), [bobs[0]!.record.runId])
+    t.same((await store.list({ limit: 10, principal: 'nobody' })).runs, [])
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
     await t.rejects(store.list({ limit: 0 }), RangeError)
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
@@ -573,9 +583,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
         }
       }
       // reads and writes naming what cannot be stored find nothing, and never fail
-      for (const filter of [{ sessionId: value }, { agent: value }]) {
+      for (const filter of [{ sessionId: value }, { agent: value }, { principal: value }]) {
         const page = await store.list({ limit: 10, ...filter })
-        t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value), `list ${JSON.stringify(filter)}`)
+        t.ok(page.runs.every((r) => r.sessionId === value || r.agent === value || r.principal === value), `list ${JSON.stringify(filter)}`)
       }
       t.equal(await store.get(value), null)
       t.equal(await store.spec(value), null)
@@ -584,6 +594,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
       t.same(await store.start(value, new Date().toISOString(), lease()), { outcome: 'gone' })
       t.same(await store.reopen(newRun({ runId: value }), { exclusive: true }), { outcome: 'not_found' })
       t.equal(await store.finish(value, [], cancelled(), HOUR, OWNER), null)
+      t.equal(await store.delete(value), false)
       await store.append(value, [event(1)], OWNER)
     }
     const events: StoredEvent[] = [event(1, 'custom.nul\u0000'), event(1, 'custom.lone\ud800'), { seq: 1, type: 'custom.x', data: '"raw \ud800"' }]

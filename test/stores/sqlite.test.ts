@@ -156,14 +156,14 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
   t.teardown(() => store.close())
   t.equal(await store.get('warm-up'), null)
   const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
-  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_live', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
-  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
+  t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_live', 'app_runs_principal', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
+  t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
   t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
   t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
   const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
   t.match(plan('SELECT run_id FROM app_runs WHERE expires_at <= 1 ORDER BY expires_at LIMIT 5'), /USING (COVERING )?INDEX app_runs_expires/)
   t.match(plan("SELECT * FROM app_runs WHERE run_id = 'x'"), /USING INDEX sqlite_autoindex_app_runs_1/)
-  for (const [column, index] of [['session_id', 'session'], ['agent', 'agent'], ['status', 'status']]) {
+  for (const [column, index] of [['session_id', 'session'], ['agent', 'agent'], ['status', 'status'], ['principal', 'principal']]) {
     t.match(plan(`SELECT * FROM app_runs WHERE ${column} = 'x' AND created_seq < 9 ORDER BY created_seq DESC LIMIT 5`),
       new RegExp(`USING INDEX app_runs_${index}`), `lists by ${column} use their index`)
   }

@@ -76,5 +76,5 @@ t.test('an agent schema that is not one, or a resumable that is not a boolean, i
   t.equal(problems({ flag: { resumable: 'yes', run: echo.run } }), 'invalid options: /agents/flag/resumable must be boolean')
   t.equal(problems({ both: { input: { type: 'nope' }, resumable: 1, run: echo.run } }).split('; ').length, 2, 'every problem named at once')
   t.equal(problems({ fine: { input: Type.Any(), output: Type.Unknown(), resumable: false, run: echo.run } }), 'accepted')
-  t.equal(resolveSettings({ agents: { typed, echo } }).agentInputs.size, 1, 'one validator, for the agent with a schema')
+  t.equal(resolveSettings({ agents: { typed, echo } }).agentSchemas.size, 1, 'compiled once, for the agent with schemas')
 })

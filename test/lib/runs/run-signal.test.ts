@@ -20,6 +20,7 @@ function runOf (agent: Agent): AgentRun {
     agentName: 'a',
     agent,
     input: null,
+    agentInput: null,
     sessionId: 'session-1',
     principal: 'anonymous',
     requestId: 'req-1',
