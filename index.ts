@@ -1,5 +1,5 @@
 // fastify-agents: named AI agents over HTTP, SSE and WebSocket, as Fastify plugins. This file is the public
-// surface: test/public-api.test.ts lists every name it exports, so that nothing internal leaks out unnoticed.
+// surface: test/app/public-api.test.ts lists every name it exports, so that nothing internal leaks out unnoticed.
 import { fastifyAgents } from './app/plugin.js'
 
 export default fastifyAgents

@@ -8,7 +8,7 @@ export interface AdapterOptions {
   input?: AgentSchema
   /** documents the run's output; passed through to the service */
   output?: AgentSchema
-  /** the run may be requeued on another instance (§16); passed through to the service */
+  /** the run may be requeued on another instance (docs/runs.md); passed through to the service */
   resumable?: boolean
   /** how long each approval the adapter asks for stays pending; default: `ctx.requestApproval`'s (15 minutes) */
   approvalTimeoutMs?: number

@@ -1,6 +1,5 @@
 import fp from 'fastify-plugin'
 import swagger from '@fastify/swagger'
-import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import { RouteIndex, buildErrorHandler, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { resolveSettings } from '../lib/service/settings.js'
@@ -44,9 +43,10 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     const path = route.url.replace(/:([A-Za-z0-9_]+)/g, '{$1}')
     for (const method of [route.method].flat()) publicRoutes.add(`${method} ${path}`)
   })
-  await scope.register(swagger, openApiOptions(settings, publicRoutes))
+  await scope.register(swagger, await openApiOptions(settings, publicRoutes))
   service.useOpenApiDocument(() => scope.swagger() as unknown as Record<string, unknown>)
   if (settings.docs) {
+    const { default: swaggerUi } = await import('@fastify/swagger-ui')
     await scope.register(async (docs) => {
       // The page, its assets and the document load without credentials; the calls the page makes carry the
       // ones typed into its Authorize dialog (kept across reloads).
@@ -67,7 +67,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
     await v1.register(runsPlugin)
-    // the front-end protocols (§17): the same runs, as useChat, AG-UI and A2A clients speak them
+    // the front-end protocols (docs/front-ends.md): the same runs, as useChat, AG-UI and A2A clients speak them
     await v1.register(chatPlugin)
     await v1.register(agUiPlugin)
     await v1.register(a2aPlugin)

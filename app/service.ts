@@ -65,7 +65,7 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
     // Our own drain answers requests that arrive while closing (503 SHUTDOWN, X-Request-ID, our shape).
     return503OnClosing: false,
     forceCloseConnections: false,
-    // Slow clients (§19): Node answers nothing until the whole request arrived, so it must arrive in time.
+    // Slow clients (docs/operations.md): Node answers nothing until the whole request arrived, so it must arrive in time.
     requestTimeout: settings.bodyTimeoutMs,
     http: { headersTimeout: settings.headersTimeoutMs, connectionsCheckingInterval: checkingInterval(settings) },
     // What Node's parser refuses or times out never reaches a route: answered here in our shape, then closed.

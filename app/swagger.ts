@@ -1,7 +1,6 @@
 import type { SwaggerOptions } from '@fastify/swagger'
 import { Kind } from '@sinclair/typebox'
 import type { TSchema } from '@sinclair/typebox'
-import { Value } from '@sinclair/typebox/value'
 import type { AgentSchema, CompiledAgentSchemas, JsonSchema } from '../lib/core/agent-schemas.js'
 import type { Settings } from '../lib/service/settings.js'
 import { packageVersion as version } from '../lib/core/version.js'
@@ -25,6 +24,9 @@ function givenExample (schema: JsonSchema): unknown {
   return Object.keys(value).length > 0 ? value : undefined
 }
 
+// TypeBox's value module (dozens of files), loaded with the document's options rather than with the package
+let valueModule: typeof import('@sinclair/typebox/value') | null = null
+
 /**
  * The schema with a word as the default of each free string (no pattern, format or enum), as long as its lengths
  * allow: Value.Create fills strings with spaces, and `minLength: 1` read as `" "` in Swagger UI.
@@ -47,6 +49,7 @@ function withWords<T> (schema: T): T {
  */
 function exampleInput (schema: AgentSchema | undefined, compiled: CompiledAgentSchemas | undefined): unknown {
   if (schema === undefined) return 'hello'
+  const { Value } = valueModule!
   const { input, validate } = compiled!
   const makers = [() => givenExample(input!)]
   if (Kind in schema) makers.push(() => Value.Create(withWords(schema as TSchema)))
@@ -181,7 +184,8 @@ export function completeDocument (generated: Json, settings: Settings, publicRou
 }
 
 /** @fastify/swagger's options: the document is built from the routes' own TypeBox schemas, then completed. */
-export function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): SwaggerOptions {
+export async function openApiOptions (settings: Settings, publicRoutes: ReadonlySet<string>): Promise<SwaggerOptions> {
+  valueModule ??= await import('@sinclair/typebox/value')
   return {
     openapi: {
       openapi: '3.1.0',

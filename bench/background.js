@@ -1,5 +1,5 @@
 // node bench/background.js [runs=2000] (after `npm run build`): background-run throughput of one instance against the
-// same runs answered directly (contract §16, issue 16's "measured"). In process (app.inject, memory stores, no
+// same runs answered directly (docs/runs.md, issue 16's "measured"). In process (app.inject, memory stores, no
 // sockets), so the figure is the pipeline's own cost: a JSON run answered at once vs a run queued (202), claimed by
 // the worker and run with nobody connected. Rounds alternate; CPU per run and wall time per batch, medians of 5.
 import { createAgentService } from '../dist/index.js'

@@ -1,4 +1,4 @@
-// The front-end protocols (§17): the same 100-delta ticker run streamed as the AI SDK UI message stream
+// The front-end protocols (docs/front-ends.md): the same 100-delta ticker run streamed as the AI SDK UI message stream
 // (POST /v1/agents/:name/chat), as AG-UI events (POST /v1/agents/:name/ag-ui) and as A2A SendStreamingMessage
 // (POST /v1/a2a/:name), against the plain SSE stream of the run (POST /v1/agents/:name/runs), on one server build.
 // Each request names its own chat, thread or context, as a new conversation would. The front ends' runs go on

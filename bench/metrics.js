@@ -1,4 +1,4 @@
-// Contract §18: the cost of a Prometheus scrape ({adminPrefix}/metrics) once 10,000 runs are recorded, in one
+// docs/operations.md: the cost of a Prometheus scrape ({adminPrefix}/metrics) once 10,000 runs are recorded, in one
 // process (app.inject, no sockets): 10 agents, runs spread over them (one in ten failing), then 200 scrapes timed
 // one by one; /admin/stats, the JSON figures, timed the same way for reference.
 import { performance } from 'node:perf_hooks'

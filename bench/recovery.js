@@ -1,4 +1,4 @@
-// node bench/recovery.js [trials=20]: recovery after kill -9, and queue claim latency, on PostgreSQL (contract §16).
+// node bench/recovery.js [trials=20]: recovery after kill -9, and queue claim latency, on PostgreSQL (docs/runs.md).
 // Two instances in processes of their own (test/fixtures/recovery-instance.ts, compiled: run
 // `npx tsc -p tsconfig.test.json` first) share a fresh schema on PG_URL, with runLeaseMs 1000 (the
 // shortest the options take).

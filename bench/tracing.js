@@ -1,4 +1,4 @@
-// Contract §18: what tracing costs a JSON run. The same runs against this build without an OpenTelemetry SDK,
+// docs/operations.md: what tracing costs a JSON run. The same runs against this build without an OpenTelemetry SDK,
 // with one (BasicTracerProvider, an in-memory exporter emptied every second, an AsyncLocalStorage context
 // manager, as a host's setup would have), and, when BENCH_BASELINE names another build's dist/index.js (built
 // from a commit before tracing, as bench/compare.js describes), that build: the cost of the tracing code itself.

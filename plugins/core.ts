@@ -4,6 +4,7 @@ import { AgentServiceCore } from '../lib/service/service.js'
 import { resolveSettings } from '../lib/service/settings.js'
 import type { Settings } from '../lib/service/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
+import { prepareTracing } from '../lib/core/tracing.js'
 
 export type CorePluginOptions = AgentServiceOptions | { settings: Settings }
 
@@ -27,6 +28,7 @@ async function closeOwnedStores (stores: readonly object[], timeoutMs: number, l
 
 const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => {
   const settings = 'settings' in options ? options.settings : resolveSettings(options)
+  prepareTracing()
   const service = new AgentServiceCore(settings, fastify.log)
   fastify.decorate('agentService', service)
   service.audit.declare(fastify)

@@ -3,7 +3,7 @@ import fastifyCors from '@fastify/cors'
 import type { FastifyPluginAsync } from 'fastify'
 import { CORS } from '../lib/service/composition.js'
 
-/** The request headers this contract uses, allowed in preflights. */
+/** The request headers the service reads, allowed in preflights. */
 export const CORS_ALLOWED_HEADERS = Object.freeze([
   'authorization', 'content-type', 'x-api-key', 'idempotency-key', 'x-idempotency-key', 'x-request-id',
   'traceparent', 'tracestate', 'last-event-id'
@@ -28,7 +28,7 @@ const cors: FastifyPluginAsync = async (fastify) => {
     exposedHeaders: [...CORS_EXPOSED_HEADERS],
     maxAge: 600,
     // A bare OPTIONS (no Origin) is answered like a preflight rather than with @fastify/cors' plain-text
-    // 400, which would be the one error body not in the contract's shape.
+    // 400, which would be the one error body not in the service's shape.
     strictPreflight: false
   })
 }

@@ -3,7 +3,6 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest, FastifySchema } from 'fastify'
-import { Value } from '@sinclair/typebox/value'
 import { InvalidOptionsError, RunRecordNotFoundError, UnauthorizedError } from '../lib/core/errors.js'
 import { EventLoopDelayMonitor } from '../lib/core/event-loop-delay.js'
 import { packageVersion } from '../lib/core/version.js'
@@ -19,7 +18,6 @@ import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
-import { ServiceMetrics } from '../lib/service/metrics.js'
 import { consoleAssets } from '../lib/console/assets.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
@@ -54,7 +52,7 @@ export function statusRange (status: string): { statusFrom: number, statusTo: nu
 }
 
 /**
- * The read-only operational overlay (contract §10): health, agents, audit, sessions, approvals,
+ * The read-only operational overlay (docs/operations.md): health, agents, audit, sessions, approvals,
  * checkpoints and stats, under the prefix it is registered with. Needs the core plugin with
  * `adminApi` enabled in its options.
  */
@@ -67,7 +65,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
 
   const routes = new RouteIndex()
   routes.collect(fastify)
-  // Fastify's 404 context takes a route config (lib/four-oh-four.js reads `opts.config`) though its types do not
+  // Fastify's 404 context takes a route config (fastify's own lib/four-oh-four.js reads `opts.config`) though its types do not
   // say so. Marked admin, a 404 or 405 under the prefix is what an admin route is: no service auth, counted apart.
   const notFoundOptions = { config: { admin: true } } as Parameters<typeof fastify.setNotFoundHandler>[0] & object
   fastify.setNotFoundHandler(notFoundOptions, options.notFoundHandler ?? buildNotFoundHandler(routes))
@@ -89,7 +87,7 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     done(new UnauthorizedError(match === null ? 'Admin API bearer token required' : 'Invalid Admin API bearer token'))
   })
 
-  // §10's source rule taken literally: with both options set to different stores, the admin API reads one the
+  // The Admin API's source rule (docs/operations.md) taken literally: with both options set to different stores, the admin API reads one the
   // service never writes to. Legal, but almost certainly not what was meant: say so once.
   for (const name of ['auditStore', 'checkpointStore'] as const) {
     if (admin[name] !== settings[name]) {
@@ -247,6 +245,8 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     response: { 200: AdminStats, ...errors() }
   }), async (): Promise<AdminStats> => stats.snapshot())
 
+  // TypeBox's value module (dozens of files) is loaded with the Admin API, not with the package (bench/import.js)
+  const { Value } = await import('@sinclair/typebox/value')
   /** What the console showed by polling six routes, read once for every interval of a live feed. */
   async function snapshot (): Promise<AdminLiveSnapshot> {
     const store = settings.runStore
@@ -306,6 +306,8 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     done()
   })
 
+  // prom-client is loaded with the Admin API only: importing the package does not pay for it (bench/import.js)
+  const { ServiceMetrics } = await import('../lib/service/metrics.js')
   const metrics = new ServiceMetrics(state, settings.metricsRegistry, fastify.log)
   fastify.get('/metrics', route('Prometheus metrics, in the text exposition format', {
     operationId: 'getMetrics',

@@ -16,7 +16,7 @@ export type RunsPluginOptions = Record<never, never>
 const ended = (record: RunRecord): boolean => record.status !== 'queued' && record.status !== 'running'
 
 /**
- * `/runs/:runId`: a run as a resource (contract §15). Every route checks ownership first: another principal's
+ * `/runs/:runId`: a run as a resource (docs/runs.md). Every route checks ownership first: another principal's
  * run, an unknown or an expired one is 404 `RUN_NOT_FOUND`; only then the request (400), then the state (409).
  */
 const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {

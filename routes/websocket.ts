@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import fastifyWebsocket from '@fastify/websocket'
+import type {} from '@fastify/websocket'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import fp from 'fastify-plugin'
 import type { FastifyReply, FastifyRequest } from 'fastify'
@@ -27,7 +27,7 @@ function upgradeHeaders (reply: FastifyReply): string[] {
 
 
 /**
- * `GET /ws`: the WebSocket transport (contract §8). The upgrade is an ordinary GET through every hook
+ * `GET /ws`: the WebSocket transport (docs/runs.md). The upgrade is an ordinary GET through every hook
  * (request id, auth with `access_token`, rate limit, drain); then JSON messages start and cancel runs,
  * and every run event comes back as a frame.
  */
@@ -50,6 +50,8 @@ const websocket: FastifyPluginAsyncTypebox<WebsocketPluginOptions> = async (fast
 
   // A host app that mounted @fastify/websocket itself keeps it (a second one would answer every upgrade twice).
   if (!fastify.hasDecorator('websocketServer')) {
+    // loaded with the websocket option only: importing the package does not pay for it (bench/import.js)
+    const { default: fastifyWebsocket } = await import('@fastify/websocket')
     await fastify.register(fastifyWebsocket, {
       options: { maxPayload: WS_MAX_PAYLOAD },
       preClose: drain,

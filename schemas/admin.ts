@@ -1,4 +1,4 @@
-// The Admin API's records (contract §10). Every response is serialized through these schemas, so a
+// The Admin API's records (docs/operations.md). Every response is serialized through these schemas, so a
 // field that is not listed here never leaves the process, whatever a store or the stats hand over.
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'

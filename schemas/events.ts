@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
 import { Approval } from './approvals.js'
 
-// The data of the built-in run events (contract §14), as the front-end projections read them back from a
+// The data of the built-in run events (README.md, "The event vocabulary"), as the front-end projections read them back from a
 // run's log. run.completed carries the RunResult and run.failed the RunFailedEvent of schemas/runs.ts.
 
 export const RunStartedData = Type.Object({

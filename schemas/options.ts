@@ -52,7 +52,7 @@ export const QuotasOptions = Type.Object({
 
 export const AdminApiOptions = Type.Object({
   enabled: Type.Optional(Type.Boolean({ default: false })),
-  // the rules for prefix (leading "/", no trailing "/", no clash) are checked by lib/settings.ts, each with its own message
+  // the rules for prefix (leading "/", no trailing "/", no clash) are checked by lib/service/settings.ts, each with its own message
   prefix: Type.Optional(Type.String({ default: '/admin' })),
   bearerToken: Type.Optional(Type.String({ minLength: 1 })),
   auditStore: Type.Optional(AuditStoreOption),

@@ -68,7 +68,7 @@ export type RunError = Static<typeof RunError>
 
 const DateTime = Type.String({ format: 'date-time' })
 
-/** A run as a resource (contract §15): kept with its event log until `runRetentionMs` after it ends. */
+/** A run as a resource (docs/runs.md): kept with its event log until `runRetentionMs` after it ends. */
 export const RunRecord = Type.Object({
   runId: Type.String(),
   agent: Type.String(),

@@ -1,4 +1,4 @@
-// Webhooks (contract §16): the option, the body POSTed to the endpoint, and the Admin API's listing of attempts.
+// Webhooks (docs/webhooks.md): the option, the body POSTed to the endpoint, and the Admin API's listing of attempts.
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
 import { Id } from './common.js'

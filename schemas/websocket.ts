@@ -3,7 +3,7 @@ import type { Static } from '@sinclair/typebox'
 import { Id } from './common.js'
 import { RunOptionsFields } from './runs.js'
 
-// The WebSocket protocol at /v1/ws (contract §8). Messages are JSON text frames.
+// The WebSocket protocol at /v1/ws (docs/runs.md). Messages are JSON text frames.
 
 /** Chosen by the client, echoed on every frame about that run or request. */
 export const WsRef = Type.Union([Type.String({ maxLength: 128 }), Type.Integer()], {

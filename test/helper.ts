@@ -1,3 +1,4 @@
+import { AssertionError } from 'node:assert'
 import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import { requestContextOf } from '../lib/core/request-context.js'
@@ -5,12 +6,19 @@ import type { AuditEntry, StoreSet } from '../lib/stores/types.js'
 import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
+import { INJECT } from '../lib/service/settings.js'
+import type { Injected } from '../lib/service/settings.js'
 
 export const echo: Agent = {
   description: 'echo',
   async run (input) {
     return { output: input, usage: { inputTokens: 1, outputTokens: 2 } }
   }
+}
+
+/** Options that give one service its own replacements (webhook timings, an A2A loader): never the process's. */
+export function injected (replacements: Injected): Partial<AgentServiceOptions> {
+  return { [INJECT]: replacements } as Partial<AgentServiceOptions>
 }
 
 /** One service per test, closed in teardown (drain deadline 0: nothing a test left running survives). */
@@ -43,20 +51,42 @@ export function parseSse (body: string): ParsedEvent[] {
   return events
 }
 
+/** Keeps the test's process alive while it waits on something that holds no handle (a promise a run resolves). */
+export function keepAlive (t: Test): void {
+  const timer = setInterval(() => {}, 1_000)
+  t.teardown(() => clearInterval(timer))
+}
+
+/** Everything an async iterable yields, once it ends. */
+export async function collect<T> (iterable: AsyncIterable<T>): Promise<T[]> {
+  const all: T[] = []
+  for await (const item of iterable) all.push(item)
+  return all
+}
+
+/** The value below which a share `p` (0..1) of `values` falls. */
+export function percentile (values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+}
+
 export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
 /**
  * Polls `check` every 10 ms until it gives a value other than undefined or false (state another process, a
- * socket or a timer changes), and returns that value; fails after `timeoutMs`, naming `what`.
+ * socket or a timer changes), and returns that value. An assertion: past `timeoutMs` it fails as one, naming `what`
+ * and the last value seen (tap reports it as a failed assertion, with that value, not as an error).
  */
 export async function eventually<T> (check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5_000, what = 'the condition'): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const value = await check()
     if (value !== undefined && value !== false) return value
-    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`)
+    if (Date.now() > deadline) {
+      throw new AssertionError({ message: `${what} not met within ${timeoutMs} ms`, actual: value, expected: 'a value other than undefined or false', operator: 'eventually' })
+    }
     await sleep(10)
   }
 }

@@ -300,7 +300,7 @@ if (spec.kind === 'service') {
   stop = async () => {
     const result = {}
     // Counted before close(), which closes a store that opened its own connection: every request answered by
-    // now has its entry committed already (contract §19), so the count covers every acknowledged one.
+    // now has its entry committed already (docs/stores.md), so the count covers every acknowledged one.
     if (options.auditStore !== undefined) result.auditCount = await options.auditStore.count()
     await service.close(0)
     await options.auditStore?.close()

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify
 import { AuditWriter } from './writer.js'
 import { randomId } from '../core/ids.js'
 import { RequestSlot, requestContextOf } from '../core/request-context.js'
-import type { ServiceStats } from '../service/stats.js'
+import type { RunAudit, StatsRecorder } from '../runs/host.js'
 import { iso } from '../stores/common.js'
 import { MemoryAuditStore } from '../stores/memory.js'
 import type { AuditEntry, AuditStore } from '../stores/types.js'
@@ -21,7 +21,7 @@ interface AuditState extends AuditNote {
   audited: boolean
 }
 
-/** Whether a request changes state: its audit entry is committed before its answer (contract §19). */
+/** Whether a request changes state: its audit entry is committed before its answer (docs/stores.md). */
 export function isStateChanging (method: string): boolean {
   return method === 'POST' || method === 'DELETE'
 }
@@ -30,17 +30,17 @@ export function isStateChanging (method: string): boolean {
  * Every request's one audit entry and its place in the stats. Routes and plugins `note()` what they learn
  * (the agent, the run, the key); the audit plugin's onResponse hook, or a hijacked reply's own end, `record()`s it.
  */
-export class AuditLog {
+export class AuditLog implements RunAudit {
   readonly writer: AuditWriter
-  readonly #stats: ServiceStats
+  readonly #stats: StatsRecorder
   readonly #slot = new RequestSlot<AuditState>('audit')
 
   /** false for the memory ring: nothing of it survives the process, so nothing waits for it */
   readonly durable: boolean
 
-  constructor (store: AuditStore, stats: ServiceStats, log: FastifyBaseLogger) {
+  constructor (store: AuditStore, stats: StatsRecorder, log: FastifyBaseLogger) {
     this.#stats = stats
-    this.writer = new AuditWriter(store, log, (count) => { stats.auditFailures += count })
+    this.writer = new AuditWriter(store, log, (count) => { stats.count('auditFailures', count) })
     this.durable = !(store instanceof MemoryAuditStore)
   }
 
@@ -76,7 +76,7 @@ export class AuditLog {
   }
 
   /**
-   * The same, for a state-changing request (contract §19): resolves once the entry is in the audit store, so that
+   * The same, for a state-changing request (docs/stores.md): resolves once the entry is in the audit store, so that
    * its answer (or a stream's terminal event) goes out after it. A store that fails is counted and logged, and
    * the answer goes out all the same (README, Deviations).
    */

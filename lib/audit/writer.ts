@@ -4,7 +4,7 @@ import type { AuditEntry, AuditStore } from '../stores/types.js'
 /**
  * Appends audit entries in batches, by group commit: one append at a time, and the entries that arrive while it
  * is in flight go in the next one, so that a busy store gets fewer, larger writes. `commit()` resolves once its
- * entry's batch is in the store (contract §19: a state-changing request's entry is committed before its answer);
+ * entry's batch is in the store (docs/stores.md: a state-changing request's entry is committed before its answer);
  * `write()` queues an entry behind, nothing waiting for it. A batch that fails is logged and counted (its entries
  * lost) and its commits resolve all the same: a failing audit store never fails a response. `flush()` (called on
  * close) waits until everything queued has been written or has failed.

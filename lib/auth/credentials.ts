@@ -3,13 +3,13 @@
 import * as crypto from 'node:crypto'
 import { createPublicKey, timingSafeEqual } from 'node:crypto'
 import type { KeyObject } from 'node:crypto'
+import type { Access } from '../core/access.js'
 import type { ApiKeyAuthOptions, JwtAlgorithm, JwtAuthOptions } from '../core/types.js'
 
 /** Longer credentials are refused unread: no hashing or JWT parsing of a 1 MB header. */
 export const MAX_CREDENTIAL_LENGTH = 8192
 
-/** What a route needs beyond being authenticated (JWT roles; every api key has every right). */
-export type Access = 'run' | 'readApprovals' | 'decideApprovals'
+export type { Access }
 
 export const DEFAULT_ACCESS: Readonly<Record<Access, readonly string[]>> = Object.freeze({
   run: Object.freeze(['agents:run']),

@@ -1,5 +1,4 @@
 import fp from 'fastify-plugin'
-import fastifyJwt from '@fastify/jwt'
 import type { JWT } from '@fastify/jwt'
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiKeyVerifier, DEFAULT_ACCESS, grants, isPreflight, jwtAlgorithms, readCredential, rolesOf } from './credentials.js'
@@ -53,6 +52,8 @@ type Verify = (token: string) => Record<string, unknown>
  */
 async function registerJwt (fastify: FastifyInstance, options: JwtAuthOptions): Promise<Verify> {
   let verify: Verify | undefined
+  // loaded with the jwt strategy only: importing the package does not pay for it (bench/import.js)
+  const { default: fastifyJwt } = await import('@fastify/jwt')
   await fastify.register(async (scope) => {
     const namespace = scope.hasDecorator('jwt') ? 'fastifyAgents' : undefined
     await scope.register(fastifyJwt, {

@@ -4,7 +4,7 @@ import { MethodNotAllowedError, RouteNotFoundError } from './errors.js'
 import type { ErrorResponse } from '../../schemas/common.js'
 import { earlyContextOf } from './request-context.js'
 
-/** Builds the contract's error body for any error and status. */
+/** Builds the service's error body (README.md, "Error codes") for any error and status. */
 export function errorBody (request: FastifyRequest, status: number, error: Partial<FastifyError>, exposeErrors: boolean): ErrorResponse {
   const context = earlyContextOf(request)
   // Only an unhandled failure is hidden; deliberate 5xx (503 SHUTDOWN, 504 AGENT_TIMEOUT) say what happened.

@@ -1,7 +1,7 @@
 import createError from '@fastify/error'
 
-// Every coded error the service throws. The error handler (plugins/error-handler.ts) turns each
-// into the contract's body: { statusCode, error, message, code, requestId, traceId }.
+// Every coded error the service throws. The error handler (lib/core/error-reply.ts) turns each
+// into the service's error body (README.md, "Error codes"): { statusCode, error, message, code, requestId, traceId }.
 
 export const AgentNotFoundError = createError('AGENT_NOT_FOUND', 'Agent "%s" not found', 404)
 export const SessionNotFoundError = createError('SESSION_NOT_FOUND', 'Session "%s" not found', 404)
@@ -36,7 +36,7 @@ export const RateLimitedError = createError('RATE_LIMITED', 'Rate limit exceeded
 export const QuotaExceededError = createError('QUOTA_EXCEEDED', '%s', 429)
 /** A run's input that fails its agent's `input` schema: the same code and status as a body that fails its route's. */
 export const InputValidationError = createError('FST_ERR_VALIDATION', '%s', 400)
-/** Input no store could keep as it is, refused for every store alike (§19): before anything runs. */
+/** Input no store could keep as it is, refused for every store alike (docs/operations.md): before anything runs. */
 export const UnstorableInputError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored: it holds %s', 400)
 export const JsonTooDeepError = createError('JSON_TOO_DEEP', 'The JSON is nested deeper than %d levels', 400)
 export const IdempotencyKeyInvalidError = createError('IDEMPOTENCY_KEY_INVALID', '%s', 400)
@@ -94,7 +94,7 @@ export const MissingDriverError = createError('FA_MISSING_DRIVER', '%s needs the
 /** A string a durable store cannot keep as it is (PostgreSQL text holds no NUL; no backend keeps a lone surrogate). */
 export const UnstorableTextError = createError('FA_UNSTORABLE_TEXT', '%s cannot be stored in %s: it holds %s', 400)
 
-// The front-end protocols (§17).
+// The front-end protocols (docs/front-ends.md).
 /** A2A needs its optional peer dependency, loaded on the first A2A request. */
 export const A2aUnavailableError = createError('A2A_UNAVAILABLE', 'A2A needs the optional peer dependency @a2a-js/sdk: npm install @a2a-js/sdk', 501)
 export const McpUnavailableError = createError('MCP_UNAVAILABLE', 'MCP needs the optional peer dependency @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk', 501)

@@ -1,12 +1,21 @@
-import { ProxyTracerProvider, SpanKind, SpanStatusCode, context, createTraceState, trace } from '@opentelemetry/api'
-import type { Context, Span, Tracer, TracerProvider } from '@opentelemetry/api'
+import type { Context, ProxyTracerProvider, Span, Tracer, TracerProvider } from '@opentelemetry/api'
 import { randomBytes } from 'node:crypto'
+import { createRequire } from 'node:module'
 import type { TraceContext } from './types.js'
 import { packageVersion } from './version.js'
 
-// The API's own no-op provider, as a fresh proxy reports it: while the global proxy still delegates to it, no SDK
-// is registered and a run makes no span, no context and no attribute at all.
-const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate()
+type Api = typeof import('@opentelemetry/api')
+// The API, required on the first run rather than imported with the package (bench/import.js); its state is global
+// (a registry on globalThis, shared by every copy of it), so the host's SDK is seen however either of them loaded it.
+// With it, the API's own no-op provider, as a fresh proxy reports it: while the global proxy still delegates to it,
+// no SDK is registered and a run makes no span, no context and no attribute at all.
+let loaded: { api: Api, noopProvider: TracerProvider } | null = null
+function otel (): { api: Api, noopProvider: TracerProvider } {
+  if (loaded !== null) return loaded
+  const api = createRequire(import.meta.url)('@opentelemetry/api') as Api
+  loaded = { api, noopProvider: new api.ProxyTracerProvider().getDelegate() }
+  return loaded
+}
 
 // the tracer of the provider last seen: trace.getTracer() per run would check the API's version each time
 let cached: { provider: TracerProvider, tracer: Tracer } | null = null
@@ -14,10 +23,16 @@ let cached: { provider: TracerProvider, tracer: Tracer } | null = null
 /** The host's SDK's tracer, or null without one (read per run: a provider may be registered after start). */
 function currentTracer (): Tracer | null {
   // the API's global is always its proxy, delegating to the registered provider (or to the no-op one)
-  const provider = (trace.getTracerProvider() as ProxyTracerProvider).getDelegate()
-  if (provider === NOOP_PROVIDER) return null
+  const { api, noopProvider } = otel()
+  const provider = (api.trace.getTracerProvider() as ProxyTracerProvider).getDelegate()
+  if (provider === noopProvider) return null
   if (cached?.provider !== provider) cached = { provider, tracer: provider.getTracer('fastify-agents', packageVersion) }
   return cached.tracer
+}
+
+/** Loads the API now (the core plugin, as the service starts): the first run does not pay for it, nor the import. */
+export function prepareTracing (): void {
+  otel()
 }
 
 /** Whether the host registered an OpenTelemetry SDK. */
@@ -46,6 +61,7 @@ export type TracedOutcome =
  * offers no other way to give a root span a trace id of our choosing.
  */
 function parentContext (traceContext: TraceContext): Context {
+  const { context, createTraceState, trace } = otel().api
   // the host's own server span for this request (its HTTP instrumentation), a child of the same traceparent
   const active = context.active()
   if (trace.getSpanContext(active)?.traceId === traceContext.traceId) return active
@@ -75,7 +91,7 @@ export class RunTrace {
     this.#tracer = tracer
     const parent = parentContext(run.options.trace)
     this.span = this.#tracer.startSpan(`invoke_agent ${run.agentName}`, {
-      kind: SpanKind.INTERNAL,
+      kind: otel().api.SpanKind.INTERNAL,
       attributes: {
         'gen_ai.operation.name': 'invoke_agent',
         'gen_ai.agent.name': run.agentName,
@@ -83,13 +99,13 @@ export class RunTrace {
         ...(run.sessionId === null ? {} : { 'gen_ai.conversation.id': run.sessionId })
       }
     }, parent)
-    this.context = trace.setSpan(parent, this.span)
+    this.context = otel().api.trace.setSpan(parent, this.span)
     this.#recording = this.span.isRecording()
   }
 
   /** Runs `fn` in the run span's context (the agent's code: a span it starts nests under the run's). */
   within<T> (fn: () => T): T {
-    return context.with(this.context, fn)
+    return otel().api.context.with(this.context, fn)
   }
 
   /** Every event of the run, as it is emitted: tool calls open and close child spans, approvals and checkpoints are span events. */
@@ -99,7 +115,7 @@ export class RunTrace {
       case 'tool.call': {
         const { toolCallId, name } = data as { toolCallId: string, name: string }
         const span = this.#tracer.startSpan(`execute_tool ${name}`, {
-          kind: SpanKind.INTERNAL,
+          kind: otel().api.SpanKind.INTERNAL,
           attributes: { 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name, 'gen_ai.tool.call.id': toolCallId }
         }, this.context)
         this.#tools ??= new Map()
@@ -112,7 +128,7 @@ export class RunTrace {
         const span = this.#tools?.get(toolCallId)
         if (span === undefined) return
         this.#tools!.delete(toolCallId)
-        if (isError) span.setStatus({ code: SpanStatusCode.ERROR })
+        if (isError) span.setStatus({ code: otel().api.SpanStatusCode.ERROR })
         span.end()
         return
       }
@@ -136,7 +152,7 @@ export class RunTrace {
       this.span.setAttributes({ 'gen_ai.usage.input_tokens': usage.inputTokens, 'gen_ai.usage.output_tokens': usage.outputTokens })
     } else if (outcome.status === 'failed') {
       this.span.setAttribute('error.type', outcome.code)
-      this.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome.message })
+      this.span.setStatus({ code: otel().api.SpanStatusCode.ERROR, message: outcome.message })
     } else {
       // the run goes on on another instance, under a span of its own there
       this.span.addEvent('run.detached', { 'fastify_agents.detach.code': outcome.code })

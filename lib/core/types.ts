@@ -1,6 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
+import type { Static } from '@sinclair/typebox'
 import type { AgentSchema } from './agent-schemas.js'
-import type { ApprovalStatus, Message } from '../stores/types.js'
+import type { ApprovalStatus } from '../../schemas/approvals.js'
+import type { SessionMessage } from '../../schemas/sessions.js'
+
+/** A session's message, as the agent reads its history (the stores keep them in this shape). */
+type Message = Static<typeof SessionMessage>
 
 export interface AgentEvent {
   type: string
@@ -74,7 +79,7 @@ export interface Agent<Input = unknown> {
   input?: AgentSchema
   /** the result's `output`, for the OpenAPI document (not checked at run time); the same kinds of schema as `input` */
   output?: AgentSchema
-  /** the run may be requeued on another instance (contract §16) */
+  /** the run may be requeued on another instance (docs/runs.md) */
   resumable?: boolean
   run(input: Input, ctx: RunContext): AgentRunReturn
 }

@@ -1,20 +1,29 @@
-import AjvCompiler from '@fastify/ajv-compiler'
-import { Ajv } from 'ajv'
-import { Ajv2020 } from 'ajv/dist/2020.js'
-import formats from 'ajv-formats'
+import { createRequire } from 'node:module'
+import type { Ajv } from 'ajv'
+import type { Ajv2020 } from 'ajv/dist/2020.js'
 import type { FastifySchema, FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify'
 import { InputValidationError } from './errors.js'
 
 // Fastify's default Ajv coerces body types and silently strips unknown properties. Our routes answer
 // both with a 400 instead: bodies are validated as sent; only querystrings and params (always strings
 // on the wire) are coerced.
+// Made on first use, once per process: importing the package loads no Ajv (bench/import.js), hence require().
+const require = createRequire(import.meta.url)
 const strictOptions = { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } as const
-const buildCompiler = AjvCompiler()
-const strict = buildCompiler({}, { customOptions: strictOptions })
-const coercing = buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
+function ajvCompilers (): NonNullable<typeof compilers> {
+  if (compilers !== null) return compilers
+  const AjvCompiler = require('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
+  const buildCompiler = AjvCompiler()
+  compilers = {
+    strict: buildCompiler({}, { customOptions: strictOptions }),
+    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+  }
+  return compilers
+}
 
 export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) =>
-  route.httpPart === 'body' ? strict(route) : coercing(route)
+  route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
 
 /** `body/foo is not allowed` rather than Ajv's `must NOT have additional properties`, which names nothing. */
 export function formatSchemaErrors (errors: FastifySchemaValidationError[], dataVar: string): Error {
@@ -37,8 +46,9 @@ export type InputValidator = (input: unknown, name: string) => unknown
 let strict2020: Ajv2020 | undefined
 function ajv2020 (): Ajv2020 {
   if (strict2020 === undefined) {
-    strict2020 = new Ajv2020({ ...strictOptions, addUsedSchema: false })
-    formats.default(strict2020)
+    const { Ajv2020: Ajv2020Class } = require('ajv/dist/2020.js') as typeof import('ajv/dist/2020.js')
+    strict2020 = new Ajv2020Class({ ...strictOptions, addUsedSchema: false })
+    ;(require('ajv-formats') as { default: (ajv: Ajv2020) => unknown }).default(strict2020)
   }
   return strict2020
 }
@@ -56,7 +66,7 @@ let meta07: Ajv | undefined
  * alone (a schema that is only documented is never compiled): Ajv's message, or null.
  */
 export function jsonSchemaProblem (schema: unknown): string | null {
-  const ajv = is2020(schema) ? ajv2020() : (meta07 ??= new Ajv({ allErrors: true, strict: false }))
+  const ajv = is2020(schema) ? ajv2020() : (meta07 ??= new (require('ajv') as typeof import('ajv')).Ajv({ allErrors: true, strict: false }))
   return ajv.validateSchema(schema as object) === true ? null : ajv.errorsText(ajv.errors)
 }
 
@@ -67,7 +77,7 @@ export function jsonSchemaProblem (schema: unknown): string | null {
 export function compileInputValidator (schema: unknown): InputValidator {
   const validate = (is2020(schema)
     ? ajv2020().compile(schema as object)
-    : strict({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
+    : ajvCompilers().strict({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
   return (input, name) => {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
     return input

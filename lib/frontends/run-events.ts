@@ -40,7 +40,7 @@ export function wholeLog (events: readonly RunEvent[]): LoggedEvent[] {
   return events.map((event, i) => loggedEvent(event, endsRun(events, i, true)!))
 }
 
-/** Anything but a built-in type or one of the service's reserved prefixes (§14) is a custom event. */
+/** Anything but a built-in type or one of the service's reserved prefixes (README.md, "The event vocabulary") is a custom event. */
 export function isCustomEventType (type: string): boolean {
   return !RESERVED_EVENT_PREFIXES.some((prefix) => type.startsWith(prefix)) &&
     type !== 'message.delta' && type !== 'reasoning.delta' && !type.startsWith('tool.')

@@ -150,7 +150,7 @@ export class ProjectedStream implements RunListener {
     }
     if (text !== '') this.#stream.write(text)
     if (this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
-      this.#service.stats.slowConsumers++
+      this.#service.stats.count('slowConsumers')
       this.#stream.cut()
       return false
     }
@@ -168,7 +168,7 @@ export class ProjectedStream implements RunListener {
     }
   }
 
-  /** The projection's last text (if any) goes out once the request's audit entry is in the store (contract §19). */
+  /** The projection's last text (if any) goes out once the request's audit entry is in the store (docs/stores.md). */
   async #end (text = ''): Promise<void> {
     if (this.#done) return
     this.#release()
@@ -212,7 +212,7 @@ export async function writeFrames (
   } finally {
     ended = true
     service.heartbeat.delete(stream)
-    // the response ends once the request's audit entry is in the store (contract §19)
+    // the response ends once the request's audit entry is in the store (docs/stores.md)
     await service.audit.commit(request, 200)
     stream.end()
   }

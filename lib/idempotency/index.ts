@@ -46,7 +46,7 @@ const COMPLETION_RETRY_MAX_MS = 1_000
 
 /**
  * The keys this instance holds, and their completions the store refused (an outage), retried until written
- * (contract §19): the lease renewed meanwhile, so that no retry of the client's takes the key over and runs the
+ * (docs/auth-and-traffic.md): the lease renewed meanwhile, so that no retry of the client's takes the key over and runs the
  * agent a second time. The answer does not wait for them. They stop once written, when the record is no longer
  * ours, after `ttlMs` (the replay window: past it a second run is what the client may expect), and at close, after
  * one last attempt.
@@ -313,7 +313,7 @@ const idempotency: FastifyPluginAsync = async (fastify) => {
 }
 
 /**
- * Idempotency keys on routes with `config.idempotency` (contract §9), when the `idempotency` option is set:
+ * Idempotency keys on routes with `config.idempotency` (docs/auth-and-traffic.md), when the `idempotency` option is set:
  * the first request runs, a repeat with the same body replays the stored response with
  * `Idempotent-Replayed: true`, another body is 422, a repeat while the first runs is 409. Registered
  * after auth: keys are scoped by principal.

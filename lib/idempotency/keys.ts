@@ -1,4 +1,4 @@
-// Idempotency keys (contract §9), without Fastify: reading the key, scoping it, fingerprinting the body,
+// Idempotency keys (docs/auth-and-traffic.md), without Fastify: reading the key, scoping it, fingerprinting the body,
 // and what a stored response looks like. lib/idempotency/index.ts (the idempotency plugin) runs them around the two routes.
 import { createHash } from 'node:crypto'
 import type { Hash } from 'node:crypto'

@@ -1,10 +1,11 @@
-// The `quotas` option (contract §18), counted in a QuotaStore that the instances share. A run in progress holds a
+// The `quotas` option (docs/auth-and-traffic.md), counted in a QuotaStore that the instances share. A run in progress holds a
 // slot, its id the run's, from its admission to its end; the slot is leased like the run (renewed on the worker's
 // lease timer by every instance holding it), so that an instance's death frees it within a lease. Tokens are counted
 // per fixed window, aligned to multiples of `intervalMs`, at each run's end.
 import type { FastifyBaseLogger } from 'fastify'
-import type { RunEvent, RunOutcome, RunSink } from '../runs/run.js'
+import type { RunEvent, RunOutcome } from '../runs/run.js'
 import type { QuotaStore } from '../stores/types.js'
+import type { FlushableSink, RunQuotas } from '../runs/host.js'
 import { QuotaExceededError } from '../core/errors.js'
 
 /** The `retry-after` of a run refused for concurrency: when a run ends is not known; one second is a hint. */
@@ -17,10 +18,7 @@ export interface QuotaSettings {
   readonly tokens: { readonly limit: number, readonly intervalMs: number } | null
 }
 
-/** A run's sink that can be flushed (a RunLog), as the worker's hand-off needs. */
-export interface FlushableSink extends RunSink {
-  flush(): Promise<void>
-}
+export type { FlushableSink }
 
 export function windowStart (now: number, intervalMs: number): number {
   return now - (now % intervalMs)
@@ -30,7 +28,7 @@ function refused (message: string, retryAfterS: number): Error {
   return Object.assign(new QuotaExceededError(`${message}: retry in ${retryAfterS} s`), { headers: { 'retry-after': String(retryAfterS) } })
 }
 
-export class Quotas {
+export class Quotas implements RunQuotas {
   readonly #settings: QuotaSettings
   readonly #leaseMs: number
   readonly #log: FastifyBaseLogger

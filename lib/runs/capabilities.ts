@@ -3,6 +3,7 @@ import { iso } from '../stores/common.js'
 import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from '../stores/types.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
 import { randomId } from '../core/ids.js'
+import type { StatsRecorder } from './host.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
 /** the longest a timer can wait (about 24.8 days) */
@@ -32,11 +33,8 @@ function keeping (run: AgentRun, what: string): string {
   return run.sessionId
 }
 
-/** What the approvals' figures are kept in (ServiceStats). */
-export interface ApprovalFigures {
-  approvalsPending: number
-  recordApprovalWait(seconds: number): void
-}
+/** What the approvals' figures are told. */
+export type ApprovalFigures = Pick<StatsRecorder, 'gauge' | 'recordApprovalWait'>
 
 /** The store-backed `ctx.requestApproval`, `ctx.checkpoint` and the completion bookkeeping. */
 export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFigures): RunCapabilities {
@@ -75,7 +73,7 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     const timer = setTimeout(() => expiry.abort(), Math.max(0, expiresMs - Date.now()))
     timer.unref()
     let settled: ApprovalRecord | null
-    figures.approvalsPending++
+    figures.gauge('approvalsPending', 1)
     try {
       settled = await approvalStore.waitForDecision(approval.id, AbortSignal.any([run.signal, expiry.signal]))
     } catch (err) {
@@ -89,7 +87,7 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       settled = await approvalStore.expire(approval.id)
     } finally {
       clearTimeout(timer)
-      figures.approvalsPending--
+      figures.gauge('approvalsPending', -1)
     }
     // null: the record vanished from the store while pending; for the agent that is as good as expired.
     if (settled === null) return { approved: false, status: 'expired' }

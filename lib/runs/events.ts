@@ -1,4 +1,4 @@
-// The run event vocabulary (contract §14): which event types an agent may produce, and the shape of the
+// The run event vocabulary (README.md, "The event vocabulary"): which event types an agent may produce, and the shape of the
 // built-in ones. Checked on every event an agent yields or emits; the service's own events (run.*, approval.*,
 // checkpoint.*) go through AgentRun.emit directly and are not checked.
 

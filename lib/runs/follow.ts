@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import type { RunRecord, StoredEvent } from '../stores/types.js'
 import { endsRun } from './events.js'
 import { SseStream, formatSseEvent } from './sse.js'
@@ -36,7 +36,7 @@ function onFollowerClose (this: FollowerResponse): void {
  * attempt's terminal event followed by more (`run.requeued { reason: 'RESUMED' }`, the next attempt) is not the end.
  */
 export class RunFollower {
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #request: FastifyRequest
   readonly #runId: string
   readonly #stream: SseStream
@@ -51,7 +51,7 @@ export class RunFollower {
   /** while waiting for a full socket to drain: told when the run has new events */
   #onNews: (() => void) | null = null
 
-  constructor (service: AgentServiceCore, request: FastifyRequest, reply: FastifyReply, record: RunRecord, after: number) {
+  constructor (service: RunHost, request: FastifyRequest, reply: FastifyReply, record: RunRecord, after: number) {
     this.#service = service
     this.#request = request
     this.#runId = record.runId
@@ -61,7 +61,7 @@ export class RunFollower {
     const raw = reply.raw as FollowerResponse
     raw[FOLLOWER] = this
     raw.on('close', onFollowerClose)
-    service.stats.followers++
+    service.stats.gauge('followers', 1)
     // a rejoin from the terminal event's own id (or past it) ends at once, with no events
     if (record.status !== 'queued' && record.status !== 'running' && after >= record.lastSeq) {
       this.#finish()
@@ -124,7 +124,7 @@ export class RunFollower {
         next = this.#write(events, next, room, whole)
         if (next < 0) return
         if (this.#stream.buffered > bound) {
-          this.#service.stats.slowConsumers++
+          this.#service.stats.count('slowConsumers')
           this.#stream.cut()
           return
         }
@@ -183,7 +183,7 @@ export class RunFollower {
     this.#unwatch?.()
     this.#unwatch = null
     this.#service.heartbeat.delete(this.#stream)
-    this.#service.stats.followers--
+    this.#service.stats.gauge('followers', -1)
     this.#service.audit.record(this.#request, 200)
   }
 }

@@ -1,6 +1,6 @@
 import { AgentRun } from './run.js'
 import type { RunAbortCode, RunOptions, RunOutcome } from './run.js'
-import type { ServiceStats } from '../service/stats.js'
+import type { StatsRecorder } from './host.js'
 import type { RunStore } from '../stores/types.js'
 
 /** Every run in flight on this instance: counted, findable by id, abortable together on drain. */
@@ -8,11 +8,11 @@ export class RunRegistry {
   #active = new Map<string, AgentRun>()
   // what stops watching each run's record for a cancel made through another instance
   #unwatch = new Map<string, () => void>()
-  #stats: ServiceStats
+  #stats: StatsRecorder
   #store: RunStore
   #idle: Array<() => void> = []
 
-  constructor (stats: ServiceStats, store: RunStore) {
+  constructor (stats: StatsRecorder, store: RunStore) {
     this.#stats = stats
     this.#store = store
   }

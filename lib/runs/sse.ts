@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http'
 import { Socket } from 'node:net'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import type { AgentRun, RunEvent, RunListener } from './run.js'
 
 export const SSE_HEARTBEAT_MS = 15_000
@@ -209,7 +209,7 @@ function onSseClose (this: SseResponse): void {
  * an approval waiting) holds only this, its run and its session.
  */
 export class SseRun implements RunListener {
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #request: FastifyRequest
   readonly #run: AgentRun
   readonly #stream: SseStream
@@ -217,7 +217,7 @@ export class SseRun implements RunListener {
   // (and its data) for as long as an idle stream stays open
   #final: RunEvent | undefined
 
-  constructor (service: AgentServiceCore, request: FastifyRequest, reply: FastifyReply, run: AgentRun) {
+  constructor (service: RunHost, request: FastifyRequest, reply: FastifyReply, run: AgentRun) {
     this.#service = service
     this.#request = request
     this.#run = run
@@ -239,7 +239,7 @@ export class SseRun implements RunListener {
       // a reader this far behind is cut (a connection-bound run is cancelled by it, as by any disconnect), once: a
       // `continue` run goes on sending to the stream it cut, whose socket still says what it held
       if (this.#stream.open && this.#stream.buffered > this.#service.settings.maxStreamBufferBytes) {
-        this.#service.stats.slowConsumers++
+        this.#service.stats.count('slowConsumers')
         this.#stream.cut()
       }
     }
@@ -270,7 +270,7 @@ export class SseRun implements RunListener {
   async #end (): Promise<void> {
     // an idempotency key's record is written before the stream ends: a retry after the end is a replay
     await this.#service.settleStream(this.#request, this.#final)
-    // and its audit entry is in the store before the client sees the end (contract §19)
+    // and its audit entry is in the store before the client sees the end (docs/stores.md)
     await this.#service.audit.commit(this.#request, 200)
     this.#service.heartbeat.delete(this.#stream)
     this.#stream.end(this.#final)

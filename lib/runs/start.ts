@@ -4,7 +4,7 @@ import {
   RunSessionMismatchError, SessionBusyError, SessionNotFoundError
 } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import type { Agent, TraceContext } from '../core/types.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { Message, NewRun, RunRecord, RunSpec } from '../stores/types.js'
@@ -32,7 +32,7 @@ export interface RunCaller {
 }
 
 export interface PrepareRunOptions {
-  service: AgentServiceCore
+  service: RunHost
   agent: string
   request: RunRequestFields
   caller: RunCaller
@@ -85,7 +85,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       retentionMs: ephemeral ? EPHEMERAL_RETENTION_MS : settings.runRetentionMs,
       log: options.log,
       owner: service.worker.owner,
-      onFailure: () => { service.stats.runLogFailures++ },
+      onFailure: () => { service.stats.count('runLogFailures') },
       onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored({ runId, agent: record.agent, sessionId, principal: caller.principal }, events) }
     })),
@@ -98,7 +98,7 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
 }
 
 /**
- * A background run (§16): checked and stored as `queued` like any run request (the agent, the input, the session
+ * A background run (docs/runs.md): checked and stored as `queued` like any run request (the agent, the input, the session
  * as `multitask` says), then run by whichever instance sharing the run store has room. Resolves with its record.
  */
 export async function queueRun (options: PrepareRunOptions): Promise<RunRecord> {
@@ -127,7 +127,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   let resume: { step: number, state: unknown } | undefined
   let history: Message[] | undefined
   if (request.resumeRunId !== undefined) {
-    // Ownership first (contract §19): another principal's run, in flight or ended, is not found, never in progress.
+    // Ownership first (docs/auth-and-traffic.md): another principal's run, in flight or ended, is not found, never in progress.
     const resumeRunId = request.resumeRunId
     const checkpoint = await settings.checkpointStore.load(resumeRunId)
     if (checkpoint === null || checkpoint.agent !== name) {
@@ -146,7 +146,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
     history = session.messages
   }
 
-  // the quotas (§18) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
+  // the quotas (docs/auth-and-traffic.md) once the run's id is known, before anything of it is stored: a refusal leaves nothing behind
   // (without quotas, no await: an await of nothing still costs the run a tick)
   const admitted = service.quotas !== null && await service.quotas.admit(caller.principal, runId)
   try {
@@ -229,7 +229,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
  * Resumes the stored run under its id (its next attempt, its log going on); false when there is no record to
  * resume (past its retention: the caller stores it afresh). A run in progress anywhere is RUN_IN_PROGRESS.
  */
-async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolean> {
+async function reopened (service: RunHost, run: NewRun): Promise<boolean> {
   const result = await service.settings.runStore.reopen(run, { exclusive: true })
   switch (result.outcome) {
     case 'reopened':
@@ -244,7 +244,7 @@ async function reopened (service: AgentServiceCore, run: NewRun): Promise<boolea
 }
 
 /** The run's log, giving its quota slot back and counting its tokens at its end (with the `quotas` option). */
-function withQuota (service: AgentServiceCore, principal: string, runId: string, log: RunLog): RunSink {
+function withQuota (service: RunHost, principal: string, runId: string, log: RunLog): RunSink {
   return service.quotas === null ? log : service.quotas.sink(principal, runId, log)
 }
 
@@ -255,7 +255,7 @@ export const EPHEMERAL_RETENTION_MS = 1_000
  * Resolves once `sessionId` may be free again (its run ended, here or on another instance), once the run
  * `waiting` changed (a queued run cancelled meanwhile), or when the signal aborts.
  */
-function sessionFreed (service: AgentServiceCore, sessionId: string, waiting: string | null, signal: AbortSignal | undefined): Promise<void> {
+function sessionFreed (service: RunHost, sessionId: string, waiting: string | null, signal: AbortSignal | undefined): Promise<void> {
   const store = service.settings.runStore
   return new Promise((resolve) => {
     const done = (): void => {
@@ -271,7 +271,7 @@ function sessionFreed (service: AgentServiceCore, sessionId: string, waiting: st
 }
 
 /** Stores the run with its session taken, as `multitask` says when another run holds the session. */
-async function takeSession (service: AgentServiceCore, run: NewRun, multitask: Multitask, signal: AbortSignal | undefined): Promise<void> {
+async function takeSession (service: RunHost, run: NewRun, multitask: Multitask, signal: AbortSignal | undefined): Promise<void> {
   const store = service.settings.runStore
   const sessionId = run.record.sessionId!
   if (multitask === 'enqueue') {

@@ -1,7 +1,7 @@
 import { once } from 'node:events'
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify'
 import type { FastifyError } from '@fastify/error'
-import { Ajv } from 'ajv'
+import { createRequire } from 'node:module'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import type { WebSocket } from 'ws'
 import {
@@ -11,7 +11,7 @@ import {
 } from '../core/errors.js'
 import { jsonDeeperThan, unstorableText } from '../core/validation.js'
 import { requestContextOf } from '../core/request-context.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import { WsRunCancel, WsRunStart } from '../../schemas/websocket.js'
 import type { WsErrorFrame, WsRef } from '../../schemas/websocket.js'
 import type { AgentRun } from './run.js'
@@ -27,10 +27,15 @@ export const WS_CLOSE_GRACE_MS = 1_000
 
 type ErrorCode = WsErrorFrame['error']['code']
 
-const ajv = new Ajv({ allErrors: false, strict: false })
-const validators: Record<string, ValidateFunction> = {
-  'run.start': ajv.compile(WsRunStart),
-  'run.cancel': ajv.compile(WsRunCancel)
+// compiled on the first message of the process, not when the package is imported
+let compiled: Record<string, ValidateFunction> | null = null
+function validatorOf (type: string): ValidateFunction | undefined {
+  if (compiled === null) {
+    const { Ajv } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
+    const ajv = new Ajv({ allErrors: false, strict: false })
+    compiled = { 'run.start': ajv.compile(WsRunStart), 'run.cancel': ajv.compile(WsRunCancel) }
+  }
+  return compiled[type]
 }
 
 function describe (error: ErrorObject): string {
@@ -89,17 +94,17 @@ export class WebSocketHeartbeat {
   }
 }
 
-/** One client connection of the WebSocket transport (contract §8): its runs (at most WS_MAX_RUNS, counting those still being set up). */
+/** One client connection of the WebSocket transport (docs/runs.md): its runs (at most WS_MAX_RUNS, counting those still being set up). */
 export class Connection {
   readonly socket: WebSocket
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #request: FastifyRequest
   readonly #caller: RunCaller
   readonly #log: FastifyBaseLogger
   readonly #runs = new Map<string, AgentRun>()
   #starting = 0
 
-  constructor (socket: WebSocket, service: AgentServiceCore, request: FastifyRequest) {
+  constructor (socket: WebSocket, service: RunHost, request: FastifyRequest) {
     const context = requestContextOf(request)
     this.socket = socket
     this.#service = service
@@ -131,7 +136,7 @@ export class Connection {
     }
     const fields = message as Record<string, unknown>
     const ref = isRef(fields.ref) ? fields.ref : undefined
-    const validate = typeof fields.type === 'string' ? validators[fields.type] : undefined
+    const validate = typeof fields.type === 'string' ? validatorOf(fields.type) : undefined
     if (validate === undefined) {
       const type = JSON.stringify(fields.type ?? null).slice(0, 64)
       return this.#error(ref, new UnknownMessageTypeError(type))
@@ -220,7 +225,7 @@ export class Connection {
     this.socket.send(text)
     // a client this far behind is cut: its connection-bound runs end as with any disconnect
     if (this.socket.bufferedAmount > this.#service.settings.maxStreamBufferBytes) {
-      this.#service.stats.slowConsumers++
+      this.#service.stats.count('slowConsumers')
       this.socket.terminate()
     }
   }

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore } from '../service/service.js'
+import type { RunHost } from './host.js'
 import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
@@ -17,7 +17,7 @@ const CLAIM_POLL_MS = 5_000
 const SCAN_BATCH = 100
 
 /**
- * This instance's side of §16: every run it runs is held by a lease, renewed while the run runs; queued
+ * This instance's side of background runs (docs/runs.md): every run it runs is held by a lease, renewed while the run runs; queued
  * detachable runs (background runs, requeued runs) are claimed while there is room; runs whose instance is gone
  * (their lease lapsed) are requeued when their agent is resumable and they are detachable, else ended
  * `INSTANCE_LOST`. At a drain, claiming stops, and at its deadline the resumable detachable runs are handed off.
@@ -25,7 +25,7 @@ const SCAN_BATCH = 100
 export class RunWorker {
   /** this instance, as the run store knows it */
   readonly owner = randomId()
-  readonly #service: AgentServiceCore
+  readonly #service: RunHost
   readonly #leaseMs: number
   #log: FastifyBaseLogger | null = null
   #timers: NodeJS.Timeout[] = []
@@ -40,7 +40,7 @@ export class RunWorker {
   #renewing = false
   #scanning = false
 
-  constructor (service: AgentServiceCore) {
+  constructor (service: RunHost) {
     this.#service = service
     this.#leaseMs = service.settings.runLeaseMs
     this.#margin = Math.floor(this.#leaseMs / 3)
@@ -180,7 +180,7 @@ export class RunWorker {
       retentionMs: settings.runRetentionMs,
       log,
       owner: this.owner,
-      onFailure: () => { service.stats.runLogFailures++ },
+      onFailure: () => { service.stats.count('runLogFailures') },
       onLost: () => { service.runs.get(record.runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored(record, events) }
     })

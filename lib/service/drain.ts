@@ -8,7 +8,7 @@ const CUTOFF_GRACE_MS = 1_000
 const SWEEP_INTERVAL_MS = 50
 
 /**
- * The graceful shutdown of contract §4, in one place: refuse new work, let runs finish until the deadline,
+ * The graceful shutdown (docs/operations.md), in one place: refuse new work, let runs finish until the deadline,
  * abort the rest with SHUTDOWN, close the transports that stay open (WebSockets), and for a server this
  * service owns, stop accepting at once and close connections as they go idle.
  */

@@ -14,7 +14,7 @@ const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const
 const QUEUED_PAGE = 500
 
 /**
- * The Prometheus metrics of contract §18 on a prom-client Registry (the host's, or one of our own with the
+ * The Prometheus metrics (docs/operations.md) on a prom-client Registry (the host's, or one of our own with the
  * process metrics). Counters and gauges are read from the service's figures at scrape time, so a request pays
  * nothing for them; only the histograms are fed as runs end.
  */
@@ -167,7 +167,7 @@ export class ServiceMetrics {
       approvalWaited (seconds) { approvalWait.observe(seconds) },
       queueWaited (seconds) { queueWait.observe(seconds) }
     }
-    stats.observer = observer
+    stats.observe(observer)
   }
 
   /** The text exposition format, and its content type. */

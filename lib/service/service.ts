@@ -5,12 +5,13 @@ import { RunRegistry } from '../runs/registry.js'
 import { SseHeartbeat } from '../runs/sse.js'
 import { RunWorker } from '../runs/worker.js'
 import { AuditLog } from '../audit/log.js'
-import type { Access } from '../auth/credentials.js'
+import type { Access } from '../core/access.js'
 import { AUTH } from './composition.js'
 import { Drain } from './drain.js'
 import { MissingPluginError } from '../core/errors.js'
 import type { Settings } from './settings.js'
 import type { StoredEvent } from '../stores/types.js'
+import type { RunHost, RunIdentity, StoredEventsListener } from '../runs/host.js'
 import { ServiceStats } from './stats.js'
 import { WebhookDispatcher } from '../webhooks/dispatcher.js'
 import { Quotas } from '../quotas/quotas.js'
@@ -35,15 +36,7 @@ declare module 'fastify' {
   }
 }
 
-/** Who a run is: what a listener of its stored events (webhooks) needs beside the events. */
-export interface RunIdentity {
-  runId: string
-  agent: string
-  sessionId: string | null
-  principal: string
-}
-/** Told of a run's events once the run store has them (in order, each once per instance that stored it). */
-export type StoredEventsListener = (run: RunIdentity, events: readonly StoredEvent[]) => void
+export type { RunIdentity, StoredEventsListener }
 
 export type AccessCheck = (request: FastifyRequest, access: Access, agent?: string) => boolean
 /** Settles what a streamed run's request holds (an idempotency key) before its stream ends. */
@@ -64,7 +57,7 @@ const nothingToSettle: StreamSettler = async () => {}
  * log, the drain. Cross-cutting operations hang off it, so that a route never imports another plugin: the auth
  * plugin installs the access check, the idempotency plugin the settling of streamed runs.
  */
-export class AgentServiceCore {
+export class AgentServiceCore implements RunHost {
   readonly settings: Settings
   readonly stats: ServiceStats
   readonly runs: RunRegistry
@@ -91,7 +84,7 @@ export class AgentServiceCore {
     this.worker = new RunWorker(this)
     this.drain = new Drain(this.runs, this.worker)
     this.capabilities = storeCapabilities(settings, this.stats)
-    this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log)
+    this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log, settings.injected.webhookTuning)
     this.quotas = settings.quotas === null ? null : new Quotas(settings.quotas, settings.runLeaseMs, log)
   }
 

@@ -1,6 +1,6 @@
-import { Ajv } from 'ajv'
+import { createRequire } from 'node:module'
 import type { Registry } from 'prom-client'
-import type { ErrorObject } from 'ajv'
+import type { ErrorObject, ValidateFunction } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
 import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
 import { jwtAlgorithms } from '../auth/credentials.js'
@@ -12,6 +12,8 @@ import { compileAgentSchemas } from '../core/agent-schemas.js'
 import type { CompiledAgentSchemas } from '../core/agent-schemas.js'
 import { resolveWebhooks, webhookProblems } from '../webhooks/options.js'
 import type { WebhookSettings } from '../webhooks/options.js'
+import type { WebhookTuning } from '../webhooks/dispatcher.js'
+import type { RunSettings } from '../runs/host.js'
 import type { QuotaSettings } from '../quotas/quotas.js'
 import type { HealthProbe } from '../core/health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
@@ -50,7 +52,7 @@ export interface AdminApiSettings {
 }
 
 /** The options, checked and resolved once at registration. Frozen: nothing changes it afterwards. */
-export interface Settings {
+export interface Settings extends RunSettings {
   readonly agents: ReadonlyMap<string, Agent>
   /** each agent with an `input` or `output` schema: its input's validator and both as JSON Schema, made once */
   readonly agentSchemas: ReadonlyMap<string, CompiledAgentSchemas>
@@ -100,20 +102,54 @@ export interface Settings {
   readonly drainTimeoutMs: number
   /** the host's prom-client Registry (`metrics.registry`); null: the Admin API makes its own */
   readonly metricsRegistry: Registry | null
+  /** per-service replacements (tests): see INJECT */
+  readonly injected: Injected
 }
 
-const ajv = new Ajv({ allErrors: true, strict: false })
+/**
+ * Per-service replacements, for tests, given as `{ ...options, [INJECT]: { … } }`: how fast the webhooks retry, what
+ * loads the A2A and MCP modules. Outside the documented options (a symbol key: the options schema sees string keys only), and
+ * held by one service, never by the process.
+ */
+export const INJECT = Symbol.for('fastify-agents.inject')
+export interface Injected {
+  readonly webhookTuning?: Partial<WebhookTuning>
+  /** resolves to the A2A module (lib/frontends/a2a/protocol.ts) */
+  readonly a2aLoader?: () => Promise<unknown>
+  /** resolves to the MCP module (lib/frontends/mcp/server.ts) */
+  readonly mcpLoader?: () => Promise<unknown>
+}
+
 const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
   const missing = methods.filter((m) => typeof (data as Record<string, unknown>)?.[m] !== 'function')
   if (missing.length === 0) return true
   checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m}()`).join(', ')}`, params: { missing } }]
   return false
 }
-ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
-const validateOptions = ajv.compile(OptionsSchema)
-const validateApiKeyAuth = ajv.compile(ApiKeyAuthOptions)
-const validateJwtAuth = ajv.compile(JwtAuthOptions)
-const validateAdminApi = ajv.compile(AdminApiSchema)
+
+interface Validators {
+  options: ValidateFunction
+  apiKeyAuth: ValidateFunction
+  jwtAuth: ValidateFunction
+  adminApi: ValidateFunction
+}
+let compiled: Validators | null = null
+
+/** The options' validators, compiled once, on first use: importing the package compiles nothing (bench/import.js). */
+function validators (): Validators {
+  if (compiled !== null) return compiled
+  // required here, not imported: the package's import loads no Ajv either
+  const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
+  const ajv = new AjvClass({ allErrors: true, strict: false })
+  ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
+  compiled = {
+    options: ajv.compile(OptionsSchema),
+    apiKeyAuth: ajv.compile(ApiKeyAuthOptions),
+    jwtAuth: ajv.compile(JwtAuthOptions),
+    adminApi: ajv.compile(AdminApiSchema)
+  }
+  return compiled
+}
 
 const agentName = new RegExp(AgentNamePattern)
 let adminApiTrueWarned = false
@@ -157,6 +193,7 @@ function adminApiProblems (adminApi: AdminApiOptions): string[] {
 function authProblems (auth: unknown): string[] {
   if (typeof auth !== 'object' || auth === null) return ['/auth must be object']
   const strategy = (auth as { strategy?: unknown }).strategy
+  const { apiKeyAuth: validateApiKeyAuth, jwtAuth: validateJwtAuth } = validators()
   if (strategy === 'api-key') return validateApiKeyAuth(auth) ? [] : describe(validateApiKeyAuth.errors, '/auth')
   if (strategy !== 'jwt') return ['/auth/strategy must be "api-key" or "jwt"']
   if (!validateJwtAuth(auth)) return describe(validateJwtAuth.errors, '/auth')
@@ -194,6 +231,7 @@ function agentProblems (name: string, agent: Agent | null | undefined, compiled:
 export function resolveSettings (options: AgentServiceOptions): Settings {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('/ must be object')
   const problems: string[] = []
+  const { options: validateOptions, adminApi: validateAdminApi } = validators()
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
   const agentSchemas = new Map<string, CompiledAgentSchemas>()
@@ -343,6 +381,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     trustProxy: options.trustProxy ?? false,
     docs: options.docs ?? false,
     drainTimeoutMs: options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS,
-    metricsRegistry: options.metrics?.registry ?? null
+    metricsRegistry: options.metrics?.registry ?? null,
+    injected: (options as { [INJECT]?: Injected })[INJECT] ?? {}
   })
 }

@@ -1,5 +1,6 @@
 import { Histogram } from '../core/histogram.js'
 import type { RunOutcome } from '../runs/run.js'
+import type { StatsCounter, StatsGauge, StatsRecorder } from '../runs/host.js'
 
 interface TokenCount { input: number, output: number }
 
@@ -25,7 +26,7 @@ class AgentFigures {
  * The service's own figures. Admin requests are counted apart so that watching the service does not
  * change what it reports.
  */
-export class ServiceStats {
+export class ServiceStats implements StatsRecorder {
   readonly #startedAt = Date.now()
   readonly since = new Date(this.#startedAt).toISOString()
   #requests = 0
@@ -37,25 +38,42 @@ export class ServiceStats {
   #tokens: TokenCount = { input: 0, output: 0 }
   #latency = new Histogram()
   #agents = new Map<string, AgentFigures>()
-  auditFailures = 0
-  /** run-store writes that failed (the event log lags or has lost events) */
-  runLogFailures = 0
-  /** streams following a run's log (`/v1/runs/:runId/events`) open now */
-  followers = 0
-  /** connections cut for staying too far behind (maxStreamBufferBytes) */
-  slowConsumers = 0
+  readonly #counters: Record<StatsCounter, number> = { runLogFailures: 0, slowConsumers: 0, auditFailures: 0 }
+  readonly #gauges: Record<StatsGauge, number> = { followers: 0, approvalsPending: 0 }
   /** how long claimed runs waited in the queue, in seconds (for the metrics) */
   readonly queueWaits = new Histogram()
   readonly #webhookDeliveries = new Map<string, number>()
   // by route pattern: requests answered 1xx..5xx
   readonly #routes = new Map<string, number[]>()
+  #observer: StatsObserver | null = null
+
+  /** audit entries the store did not take */
+  get auditFailures (): number { return this.#counters.auditFailures }
+  /** run-store writes that failed (the event log lags or has lost events) */
+  get runLogFailures (): number { return this.#counters.runLogFailures }
+  /** connections cut for staying too far behind (maxStreamBufferBytes) */
+  get slowConsumers (): number { return this.#counters.slowConsumers }
+  /** streams following a run's log (`/v1/runs/:runId/events`) open now */
+  get followers (): number { return this.#gauges.followers }
   /** approvals that runs on this instance wait for now */
-  approvalsPending = 0
-  observer: StatsObserver | null = null
+  get approvalsPending (): number { return this.#gauges.approvalsPending }
+
+  count (counter: StatsCounter, by = 1): void {
+    this.#counters[counter] += by
+  }
+
+  gauge (gauge: StatsGauge, delta: 1 | -1): void {
+    this.#gauges[gauge] += delta
+  }
+
+  /** The metrics' histograms, told as it happens (with the Admin API). */
+  observe (observer: StatsObserver): void {
+    this.#observer = observer
+  }
 
   /** A run here waited this long for a person's decision. */
   recordApprovalWait (seconds: number): void {
-    this.observer?.approvalWaited(seconds)
+    this.#observer?.approvalWaited(seconds)
   }
 
   /** Requests (not the Admin API's) by route pattern, each with its counts of 1xx..5xx answers. */
@@ -72,7 +90,7 @@ export class ServiceStats {
     return this.#agents.keys()
   }
 
-  /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (§16); 'lost' for a delivery the outbox never took. */
+  /** One webhook delivery attempt ended: `outcome` 'delivered', 'retried' or 'failed' (docs/webhooks.md); 'lost' for a delivery the outbox never took. */
   recordWebhookDelivery (outcome: string): void {
     this.#webhookDeliveries.set(outcome, (this.#webhookDeliveries.get(outcome) ?? 0) + 1)
   }
@@ -83,7 +101,7 @@ export class ServiceStats {
 
   recordQueueWait (seconds: number): void {
     this.queueWaits.record(Math.max(0, seconds) * 1000)
-    this.observer?.queueWaited(Math.max(0, seconds))
+    this.#observer?.queueWaited(Math.max(0, seconds))
   }
 
   constructor (agentNames: Iterable<string>) {
@@ -123,7 +141,7 @@ export class ServiceStats {
     // a run that goes on elsewhere is neither completed nor failed here
     if (outcome.status === 'detached') return
     figures.latency.record(outcome.durationMs)
-    this.observer?.runEnded(agent, outcome.durationMs, firstEventMs)
+    this.#observer?.runEnded(agent, outcome.durationMs, firstEventMs)
     if (outcome.status === 'completed') {
       this.#runs.completed++
       figures.completed++

@@ -1,4 +1,4 @@
-// Store deadlines (contract §19): every store call made while serving a request settles within `storeTimeoutMs`.
+// Store deadlines (docs/stores.md): every store call made while serving a request settles within `storeTimeoutMs`.
 // The options resolve each configured store into a wrapper once (lib/service/settings.ts), so that no call site can
 // forget it: a call past its deadline, or failing because the backend cannot be reached, rejects with
 // 503 STORE_UNAVAILABLE, and a request in an outage is answered instead of hanging for its length.

@@ -8,8 +8,7 @@ export type DriverName = 'pg' | 'ioredis' | 'better-sqlite3'
 export type DriverLoader = (name: DriverName) => unknown
 
 const require = createRequire(import.meta.url)
-const defaultLoader: DriverLoader = (name) => require(name)
-let loader = defaultLoader
+const requireDriver: DriverLoader = (name) => require(name)
 
 // what to install: better-sqlite3 13 needs Node 22 and is not in the peer range yet, and npm picks it on Node 22
 const installSpec: Record<DriverName, string> = { pg: 'pg', ioredis: 'ioredis', 'better-sqlite3': 'better-sqlite3@12' }
@@ -20,18 +19,15 @@ function isMissing (error: unknown, name: DriverName): boolean {
   return code === 'MODULE_NOT_FOUND' && typeof message === 'string' && message.startsWith(`Cannot find module '${name}'`)
 }
 
-/** The driver's module; `user` names what needs it (`sqliteStores()`), for the error when it is not installed. */
-export function loadDriver<T> (name: DriverName, user: string): T {
+/**
+ * The driver's module; `user` names what needs it (`sqliteStores()`), for the error when it is not installed. `load`
+ * is Node's require (tests give another, to see what a failed load answers).
+ */
+export function loadDriver<T> (name: DriverName, user: string, load: DriverLoader = requireDriver): T {
   try {
-    return loader(name) as T
+    return load(name) as T
   } catch (error) {
     if (isMissing(error, name)) throw new MissingDriverError(user, name, installSpec[name])
     throw error
   }
-}
-
-/** Replaces the loader (tests simulate a missing driver through it); returns the function that restores the default. */
-export function useDriverLoader (replacement: DriverLoader): () => void {
-  loader = replacement
-  return () => { loader = defaultLoader }
 }

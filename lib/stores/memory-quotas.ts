@@ -1,4 +1,4 @@
-// The in-process counts of the `quotas` option (contract §18): one instance's runs only. Everything happens in one
+// The in-process counts of the `quotas` option (docs/auth-and-traffic.md): one instance's runs only. Everything happens in one
 // tick of the event loop, so an acquire is atomic without a lock.
 import type { QuotaSlot, QuotaStore } from './types.js'
 

@@ -1,4 +1,4 @@
-// The PostgreSQL counts of the `quotas` option (contract §18), shared by every instance on the database: slots and
+// The PostgreSQL counts of the `quotas` option (docs/auth-and-traffic.md), shared by every instance on the database: slots and
 // token windows in two tables. An acquire is one short transaction under `pg_advisory_xact_lock` on the principal, so
 // that instances admitting runs of one principal at once queue on it (and never admit more than the quota between
 // them), while other principals go on. Times are epoch milliseconds (bigint).

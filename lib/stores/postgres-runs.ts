@@ -163,7 +163,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
 
   protected ddl (): string {
     // `created_seq` is the order of creation lists follow (runs created in one millisecond too). `owner` and
-    // `lease_until` are a running run's lease (contract §16): the lapsed ones are found by a partial index.
+    // `lease_until` are a running run's lease (docs/runs.md): the lapsed ones are found by a partial index.
     return `
       CREATE TABLE IF NOT EXISTS ${this.#runs} (
         run_id text PRIMARY KEY, created_seq bigserial NOT NULL, agent text NOT NULL, session_id text, principal text NOT NULL,

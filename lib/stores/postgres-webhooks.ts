@@ -1,4 +1,4 @@
-// The PostgreSQL outbox of webhook deliveries (contract §16), shared by every instance on the database: deliveries
+// The PostgreSQL outbox of webhook deliveries (docs/webhooks.md), shared by every instance on the database: deliveries
 // and their attempts in two tables. A claim is one statement taking due rows `FOR UPDATE SKIP LOCKED`, so instances
 // claiming at once never take the same delivery (nor wait on each other); a record is one statement too. A delivery's
 // `due_at` is when it is next due, or, while claimed, when its lease runs out. Times are epoch milliseconds (bigint).

@@ -490,7 +490,7 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
       CREATE TABLE IF NOT EXISTS ${this.table('idempotency')} (
         key text PRIMARY KEY, fingerprint text NOT NULL, state text NOT NULL, response jsonb,
         created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, locked_until timestamptz NOT NULL, token text);
-      -- the reservation's token (contract §19), added to a table made before it: a record without one is held by nobody
+      -- the reservation's token (docs/auth-and-traffic.md), added to a table made before it: a record without one is held by nobody
       ALTER TABLE ${this.table('idempotency')} ADD COLUMN IF NOT EXISTS token text;
       CREATE INDEX IF NOT EXISTS ${this.index('idempotency_expires')} ON ${this.table('idempotency')} (expires_at);`
   }

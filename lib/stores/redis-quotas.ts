@@ -1,4 +1,4 @@
-// The Redis counts of the `quotas` option (contract §18), shared by every instance on the server. A principal's slots
+// The Redis counts of the `quotas` option (docs/auth-and-traffic.md), shared by every instance on the server. A principal's slots
 // are a sorted set (`quota:slots:<principal>`) of slot ids by expiry, so that an acquire is one Lua script: forget the
 // expired, count, add. `quota:slot-sets` holds each principal's set by its latest expiry, for the purge. A window's
 // tokens are a counter (`quota:tokens:<start>:<principal>`) that expires on its own (a TTL of twice the window from its

@@ -1,7 +1,7 @@
 // The Redis run store, shared by every instance on the server. A run is a hash (`run:<id>`) and a list of its
 // events (`run-events:<id>`); a session's lock is a key (`run-session:<id>`) naming the run that holds it; sorted
 // sets by order of creation (a counter, `runs:seq`) list the runs (all, per session, per agent, per status) and
-// `runs:expiring` the ended ones by expiry. Leases (contract §16): a running run's hash names its `owner` and
+// `runs:expiring` the ended ones by expiry. Leases (docs/runs.md): a running run's hash names its `owner` and
 // `leaseUntil`; `runs:leases` lists the leased runs by `leaseUntil` (so that lapsed ones are a range) and `runs:queue`
 // the queued detachable runs by order of creation (what `claim` takes from). Every write is one Lua script, which
 // publishes what it changed on the store's channel; each store listens on a connection of its own (a duplicate of

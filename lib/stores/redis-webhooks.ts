@@ -1,4 +1,4 @@
-// The Redis outbox of webhook deliveries (contract §16), shared by every instance on the server. A delivery is a hash
+// The Redis outbox of webhook deliveries (docs/webhooks.md), shared by every instance on the server. A delivery is a hash
 // (`wh:<id>`); `wh:due` is a sorted set of the pending ones by when each is next due (while claimed, when its lease
 // runs out), so that a claim is one Lua script over it and instances claiming at once never take the same delivery.
 // Ended deliveries wait in `wh:ended` by expiry. An attempt is a JSON string (`wh-attempt:<seq>`, seq from a counter),

@@ -1,4 +1,4 @@
-// The SQLite counts of the `quotas` option (contract §18): slots and token windows in two tables of the file. An
+// The SQLite counts of the `quotas` option (docs/auth-and-traffic.md): slots and token windows in two tables of the file. An
 // acquire is one IMMEDIATE transaction (the write lock first), so that processes sharing the file never admit more
 // than the quota between them.
 import type Database from 'better-sqlite3'

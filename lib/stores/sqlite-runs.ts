@@ -90,7 +90,7 @@ function runStatements (db: Db, prefix: string) {
   const queue = `"${prefix}run_queue"`
   // `created_seq` is the order of creation lists follow (runs created in one millisecond too; AUTOINCREMENT: never
   // reused) and the order queued runs are claimed in. `owner` and `lease_until` are the lease of a running run
-  // (contract §16); runs_lease holds the running runs only, `status` leading it all the same (else the planner
+  // (docs/runs.md); runs_lease holds the running runs only, `status` leading it all the same (else the planner
   // prefers runs_status). `run_queue` holds one counter, bumped by every write that gives claimers something new:
   // other processes poll that one row rather than the queue.
   db.exec(`

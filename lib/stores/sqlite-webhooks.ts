@@ -1,4 +1,4 @@
-// The SQLite outbox of webhook deliveries (contract §16): deliveries and their attempts in two tables of the file.
+// The SQLite outbox of webhook deliveries (docs/webhooks.md): deliveries and their attempts in two tables of the file.
 // A claim is one IMMEDIATE transaction (the write lock first), so that processes sharing the file never claim the
 // same delivery; a delivery's `due_at` is when it is next due, or, while claimed, when its lease runs out.
 import type Database from 'better-sqlite3'

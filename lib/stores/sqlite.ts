@@ -509,7 +509,7 @@ function idempotencyStatements (db: Db, table: string) {
       created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, locked_until INTEGER NOT NULL, token TEXT);
     CREATE INDEX IF NOT EXISTS "${table}_expires" ON "${table}" (expires_at);
   `)
-  // the reservation's token (contract §19), added to a table made before it: a record without one is held by nobody
+  // the reservation's token (docs/auth-and-traffic.md), added to a table made before it: a record without one is held by nobody
   const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${table}')`).all()
   if (!columns.some((column) => column.name === 'token')) db.exec(`ALTER TABLE "${table}" ADD COLUMN token TEXT`)
   // Takes the key over only when the holder is dead (lease passed) or its record expired.

@@ -195,7 +195,7 @@ export interface IdempotencyStore {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// runs (contract §15): a record and an event log per run
+// runs (docs/runs.md): a record and an event log per run
 
 export type { RunRecord, RunStatus }
 
@@ -206,7 +206,7 @@ export interface StoredEvent {
   data: string
 }
 
-/** What a run needs to be started again elsewhere (a background run, §16): JSON. */
+/** What a run needs to be started again elsewhere (a background run, docs/runs.md): JSON. */
 export interface RunSpec {
   input: unknown
   metadata?: Record<string, unknown>
@@ -216,7 +216,7 @@ export interface RunSpec {
   frontend?: Record<string, unknown>
 }
 
-/** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (contract §16). */
+/** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (docs/runs.md). */
 export interface RunLease {
   owner: string
   until: number
@@ -401,7 +401,7 @@ export interface RunStore {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// webhooks (contract §16): the outbox of deliveries and their attempts
+// webhooks (docs/webhooks.md): the outbox of deliveries and their attempts
 
 export type { WebhookAttempt, WebhookOutcome }
 
@@ -500,7 +500,7 @@ export type StoreMethodsMatch = [
 ]
 
 // ---------------------------------------------------------------------------------------------------------
-// quotas (contract §18): runs in progress per principal as leased slots, tokens per principal per fixed window
+// quotas (docs/auth-and-traffic.md): runs in progress per principal as leased slots, tokens per principal per fixed window
 
 /** A run's place in its principal's count of runs in progress: `slotId` is the run's id. */
 export interface QuotaSlot {

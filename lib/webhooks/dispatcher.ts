@@ -1,4 +1,4 @@
-// Webhooks (contract §16): the events a run stores are put in an outbox (the webhook store), and delivered from
+// Webhooks (docs/webhooks.md): the events a run stores are put in an outbox (the webhook store), and delivered from
 // it by whichever instance claims them, signed the Standard Webhooks way by the `standardwebhooks` package.
 import { createHash } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
@@ -7,7 +7,7 @@ import { iso } from '../stores/common.js'
 import type { NewWebhookDelivery, StoredEvent, WebhookAttempt, WebhookDelivery, WebhookOutcome } from '../stores/types.js'
 import type { WebhookPayload } from '../../schemas/webhooks.js'
 import { randomId } from '../core/ids.js'
-import type { AgentServiceCore, RunIdentity } from '../service/service.js'
+import type { RunIdentity, StatsRecorder, StoredEventsListener } from '../runs/host.js'
 import { packageVersion } from '../core/version.js'
 import type { WebhookSettings } from './options.js'
 
@@ -41,22 +41,18 @@ export const DEFAULT_WEBHOOK_TUNING: Readonly<WebhookTuning> = Object.freeze({
   maxBacklog: 10_000
 })
 
-let tuning: Readonly<WebhookTuning> = DEFAULT_WEBHOOK_TUNING
-
-/**
- * Changes the tuning of the services created from now on (tests run retries and give-ups in seconds); returns the
- * function that restores the defaults, whose timings are the contract's.
- */
-export function useWebhookTuning (changes: Partial<WebhookTuning>): () => void {
-  tuning = Object.freeze({ ...DEFAULT_WEBHOOK_TUNING, ...changes })
-  return () => { tuning = DEFAULT_WEBHOOK_TUNING }
+/** What the dispatcher needs of the service: its figures, whether it drains, and the run events as they are stored. */
+export interface WebhookHost {
+  readonly stats: Pick<StatsRecorder, 'recordWebhookDelivery'>
+  readonly drain: { readonly draining: boolean }
+  onStoredEvents(listener: StoredEventsListener): void
 }
 
 /**
  * The wait after failed attempt number `attempt`: doubling from `firstRetryMs` up to `maxRetryMs`, give or take 20 %
  * so that deliveries failing together (an endpoint down) do not all come back together.
  */
-export function retryDelay (attempt: number, given: Readonly<WebhookTuning> = tuning, random = Math.random()): number {
+export function retryDelay (attempt: number, given: Readonly<WebhookTuning> = DEFAULT_WEBHOOK_TUNING, random = Math.random()): number {
   const base = Math.min(given.firstRetryMs * 2 ** Math.min(attempt - 1, 40), given.maxRetryMs)
   return Math.round(base * (0.8 + 0.4 * random))
 }
@@ -95,7 +91,7 @@ export function describeFailure (error: unknown, timeoutMs: number): string {
 export class WebhookDispatcher {
   /** this instance, as the outbox's leases know it */
   readonly owner = randomId()
-  readonly #service: AgentServiceCore
+  readonly #service: WebhookHost
   readonly #settings: WebhookSettings
   readonly #tuning: Readonly<WebhookTuning>
   readonly #signer: Webhook
@@ -109,10 +105,11 @@ export class WebhookDispatcher {
   #timer: NodeJS.Timeout | undefined
   #running = false
 
-  constructor (service: AgentServiceCore, settings: WebhookSettings, log: FastifyBaseLogger) {
+  /** `tuning`: the defaults' timings are the ones documented (docs/webhooks.md); tests run retries in milliseconds */
+  constructor (service: WebhookHost, settings: WebhookSettings, log: FastifyBaseLogger, tuning: Partial<WebhookTuning> = {}) {
     this.#service = service
     this.#settings = settings
-    this.#tuning = tuning
+    this.#tuning = Object.freeze({ ...DEFAULT_WEBHOOK_TUNING, ...tuning })
     this.#signer = new Webhook(settings.secret)
     this.#log = log
     service.onStoredEvents((run, events) => this.#told(run, events))

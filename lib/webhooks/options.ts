@@ -1,4 +1,4 @@
-// The `webhooks` option (contract §16), beyond what its JSON schema says: the URL's scheme, the secret's form,
+// The `webhooks` option (docs/webhooks.md), beyond what its JSON schema says: the URL's scheme, the secret's form,
 // the event types. Each problem is named by its JSON pointer, for the one message of an invalid options error.
 import { CUSTOM_EVENT_TYPE, MAX_EVENT_TYPE_LENGTH, RESERVED_EVENT_PREFIXES } from '../runs/events.js'
 import type { WebhookStore } from '../stores/types.js'
@@ -9,7 +9,7 @@ export const DEFAULT_WEBHOOK_RETENTION_MS = 7 * 24 * 60 * 60_000
 /** The Standard Webhooks specification's least secret: 24 bytes. */
 export const MIN_WEBHOOK_SECRET_BYTES = 24
 
-/** The service's own event types (contract §14); any other must be a custom type an agent may produce. */
+/** The service's own event types (README.md, "The event vocabulary"); any other must be a custom type an agent may produce. */
 export const BUILT_IN_EVENT_TYPES: ReadonlySet<string> = new Set([
   'run.started', 'message.delta', 'reasoning.delta', 'tool.call.delta', 'tool.call', 'tool.result', 'approval.requested',
   'approval.decided', 'checkpoint.saved', 'run.requeued', 'run.completed', 'run.failed'

@@ -1,6 +1,5 @@
 import { createRequire } from 'node:module'
 import t from 'tap'
-import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { Chat } from '@ai-sdk/react'
@@ -15,7 +14,7 @@ import { z } from 'zod'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
 import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
-import { build, eventually, listen, parseSse } from '../helper.js'
+import { build, eventually, keepAlive, listen, parseSse } from '../helper.js'
 import { openSse, openWs } from '../helpers/streams.js'
 
 // test/adapters/ai-sdk-majors.test.ts runs this file against ai 6 too (what Node 20 installs). ai 7's models speak
@@ -65,11 +64,6 @@ function lastToolOutput (prompt: Prompt): { type: string, value?: unknown, reaso
 }
 
 /** The approval's expiry timer is unref'ed; with inject() and no socket, nothing else keeps the process up. */
-function keepAlive (t: Test): void {
-  const timer = setInterval(() => {}, 1_000)
-  t.teardown(() => clearInterval(timer))
-}
-
 async function pendingApproval (app: FastifyInstance): Promise<ApprovalRecord> {
   return eventually(async () => {
     const res = await app.inject({ method: 'GET', url: '/v1/approvals' })

@@ -6,18 +6,12 @@ import { END, interrupt, MemorySaver, MessagesAnnotation, START, StateGraph } fr
 import { langGraphAgent } from '../../adapters/langchain.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import type { StoreSet } from '../../lib/stores/types.js'
-import { build, listen } from '../helper.js'
+import { build, closeStores, listen } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 import { openSse } from '../helpers/streams.js'
 
 function storesOn (schema: string): Required<StoreSet> {
   return postgresStores({ connectionString: pgUrl(), schema })
-}
-
-async function closeStores (...sets: Array<Required<StoreSet>>): Promise<void> {
-  for (const set of sets) {
-    await Promise.all([set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency.store, set.runStore].map((s) => s.close?.()))
-  }
 }
 
 /** A graph that asks before it refunds; `resumed` counts how often the refund node ran past its interrupt. */
@@ -44,7 +38,7 @@ if (await requirePg(t)) {
     const a = await listen(t, { agents: { refunds: langGraphAgent(graph) }, ...storesA })
     // B serves the same agent name but never runs it: it only decides
     const b = build(t, { agents: { refunds: langGraphAgent(refundGraph().graph) }, ...storesB })
-    t.teardown(() => closeStores(storesA, storesB))
+    t.teardown(() => closeStores([storesA, storesB]))
 
     const stream = await openSse(a.url, '/v1/agents/refunds/runs', { input: 'Refund order 42' })
     const approval = (await stream.next('approval.requested')).data.approval

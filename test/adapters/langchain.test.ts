@@ -1,5 +1,4 @@
 import t from 'tap'
-import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
@@ -15,15 +14,10 @@ import { z } from 'zod'
 import { langGraphAgent } from '../../adapters/langchain.js'
 import type { InterruptDecision } from '../../adapters/langchain.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
-import { build, eventually, parseSse } from '../helper.js'
+import { build, eventually, keepAlive, parseSse } from '../helper.js'
 
 
 /** The approval's expiry timer is unref'ed; with inject() and no socket, nothing else keeps the process up. */
-function keepAlive (t: Test): void {
-  const timer = setInterval(() => {}, 1_000)
-  t.teardown(() => clearInterval(timer))
-}
-
 async function decide (app: FastifyInstance, body: { approved: boolean, comment?: string }): Promise<ApprovalRecord> {
   const approval = await eventually(async () => {
     const res = await app.inject({ method: 'GET', url: '/v1/approvals' })

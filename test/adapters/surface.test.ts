@@ -1,26 +1,13 @@
 // The adapters' public surface, and the promise that neither is loaded unless imported: `ai` and `@langchain/*`
 // are optional peers, so nothing outside adapters/ may import them, and the AI SDK adapter imports only its types.
 import t from 'tap'
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import * as aiSdk from '../../adapters/ai-sdk.js'
 import * as langchain from '../../adapters/langchain.js'
+import { projectRoot, sources } from '../helpers/files.js'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
-
-function sources (dir: string): string[] {
-  return readdirSync(join(root, dir)).flatMap((name) => {
-    const path = join(dir, name)
-    if (statSync(join(root, path)).isDirectory()) return sources(path)
-    return name.endsWith('.ts') && !name.endsWith('.d.ts') ? [path] : []
-  })
-}
 
 const peer = /(?:^|\n)\s*(import|export)(\s+type)?[^'";]*?from\s+['"](ai|ai\/[^'"]*|@langchain\/[^'"]+)['"]|import\(\s*['"](ai|@langchain\/[^'"]+)['"]\s*\)/g
 

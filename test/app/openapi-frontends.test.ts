@@ -1,4 +1,4 @@
-// The front-end routes (§17) in the OpenAPI document: their bodies, their error statuses and their media types
+// The front-end routes (docs/front-ends.md) in the OpenAPI document: their bodies, their error statuses and their media types
 // (the UI message stream, AG-UI's and A2A's event streams are text/event-stream; A2A also answers JSON-RPC as JSON).
 import t from 'tap'
 import SwaggerParser from '@apidevtools/swagger-parser'

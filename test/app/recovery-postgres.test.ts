@@ -1,4 +1,4 @@
-// The faults of contract §16 for real: instances in processes of their own on one PostgreSQL schema, killed with
+// The faults of background runs (docs/runs.md) for real: instances in processes of their own on one PostgreSQL schema, killed with
 // SIGKILL (drained one after the other: recovery-postgres-rolling.test.ts; the store frozen:
 // recovery-postgres-frozen.test.ts). The agents record what they execute (test/fixtures/recovery-instance.ts). The agents record what they execute
 // (test/fixtures/recovery-instance.ts): no run is executed by two instances at once, none twice over.

@@ -8,8 +8,7 @@ import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import Fastify from 'fastify'
 import { build as bundle } from 'esbuild'
 import { chromium } from 'playwright-core'
@@ -21,15 +20,11 @@ import fastifyAgents from '../../index.js'
 import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
 import { scripted } from '../helpers/frontends.js'
 import { requireService } from '../helpers/services.js'
+import { projectRoot } from '../helpers/files.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const KEY = 'browser-key-0123456789'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
 
 /**

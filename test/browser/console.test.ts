@@ -7,8 +7,7 @@ import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { chromium } from 'playwright-core'
 import type { BrowserContext, Page } from 'playwright-core'
 import { Type } from '@sinclair/typebox'
@@ -16,16 +15,12 @@ import type { Test } from 'tap'
 import type { Agent } from '../../lib/core/types.js'
 import { auditEntries, eventually, listen } from '../helper.js'
 import { requireService } from '../helpers/services.js'
+import { projectRoot } from '../helpers/files.js'
 
 const CHROMIUM = '/usr/bin/chromium'
 const KEY = 'console-key-0123456789'
 const ADMIN_TOKEN = 'console-admin-token'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 
 /** Chromium on a fresh profile, every request that leaves the origin refused and listed, page errors collected. */
 async function openBrowser (t: Test, origin: string): Promise<{ browser: BrowserContext, page: Page, failures: string[], elsewhere: string[] }> {

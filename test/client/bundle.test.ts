@@ -1,16 +1,9 @@
 // fastify-agents/client ships to browsers: the built module (what dist/client/index.js is) bundled for a browser
 // pulls in nothing of the server — no fastify, ajv, pino, TypeBox, no Node built-in — only itself and its SSE parser.
-import { existsSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import t from 'tap'
+import { projectRoot } from '../helpers/files.js'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
 
 const PARSER = '/node_modules/eventsource-parser/'

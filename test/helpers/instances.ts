@@ -1,5 +1,5 @@
 // Instances of the service in processes of their own (test/fixtures/recovery-instance.ts) sharing one PostgreSQL
-// schema, for the fault tests of contract §16 and bench/recovery.js: killed with SIGKILL, drained with SIGTERM.
+// schema, for the fault tests of background runs (docs/runs.md) and bench/recovery.js: killed with SIGKILL, drained with SIGTERM.
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
@@ -110,10 +110,7 @@ export function overlapping (rows: readonly Execution[]): string[] {
 }
 
 /** Percentile of a sample (nearest rank). */
-export function percentile (values: readonly number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
-}
+export { percentile } from '../helper.js'
 
 // An instance fences its runs off with a third of a lease left unrenewed: with CI's four test processes on two
 // cores, a 500 ms lease (a 167 ms margin) was sometimes lost to load alone, before the fault the test makes.

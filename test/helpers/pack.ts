@@ -1,19 +1,13 @@
 // The package as npm would publish it, and projects that install it from the registry: for the tests that check
 // what a user gets (test/app/package.test.ts, test/app/install.test.ts, test/adapters/ai-sdk-majors.test.ts).
 import { execFile } from 'node:child_process'
-import { existsSync } from 'node:fs'
 import { copyFile, cp, mkdir, readdir, readFile, writeFile } from 'node:fs/promises'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { promisify } from 'node:util'
+import { projectRoot } from './files.js'
 
 export const run = promisify(execFile)
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 export const root = projectRoot()
 
 /** The compiled sources (not the tests), .js and .d.ts, without their source-map comments. */

@@ -1,4 +1,4 @@
-// Recovery and hand-off scenarios of contract §16 run against any run store (the memory one in test/routes/background.test.ts,
+// Recovery and hand-off scenarios (docs/runs.md) run against any run store (the memory one in test/routes/background.test.ts,
 // SQLite, PostgreSQL and Redis in test/stores/run-service.test.ts): the instance that dies is played by the test,
 // through the store, so that it dies exactly when the scenario says.
 import type { Test } from 'tap'

@@ -630,7 +630,7 @@ t.test('a renewal answered after the request ended is not warned about, whatever
 })
 
 // ---------------------------------------------------------------------------------------------------------
-// through store faults (contract §19)
+// through store faults (docs/auth-and-traffic.md)
 
 t.test('the scope is the decoded path: /v1/agents/%77ork/runs is /v1/agents/work/runs', async (t) => {
   const { service, worker } = idempotent(t)

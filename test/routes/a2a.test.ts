@@ -1,4 +1,4 @@
-// GET /v1/a2a/:name/.well-known/agent-card.json and POST /v1/a2a/:name (contract §17), driven by @a2a-js/sdk's own
+// GET /v1/a2a/:name/.well-known/agent-card.json and POST /v1/a2a/:name (docs/front-ends.md), driven by @a2a-js/sdk's own
 // clients against a listening service: the v1.0 Client from its ClientFactory (card resolution, JSON-RPC transport)
 // and the v0.3 LegacyJsonRpcTransport. A task is a run, its context a session.
 import t from 'tap'
@@ -11,9 +11,9 @@ import type { Message, Part, SendMessageRequest, StreamResponse, Task } from '@a
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client'
 import type { Client } from '@a2a-js/sdk/client'
 import { LegacyJsonRpcTransport, isLegacyAgentCard, parseLegacyAgentCard } from '@a2a-js/sdk/compat/v0_3/client'
-import { loadA2a, useA2aLoader } from '../../lib/frontends/a2a/run-port.js'
+import { loadA2a } from '../../lib/frontends/a2a/run-port.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
-import { auditEntries, build, eventually, listen } from '../helper.js'
+import { auditEntries, build, collect, eventually, injected, listen } from '../helper.js'
 import { scripted } from '../helpers/frontends.js'
 
 const KEYS = { alice: 'alice-key-0123456789', bob: 'bob-key-0123456789' }
@@ -62,12 +62,6 @@ function request (parts: Part[], ids: { taskId?: string, contextId?: string } = 
     referenceTaskIds: []
   }
   return { tenant: '', message, configuration: { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately }, metadata: {} }
-}
-
-async function collect (stream: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
-  const all: StreamResponse[] = []
-  for await (const response of stream) all.push(response)
-  return all
 }
 
 /** Each response as `case:state` or `artifact:<text>` (`+` appended, `!` last chunk), for compact assertions. */
@@ -344,11 +338,10 @@ t.test('requests refused before the JSON-RPC layer: credentials, the agent, the 
 })
 
 t.test('without @a2a-js/sdk: the A2A routes answer 501 A2A_UNAVAILABLE, naming the package; nothing else changes', async (t) => {
-  const restore = useA2aLoader(async () => {
+  const a2aLoader = async (): Promise<never> => {
     throw Object.assign(new Error('Cannot find package \'@a2a-js/sdk\' imported from /x/a2a.js'), { code: 'ERR_MODULE_NOT_FOUND' })
-  })
-  t.teardown(restore)
-  const { app } = build(t, { agents: { helper: scripted().agent } })
+  }
+  const { app } = build(t, { agents: { helper: scripted().agent }, ...injected({ a2aLoader }) })
   for (const res of [
     await app.inject({ url: '/v1/a2a/helper/.well-known/agent-card.json' }),
     await app.inject({ method: 'POST', url: '/v1/a2a/helper', payload: { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } } })
@@ -358,10 +351,10 @@ t.test('without @a2a-js/sdk: the A2A routes answer 501 A2A_UNAVAILABLE, naming t
   }
   t.equal((await app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'x' } })).statusCode, 200)
 
-  useA2aLoader(async () => { throw new Error('a broken install') })
-  await t.rejects(loadA2a(), /a broken install/, 'an SDK that is there but fails to load says so')
-  restore()
-  t.ok((await loadA2a()).RunTaskHandler, 'the real module loads again')
+  await t.rejects(loadA2a(async () => { throw new Error('a broken install') }), /a broken install/, 'an SDK that is there but fails to load says so')
+  t.ok((await loadA2a()).RunTaskHandler, 'the process\'s own loader is untouched: the real module loads')
+  const other = build(t, { agents: { helper: scripted().agent } })
+  t.equal((await other.app.inject({ url: '/v1/a2a/helper/.well-known/agent-card.json' })).statusCode, 200, 'another service in the process has A2A')
 })
 
 t.test('import \'fastify-agents\' never loads @a2a-js/sdk: a process where it cannot be found serves everything else', async (t) => {

@@ -1,4 +1,4 @@
-// POST /v1/agents/:name/ag-ui (contract §17), read by @ag-ui/client itself: an HttpAgent against a listening
+// POST /v1/agents/:name/ag-ui (docs/front-ends.md), read by @ag-ui/client itself: an HttpAgent against a listening
 // service (its SSE parser, schema enforcement, verifier and state reducer), and the client's exported parse +
 // verify pipeline over the route's raw answer.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// An agent's input schema (contract §14): the run request's input is checked before anything runs, with the
+// An agent's input schema (docs/agents.md, typed inputs): the run request's input is checked before anything runs, with the
 // same 400 on every transport, and nothing is left behind (no session, no run, no agent call).
 import t from 'tap'
 import type { Test } from 'tap'

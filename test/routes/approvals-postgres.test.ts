@@ -5,19 +5,13 @@ import { approver } from '../../app/demo-agents.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import type { StoreSet } from '../../lib/stores/types.js'
 import type { Agent } from '../../lib/core/types.js'
-import { build, eventually, listen, parseSse } from '../helper.js'
+import { build, closeStores, eventually, listen, parseSse } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 import { openSse } from '../helpers/streams.js'
 
 /** One instance's stores on the shared schema, closed after the services that use them. */
 function storesOn (schema: string): Required<StoreSet> {
   return postgresStores({ connectionString: pgUrl(), schema })
-}
-
-async function closeStores (...sets: Array<Required<StoreSet>>): Promise<void> {
-  for (const set of sets) {
-    await Promise.all([set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency.store, set.runStore].map((s) => s.close?.()))
-  }
 }
 
 const flaky: Agent<{ fail?: boolean }> = {
@@ -35,7 +29,7 @@ if (await requirePg(t)) {
     const storesB = storesOn(schema)
     const a = await listen(t, { agents: { approver }, ...storesA })
     const b = build(t, { agents: { approver }, ...storesB })
-    t.teardown(() => closeStores(storesA, storesB))
+    t.teardown(() => closeStores([storesA, storesB]))
 
     const stream = await openSse(a.url, '/v1/agents/approver/runs', { input: { action: 'migrate' } })
     const approval = (await stream.next('approval.requested')).data.approval
@@ -62,7 +56,7 @@ if (await requirePg(t)) {
     const storesB = storesOn(schema)
     const a = build(t, { agents: { approver }, ...storesA })
     const b = build(t, { agents: { approver }, ...storesB })
-    t.teardown(() => closeStores(storesA, storesB))
+    t.teardown(() => closeStores([storesA, storesB]))
     const keepAlive = setInterval(() => {}, 1_000)
     t.teardown(() => clearInterval(keepAlive))
 
@@ -82,7 +76,7 @@ if (await requirePg(t)) {
     const storesB = storesOn(schema)
     const a = await listen(t, { agents: { approver }, ...storesA })
     const b = build(t, { agents: { approver }, ...storesB })
-    t.teardown(() => closeStores(storesA, storesB))
+    t.teardown(() => closeStores([storesA, storesB]))
     const stream = await openSse(a.url, '/v1/agents/approver/runs', { input: {} })
     const approval = (await stream.next('approval.requested')).data.approval
     stream.close()
@@ -99,7 +93,7 @@ if (await requirePg(t)) {
     const storesB = storesOn(schema)
     const a = build(t, { agents: { flaky }, ...storesA })
     const b = build(t, { agents: { flaky }, ...storesB })
-    t.teardown(() => closeStores(storesA, storesB))
+    t.teardown(() => closeStores([storesA, storesB]))
     const failed = parseSse((await a.app.inject({ method: 'POST', url: '/v1/agents/flaky/runs', payload: { input: { fail: true }, stream: true } })).body)
     t.same(failed.map((e) => e.event), ['run.started', 'checkpoint.saved', 'run.failed'])
     const { runId, sessionId } = failed[0]!.data

@@ -1,12 +1,11 @@
 import { Writable } from 'node:stream'
 import t from 'tap'
-import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { approver } from '../../app/demo-agents.js'
 import { MemoryApprovalStore } from '../../lib/stores/memory.js'
 import type { ApprovalDecision, ApprovalRecord } from '../../lib/stores/types.js'
 import type { Agent, Decision, RunContext } from '../../lib/core/types.js'
-import { auditEntries, build, eventually, listen, parseSse, principalFromHeader, sleep } from '../helper.js'
+import { auditEntries, build, eventually, keepAlive, listen, parseSse, principalFromHeader, sleep } from '../helper.js'
 import { openSse } from '../helpers/streams.js'
 
 /** Asks for approval with the given request and answers with the decision it got. */
@@ -23,11 +22,6 @@ function asking (request: Parameters<RunContext['requestApproval']>[0]): Agent {
  * The expiry timer is unref'ed (it must never keep a process up); with inject() and no socket, nothing
  * else would keep this test's process alive while a run waits.
  */
-function keepAlive (t: Test): void {
-  const timer = setInterval(() => {}, 1_000)
-  t.teardown(() => clearInterval(timer))
-}
-
 async function pendingApproval (app: FastifyInstance, query = ''): Promise<ApprovalRecord> {
   return eventually(async () => {
     const res = await app.inject({ method: 'GET', url: `/v1/approvals${query}` })

@@ -1,4 +1,4 @@
-// Background runs, leases and recovery (contract §16), with instances in one process sharing memory stores: a run
+// Background runs, leases and recovery (docs/runs.md), with instances in one process sharing memory stores: a run
 // queued on one is claimed by another, a lapsed lease is found and its run requeued or ended, a drain hands runs
 // off. The same across processes, killed with SIGKILL, on PostgreSQL and Redis: test/stores/.
 import { mock } from 'node:test'
@@ -8,7 +8,7 @@ import { memoryStores } from '../../lib/stores/memory.js'
 import { cancelledEnd } from '../../lib/runs/start.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
-import { build, eventually, parseSse, sleep } from '../helper.js'
+import { build, eventually, keepAlive, parseSse, sleep } from '../helper.js'
 import { cancelAskedAtHandOff, cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
@@ -35,11 +35,6 @@ function pair (t: Parameters<typeof build>[0], options: Partial<AgentServiceOpti
 }
 
 /** The workers' timers never hold a process; with inject() (no sockets) a test waiting on them needs one that does. */
-function keepAlive (t: Parameters<typeof build>[0]): void {
-  const timer = setInterval(() => {}, 1_000)
-  t.teardown(() => clearInterval(timer))
-}
-
 async function events (app: Service['app'], runId: string) {
   return parseSse((await app.inject({ url: `/v1/runs/${runId}/events` })).body)
 }

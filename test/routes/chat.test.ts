@@ -1,4 +1,4 @@
-// POST /v1/agents/:name/chat and GET /v1/agents/:name/chat/:id/stream (contract §17), read by the AI SDK's own
+// POST /v1/agents/:name/chat and GET /v1/agents/:name/chat/:id/stream (docs/front-ends.md), read by the AI SDK's own
 // client: the `Chat` behind useChat over a DefaultChatTransport pointed at a listening service. No parser of ours:
 // what the chat shows is what the SDK made of the bytes. One check compares the bytes with the SDK's own producer.
 import t from 'tap'

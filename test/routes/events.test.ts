@@ -1,4 +1,4 @@
-// Every transport carries the whole event vocabulary (contract §14): reasoning, tool calls and results, custom
+// Every transport carries the whole event vocabulary (README.md, "The event vocabulary"): reasoning, tool calls and results, custom
 // events, in order, over real sockets.
 import t from 'tap'
 import type { Agent } from '../../lib/core/types.js'

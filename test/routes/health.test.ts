@@ -87,7 +87,8 @@ t.test('an ioredis client is probed live', async (t) => {
   t.equal((await app.inject({ method: 'GET', url: '/health' })).statusCode, 503, 'a disconnected client is degraded')
   const unreachable = new Redis('redis://127.0.0.1:1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
   unreachable.on('error', () => {})
-  t.teardown(() => unreachable.disconnect())
+  // an ended client's disconnect() waits 2 s for a socket that closed already: the file would idle that long at its end
+  t.teardown(() => { if (unreachable.status !== 'end') unreachable.disconnect() })
   const down = build(t, { db: unreachable }).app
   t.equal((await down.inject({ method: 'GET', url: '/health' })).statusCode, 503, 'a server that is down is degraded')
 })

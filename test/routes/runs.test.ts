@@ -1,4 +1,4 @@
-// Runs as resources (contract §15) with the default memory run store: records, the event log and rejoining it,
+// Runs as resources (docs/runs.md) with the default memory run store: records, the event log and rejoining it,
 // cancel, the run request's onDisconnect / multitask / store options. The SQL and Redis backends run the same
 // service paths in test/stores/.
 import { connect } from 'node:net'

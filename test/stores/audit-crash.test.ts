@@ -1,4 +1,4 @@
-// Audit durability under kill -9 (contract §19): a child-process service with its audit log in SQLite or in
+// Audit durability under kill -9 (docs/stores.md): a child-process service with its audit log in SQLite or in
 // PostgreSQL serves a burst of runs and approval decisions and is killed with SIGKILL mid-burst. Every request
 // the client saw a 2xx for has its audit entry (by request id): its entry was committed before its answer.
 import { spawn } from 'node:child_process'

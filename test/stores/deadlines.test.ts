@@ -1,4 +1,4 @@
-// Store deadlines (contract §19) with stores of the test's own making: hangs, outages and mistakes.
+// Store deadlines (docs/stores.md) with stores of the test's own making: hangs, outages and mistakes.
 // test/stores/outage.test.ts does the same against a real Redis and PostgreSQL that stop answering.
 import t from 'tap'
 import type { Agent } from '../../lib/core/types.js'

@@ -1,4 +1,4 @@
-// Exactly-once through a store outage (contract §19): the idempotency store (a private Redis or PostgreSQL) is
+// Exactly-once through a store outage (docs/auth-and-traffic.md): the idempotency store (a private Redis or PostgreSQL) is
 // frozen or killed while a run finishes, so that its completion cannot be written; it comes back within the lock
 // lease, or after it. The client, retrying at the same instance all along and past the lease, gets 503s or 409s,
 // then the replay: the agent ran once. A killed store must keep what it acknowledged (README, "Exactly once through

@@ -1,4 +1,4 @@
-// Outages for real (contract §19): a private Redis and a private PostgreSQL that the test freezes (SIGSTOP) and
+// Outages for real (docs/stores.md): a private Redis and a private PostgreSQL that the test freezes (SIGSTOP) and
 // kills. Runs answer 503 STORE_UNAVAILABLE within about storeTimeoutMs, health says which check failed, and
 // after SIGCONT everything answers again.
 import t from 'tap'

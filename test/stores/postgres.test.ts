@@ -7,7 +7,7 @@ import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { eventually } from '../helper.js'
+import { eventually, percentile } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
@@ -243,11 +243,6 @@ function spiedPool (t: Test, before: (text: string) => Promise<void> | void = ()
   return { pool: spied, queries }
 }
 
-function percentile (values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
-}
-
 if (await pgReachable()) {
   const admin = new pg.Pool({ connectionString: pgUrl(), max: 2 })
   t.teardown(() => admin.end())
@@ -272,7 +267,7 @@ if (await pgReachable()) {
       app_runs_status: '(status, created_seq)'
     })
     const columns = await admin.query('SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2', [schema, 'app_runs'])
-    t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (§16)')
+    t.ok(columns.rows.some((row) => row.column_name === 'owner') && columns.rows.some((row) => row.column_name === 'lease_until'), 'room for leases (docs/runs.md)')
   })
 
   t.test('runs: a new pool on the schema finds the runs and their logs', async (t) => {

@@ -1,4 +1,4 @@
-// The behaviour every quota store (contract §18) must have, run by each backend's test file against a factory that
+// The behaviour every quota store (docs/auth-and-traffic.md) must have, run by each backend's test file against a factory that
 // makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on the
 // same data, as another instance would have.
 import type { Test } from 'tap'

@@ -1,4 +1,4 @@
-// The PostgreSQL counts of the `quotas` option (contract §18): the conformance suite in a schema of its own with a twin
+// The PostgreSQL counts of the `quotas` option (docs/auth-and-traffic.md): the conformance suite in a schema of its own with a twin
 // on its own pool, and two instances of the service on one schema enforcing one principal's quota between them.
 import pg from 'pg'
 import t from 'tap'

@@ -1,4 +1,4 @@
-// The Redis counts of the `quotas` option (contract §18): the conformance suite under a prefix of its own with a twin on
+// The Redis counts of the `quotas` option (docs/auth-and-traffic.md): the conformance suite under a prefix of its own with a twin on
 // its own client, and two instances of the service sharing them.
 import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'

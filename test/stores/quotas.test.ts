@@ -1,4 +1,4 @@
-// The counts of the `quotas` option (contract §18) in memory and in SQLite; PostgreSQL and Redis: quotas-postgres.test.ts,
+// The counts of the `quotas` option (docs/auth-and-traffic.md) in memory and in SQLite; PostgreSQL and Redis: quotas-postgres.test.ts,
 // quotas-redis.test.ts.
 import { join } from 'node:path'
 import Database from 'better-sqlite3'

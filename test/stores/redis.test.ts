@@ -9,7 +9,7 @@ import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../help
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
-import { eventually } from '../helper.js'
+import { eventually, percentile } from '../helper.js'
 import type { NewRun, RunEnd } from '../../lib/stores/types.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
@@ -133,11 +133,6 @@ if (await requireRedis(t)) {
 
 const HOUR = 3_600_000
 const cancelledEnd = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
-
-function percentile (values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
-}
 
 /** A client whose commands are counted, and whose first `hgetall` can be followed by something of the test's. */
 function spied (client: Redis, afterRead: { once?: () => Promise<unknown> } = {}): { client: Redis, calls: string[] } {

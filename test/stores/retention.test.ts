@@ -1,4 +1,4 @@
-// Retention (§19) in each durable store: old audit entries and approvals that are no longer pending are purged in
+// Retention (docs/stores.md) in each durable store: old audit entries and approvals that are no longer pending are purged in
 // bounded batches, by the service's periodic, unref'd purge.
 import { join } from 'node:path'
 import t from 'tap'

@@ -1,10 +1,11 @@
-// The behaviour every run store must have (contract §15), run by each backend's test file against a factory that
+// The behaviour every run store must have (docs/runs.md), run by each backend's test file against a factory that
 // makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import type { NewRun, RunChange, RunEnd, RunLease, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
 import type { StoreFactory } from './conformance.js'
+import { eventually } from '../helper.js'
 
 export interface RunStoreFactories {
   store: StoreFactory<RunStore>
@@ -77,14 +78,6 @@ function watcher (store: RunStore, runId: string): { changes: RunChange[], stop:
   const changes: RunChange[] = []
   const stop = store.watch(runId, (change) => changes.push(change))
   return { changes, stop }
-}
-
-async function eventually (check: () => boolean, ms = 3_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms`)
-    await sleep(5)
-  }
 }
 
 export function runStoreConformance (t: Test, factories: RunStoreFactories): void {

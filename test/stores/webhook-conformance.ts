@@ -1,4 +1,4 @@
-// The behaviour every webhook store (the outbox, contract §16) must have, run by each backend's test file against a
+// The behaviour every webhook store (the outbox, docs/webhooks.md) must have, run by each backend's test file against a
 // factory that makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second
 // store on the same data, as another instance would have.
 import type { Test } from 'tap'

@@ -1,16 +1,14 @@
-// Two instances of the service sharing one outbox (contract §16: "never from more than one instance for the same
+// Two instances of the service sharing one outbox (docs/webhooks.md: "never from more than one instance for the same
 // event"): each has its own runs and memory stores; only the webhook store is shared. Run by the test files of the
 // shared backends.
 import type { Test } from 'tap'
-import { useWebhookTuning } from '../../lib/webhooks/dispatcher.js'
 import type { WebhookStore } from '../../lib/stores/types.js'
-import { build, echo, eventually, sleep } from '../helper.js'
+import { build, echo, eventually, injected, sleep } from '../helper.js'
 import { receiver } from '../helpers/webhook-receiver.js'
 
 const RUNS_EACH = 10
 
 export async function deliveredOnceAcrossInstances (t: Test, stores: [WebhookStore, WebhookStore]): Promise<void> {
-  t.teardown(useWebhookTuning({ pollMs: 20, firstRetryMs: 100 }))
   // every delivery's first attempt is refused: its retry is claimed by whichever instance polls first
   const refused = new Set<string>()
   const hook = await receiver(t, (delivery) => {
@@ -18,7 +16,7 @@ export async function deliveredOnceAcrossInstances (t: Test, stores: [WebhookSto
     refused.add(delivery.id)
     return 500
   })
-  const instances = stores.map((webhookStore) => build(t, { agents: { echo }, webhooks: { url: hook.url, secret: hook.secret }, webhookStore }))
+  const instances = stores.map((webhookStore) => build(t, { agents: { echo }, webhooks: { url: hook.url, secret: hook.secret }, webhookStore, ...injected({ webhookTuning: { pollMs: 20, firstRetryMs: 100 } }) }))
   const runIds = (await Promise.all(instances.flatMap(({ app }) => Array.from({ length: RUNS_EACH }, async (_, i) => {
     const res = await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: i } })
     return res.json().runId as string

@@ -1,4 +1,4 @@
-// The PostgreSQL outbox of webhook deliveries (contract §16): the conformance suite with a twin on its own pool, and
+// The PostgreSQL outbox of webhook deliveries (docs/webhooks.md): the conformance suite with a twin on its own pool, and
 // two instances of the service sharing it.
 import pg from 'pg'
 import t from 'tap'

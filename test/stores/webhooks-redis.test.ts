@@ -1,4 +1,4 @@
-// The Redis outbox of webhook deliveries (contract §16): the conformance suite with a twin on its own client, and
+// The Redis outbox of webhook deliveries (docs/webhooks.md): the conformance suite with a twin on its own client, and
 // two instances of the service sharing it.
 import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'

@@ -1,4 +1,4 @@
-// The outbox of webhook deliveries (contract §16) in memory and in SQLite; PostgreSQL and Redis have files of their own.
+// The outbox of webhook deliveries (docs/webhooks.md) in memory and in SQLite; PostgreSQL and Redis have files of their own.
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t from 'tap'

@@ -5,6 +5,7 @@ import type { SwaggerTransform } from '@fastify/swagger'
 import { AgentNotFoundError } from '../../core/errors.js'
 import type { Agent } from '../../core/types.js'
 import { ServiceRunPort, loadA2a } from './run-port.js'
+import type { A2aLoader, A2aModule } from './run-port.js'
 import { writeFrames } from '../stream.js'
 import type { A2ACardOptions } from './protocol.js'
 import { A2AAgentCard, A2AJsonRpcRequest, A2AJsonRpcResponse, A2AParams, A2AStreamDescription } from '../../../schemas/a2a.js'
@@ -39,7 +40,7 @@ function versionOf (request: FastifyRequest): string | undefined {
 }
 
 /**
- * `/a2a/:name`: each agent as an A2A agent (contract §17), on @a2a-js/sdk's own JSON-RPC handlers (v1.0 and v0.3
+ * `/a2a/:name`: each agent as an A2A agent (docs/front-ends.md), on @a2a-js/sdk's own JSON-RPC handlers (v1.0 and v0.3
  * method names) over the run pipeline: a task is a run, its context a session. The SDK is an optional peer, loaded
  * by the first request here (501 A2A_UNAVAILABLE without it).
  */
@@ -47,6 +48,9 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
   routePluginScope(fastify, 'a2aPlugin')
   const service = fastify.agentService
   const { settings } = service
+  // a service's own loader (tests), else the module the process loads once
+  const injected = settings.injected.a2aLoader as A2aLoader | undefined
+  const load = (): Promise<A2aModule> => loadA2a(injected)
 
   function agentOf (name: string): Agent {
     const agent = settings.agents.get(name)
@@ -73,7 +77,7 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
     const name = request.params.name
     const agent = agentOf(name)
     service.audit.note(request, { agent: name })
-    const { a2aAgentCardDocument } = await loadA2a()
+    const { a2aAgentCardDocument } = await load()
     const path = request.url.split('?', 1)[0]!.slice(0, -CARD_PATH.length)
     void reply.header('vary', 'A2A-Version')
     return a2aAgentCardDocument(cardOptions(request, name, agent, path), versionOf(request)) as A2AAgentCard
@@ -97,7 +101,7 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
     const name = request.params.name
     const agent = agentOf(name)
     service.audit.note(request, { agent: name })
-    const { RunTaskHandler, a2aAgentCard, handleA2AJsonRpc } = await loadA2a()
+    const { RunTaskHandler, a2aAgentCard, handleA2AJsonRpc } = await load()
     // the client going away ends whatever waits for the run (a blocking send, a stream)
     const stop = new AbortController()
     reply.raw.on('close', () => { if (!reply.raw.writableFinished) stop.abort() })

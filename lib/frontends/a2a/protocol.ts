@@ -1,4 +1,4 @@
-// A2A (CONTRACT §17) on top of @a2a-js/sdk's own server pieces: its JsonRpcTransportHandler (v1.0
+// A2A (docs/front-ends.md) on top of @a2a-js/sdk's own server pieces: its JsonRpcTransportHandler (v1.0
 // names) and LegacyJsonRpcTransportHandler (v0.3 names) parse, validate, dispatch and serialize; its
 // formatSSEEvent frames. What is ours is the A2ARequestHandler those take, written over the run store
 // (a task is a run, its context a session) instead of the SDK's in-process DefaultRequestHandler, plus
@@ -194,7 +194,7 @@ export interface A2ARunPort {
   decide (approvalId: string, decision: { approved: boolean, comment?: string }): Promise<void>
 }
 
-/** The service's error codes (§4, §6, §15) that have an A2A counterpart; others are internal errors. */
+/** The service's error codes (README.md, "Error codes") that have an A2A counterpart; others are internal errors. */
 const PORT_ERRORS: Record<string, new (message: string) => Error> = {
   RUN_NOT_FOUND: TaskNotFoundError,
   SESSION_NOT_FOUND: RequestMalformedError,
@@ -262,7 +262,7 @@ export class RunTaskHandler implements A2ARequestHandler {
     if (projection.state === TaskState.TASK_STATE_CANCELED) return projection.task()
     if (TERMINAL.has(projection.state)) throw new TaskNotCancelableError(`Task not cancelable: ${params.id}`)
     await this.#call(this.#port.cancel(params.id))
-    // The contract ends a cancelled run within a second, on whichever instance runs it.
+    // A cancelled run ends within a second, on whichever instance runs it (docs/runs.md).
     for await (const _ of this.#follow(projection, true));
     return projection.task()
   }
@@ -385,7 +385,7 @@ export interface A2ACardOptions {
   /** The JSON-RPC endpoint, absolute: https://host/v1/a2a/:name */
   url: string
   version?: string
-  /** Declares the `Authorization: Bearer` scheme (API keys and JWTs alike, §9). */
+  /** Declares the `Authorization: Bearer` scheme (API keys and JWTs alike, docs/auth-and-traffic.md). */
   bearerAuth?: boolean
 }
 

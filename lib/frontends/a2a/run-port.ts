@@ -14,7 +14,7 @@ export type A2aLoader = () => Promise<A2aModule>
 
 // @a2a-js/sdk is an optional peer dependency: importing the package never loads it, the first A2A request does.
 const defaultLoader: A2aLoader = () => import('./protocol.js')
-let loader = defaultLoader
+// the module, once loaded (or loading): what the first request imports, the next ones reuse
 let loading: Promise<A2aModule> | null = null
 
 function isMissing (error: unknown): boolean {
@@ -23,23 +23,18 @@ function isMissing (error: unknown): boolean {
   return code === 'ERR_MODULE_NOT_FOUND' && typeof message === 'string' && message.includes('\'@a2a-js/sdk')
 }
 
-/** The A2A module (and with it @a2a-js/sdk); A2A_UNAVAILABLE when the SDK is not installed. */
-export function loadA2a (): Promise<A2aModule> {
-  loading ??= loader().catch((error: unknown) => {
+/**
+ * The A2A module (and with it @a2a-js/sdk); A2A_UNAVAILABLE when the SDK is not installed. `loader`: a service's own
+ * (tests simulate a missing SDK through it), called each time; the default's module is loaded once per process.
+ */
+export function loadA2a (loader?: A2aLoader): Promise<A2aModule> {
+  const unavailable = (error: unknown): never => { throw isMissing(error) ? new A2aUnavailableError() : error }
+  if (loader !== undefined) return loader().catch(unavailable)
+  loading ??= defaultLoader().catch((error: unknown) => {
     loading = null
-    throw isMissing(error) ? new A2aUnavailableError() : error
+    return unavailable(error)
   })
   return loading
-}
-
-/** Replaces the loader (tests simulate a missing SDK through it); returns the function that restores the default. */
-export function useA2aLoader (replacement: A2aLoader): () => void {
-  loader = replacement
-  loading = null
-  return () => {
-    loader = defaultLoader
-    loading = null
-  }
 }
 
 /**

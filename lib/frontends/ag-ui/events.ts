@@ -1,4 +1,4 @@
-// A run projected onto AG-UI 1.0 over SSE (what CopilotKit's HttpAgent reads), CONTRACT §17. Pure:
+// A run projected onto AG-UI 1.0 over SSE (what CopilotKit's HttpAgent reads), docs/front-ends.md. Pure:
 // events in, `data: <event>` frames out. One AG-UI run per HTTP response: an approval ends it as an
 // interrupt, and the answer (RunAgentInput.resume) opens a new AG-UI run over the rest of the same run.
 import type { Event as CoreEvent, Interrupt } from '@ag-ui/core'

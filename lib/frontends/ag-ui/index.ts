@@ -1,8 +1,8 @@
 import fp from 'fastify-plugin'
+import type { Static } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { SwaggerTransform } from '@fastify/swagger'
-import { Value } from '@sinclair/typebox/value'
 import { InputValidationError } from '../../core/errors.js'
 import { requestsOf } from '../runs.js'
 import { continueTurn, openConversation, startTurn } from '../conversation.js'
@@ -45,16 +45,16 @@ function inputOf (messages: AgUiMessage[]): string {
 }
 
 /** A resume entry as a decision: `resolved` with `{ approved, comment? }`, or `cancelled` (a rejection). */
-function decisionOf (entry: AgUiResumeEntry, index: number): { approved: boolean, comment?: string } {
+function decisionOf (entry: AgUiResumeEntry, index: number, isAnswer: (payload: unknown) => payload is Static<typeof AgUiApprovalAnswer>): { approved: boolean, comment?: string } {
   if (entry.status === 'cancelled') return { approved: false }
-  if (!Value.Check(AgUiApprovalAnswer, entry.payload)) {
+  if (!isAnswer(entry.payload)) {
     throw new InputValidationError(`body/resume/${index}/payload must be { approved: boolean, comment?: string (at most 2000 characters) }`)
   }
   return entry.payload
 }
 
 /**
- * `/agents/:name/ag-ui`: AG-UI (contract §17) over the run pipeline. A thread id names a session in the caller's own
+ * `/agents/:name/ag-ui`: AG-UI (docs/front-ends.md) over the run pipeline. A thread id names a session in the caller's own
  * space; the agent gets the last user message's text and the session's own history. An approval ends the AG-UI run
  * as an interrupt while the service's run waits (`onDisconnect: 'continue'`); the next input's `resume` decides it
  * and streams the rest as a new AG-UI run. A client that leaves before its AG-UI run ended (`abortRun()`) cancels
@@ -64,13 +64,16 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
   routePluginScope(fastify, 'agUiPlugin')
   const service = fastify.agentService
   const { settings } = service
+  // TypeBox's value module (dozens of files) is loaded when the plugin is registered, not with the package
+  const { Value } = await import('@sinclair/typebox/value')
+  const isAnswer = (payload: unknown): payload is Static<typeof AgUiApprovalAnswer> => Value.Check(AgUiApprovalAnswer, payload)
 
   function resume (request: FastifyRequest, reply: FastifyReply, input: RunAgentInput, conversation: Conversation): Promise<FastifyReply> {
     const interrupted = new Map<string, string | undefined>()
     const answers = input.resume!.map((entry, i) => {
       const { approvalId, agUiRunId } = parseInterruptId(entry.interruptId)
       interrupted.set(approvalId, agUiRunId)
-      return { id: approvalId, decision: decisionOf(entry, i) }
+      return { id: approvalId, decision: decisionOf(entry, i, isAnswer) }
     })
     return continueTurn(service, request, reply, AG_UI, conversation, answers, ([approval]) => {
       // the first one asked: where the AG-UI run that the client's answer continues was interrupted. HttpAgent sends

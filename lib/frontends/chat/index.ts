@@ -80,7 +80,7 @@ function approvalDecided (service: AgentServiceCore): (approvalId: string) => Pr
 }
 
 /**
- * `/agents/:name/chat`: the AI SDK's chat protocol (contract §17) over the run pipeline. A chat id names a session in
+ * `/agents/:name/chat`: the AI SDK's chat protocol (docs/front-ends.md) over the run pipeline. A chat id names a session in
  * the caller's own space; the agent gets the last user message's text and the session's own history. Every chat run
  * is `onDisconnect: 'continue'` (a response ends at an approval, a page reloads and resumes) and `multitask:
  * 'interrupt'` (a new message replaces a run still going, or waiting, in the chat).

@@ -1,5 +1,5 @@
 // A run projected onto the Vercel AI SDK UI message stream, version 1: what `useChat`'s
-// DefaultChatTransport reads (CONTRACT §17). Pure: events in, SSE text out.
+// DefaultChatTransport reads (docs/front-ends.md). Pure: events in, SSE text out.
 import type { UIMessageChunk } from 'ai'
 import { isCustomEventType, outputText, wholeLog } from '../run-events.js'
 import type {

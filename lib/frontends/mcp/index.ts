@@ -17,7 +17,6 @@ export type McpLoader = () => Promise<McpModule>
 
 // @modelcontextprotocol/sdk is an optional peer dependency: importing the package never loads it, the first MCP request does.
 const defaultLoader: McpLoader = () => import('./server.js')
-let loader = defaultLoader
 let loading: Promise<McpModule> | null = null
 
 function isMissing (error: unknown): boolean {
@@ -26,23 +25,18 @@ function isMissing (error: unknown): boolean {
   return code === 'ERR_MODULE_NOT_FOUND' && typeof message === 'string' && message.includes('\'@modelcontextprotocol/sdk')
 }
 
-/** The MCP module (and with it @modelcontextprotocol/sdk); MCP_UNAVAILABLE when the SDK is not installed. */
-export function loadMcp (): Promise<McpModule> {
-  loading ??= loader().catch((error: unknown) => {
+/**
+ * The MCP module (and with it @modelcontextprotocol/sdk), loaded once by the process; MCP_UNAVAILABLE when the SDK is
+ * not installed. A service's own `loader` (tests) is asked every time instead.
+ */
+export function loadMcp (loader?: McpLoader): Promise<McpModule> {
+  const unavailable = (error: unknown): never => { throw isMissing(error) ? new McpUnavailableError() : error }
+  if (loader !== undefined) return loader().catch(unavailable)
+  loading ??= defaultLoader().catch((error: unknown) => {
     loading = null
-    throw isMissing(error) ? new McpUnavailableError() : error
+    return unavailable(error)
   })
   return loading
-}
-
-/** Replaces the loader (tests simulate a missing SDK through it); returns the function that restores the default. */
-export function useMcpLoader (replacement: McpLoader): () => void {
-  loader = replacement
-  loading = null
-  return () => {
-    loader = defaultLoader
-    loading = null
-  }
 }
 
 /** The document shows the JSON-RPC body and both answers of a 200 (the route reads and writes them itself). */
@@ -69,6 +63,8 @@ const mcp: FastifyPluginAsync<McpPluginOptions> = async (fastify) => {
   routePluginScope(fastify, 'mcpPlugin')
   const service = fastify.agentService
   const { settings } = service
+  // a service's own loader (tests), else the module the process loads once
+  const injectedLoader = settings.injected.mcpLoader as McpLoader | undefined
 
   // A body that is not JSON gets JSON-RPC's parse error (from the SDK), not the service's 400: kept as text.
   // What no store or log could take is refused as everywhere else.
@@ -98,7 +94,7 @@ const mcp: FastifyPluginAsync<McpPluginOptions> = async (fastify) => {
       response: errorResponses(400, 401, 403, 406, 413, 415, 429, 501, 503)
     }
   }, async (request, reply) => {
-    const { answerMcp } = await loadMcp()
+    const { answerMcp } = await loadMcp(injectedLoader)
     await answerMcp(service, request, reply, request.body as McpBody)
     return reply
   })

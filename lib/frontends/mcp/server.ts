@@ -113,7 +113,7 @@ class Exchange {
     const output = this.#output!
     output.write(text)
     if (output.buffered > this.service.settings.maxStreamBufferBytes) {
-      this.service.stats.slowConsumers++
+      this.service.stats.count('slowConsumers')
       output.cut()
     }
   }

@@ -1,4 +1,4 @@
-// Contract §18: a run's OpenTelemetry span, checked with the SDK's in-memory exporter. Without an SDK nothing is made.
+// docs/operations.md: a run's OpenTelemetry span, checked with the SDK's in-memory exporter. Without an SDK nothing is made.
 import t from 'tap'
 import { ROOT_CONTEXT, SpanStatusCode, context, trace } from '@opentelemetry/api'
 import { AlwaysOffSampler } from '@opentelemetry/sdk-trace-base'

@@ -1,4 +1,4 @@
-// The `quotas` option (contract §18) through the service: two instances in one process sharing memory stores enforce
+// The `quotas` option (docs/auth-and-traffic.md) through the service: two instances in one process sharing memory stores enforce
 // one principal's runs in progress across both, every way to start a run counts, a run's end frees its slot, the token
 // window resets, the 429 says when to retry, and an idempotent replay is not refused. PostgreSQL: test/stores/quotas-postgres.test.ts.
 import t from 'tap'

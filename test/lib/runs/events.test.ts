@@ -1,4 +1,4 @@
-// The run event vocabulary (contract §14): what an agent may yield or emit, checked by the runner.
+// The run event vocabulary (README.md, "The event vocabulary"): what an agent may yield or emit, checked by the runner.
 import t from 'tap'
 import { Writable } from 'node:stream'
 import type { Agent, RunContext } from '../../../lib/core/types.js'

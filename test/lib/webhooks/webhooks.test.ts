@@ -1,15 +1,15 @@
-// Webhooks (contract §16) end to end: a real endpoint (test/helpers/webhook-receiver.ts) that verifies every
+// Webhooks (docs/webhooks.md) end to end: a real endpoint (test/helpers/webhook-receiver.ts) that verifies every
 // delivery with standardwebhooks' own Webhook.verify; the outbox in memory here (the shared ones: webhooks-*.test.ts).
 import t from 'tap'
 import type { Test } from 'tap'
 import { buildOpenApiDocument } from '../../../app/openapi.js'
 import { createAgentService } from '../../../app/service.js'
-import { DEFAULT_WEBHOOK_TUNING, describeFailure, retryDelay, useWebhookTuning, webhookId, webhookPayload } from '../../../lib/webhooks/dispatcher.js'
+import { DEFAULT_WEBHOOK_TUNING, describeFailure, retryDelay, webhookId, webhookPayload } from '../../../lib/webhooks/dispatcher.js'
 import type { WebhookTuning } from '../../../lib/webhooks/dispatcher.js'
 import { MemoryWebhookStore } from '../../../lib/stores/memory-webhooks.js'
 import type { WebhookStore } from '../../../lib/stores/types.js'
 import type { Agent, AgentServiceOptions } from '../../../lib/core/types.js'
-import { build, echo, eventually, sleep } from '../../helper.js'
+import { build, echo, eventually, injected, sleep } from '../../helper.js'
 import { newSecret, receiver } from '../../helpers/webhook-receiver.js'
 import type { Receiver } from '../../helpers/webhook-receiver.js'
 
@@ -31,8 +31,10 @@ const chatty: Agent = {
   }
 }
 
+// each test's services retry on its own timings, held by those services alone
+const tunings = new WeakMap<Test, Partial<WebhookTuning>>()
 function tune (t: Test, changes: Partial<WebhookTuning>): void {
-  t.teardown(useWebhookTuning(changes))
+  tunings.set(t, changes)
 }
 
 function service (t: Test, hook: Receiver, options: Partial<AgentServiceOptions> = {}, logs?: Array<Record<string, unknown>>): ReturnType<typeof build> {
@@ -42,6 +44,7 @@ function service (t: Test, hook: Receiver, options: Partial<AgentServiceOptions>
     webhooks: { url: hook.url, secret: hook.secret },
     adminApi: { enabled: true },
     logger,
+    ...injected({ webhookTuning: tunings.get(t) ?? {} }),
     ...options
   })
 }

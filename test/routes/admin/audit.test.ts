@@ -15,7 +15,7 @@ async function page (service: AgentService, query: string): Promise<Page> {
   return response.json()
 }
 
-t.test('entry shape: the §10 fields, ids of our own, most recent first', async (t) => {
+t.test('entry shape: the documented fields (docs/operations.md), ids of our own, most recent first', async (t) => {
   const service = build(t, { adminApi: { enabled: true } })
   const run = await service.app.inject({
     method: 'POST',

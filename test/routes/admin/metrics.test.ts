@@ -1,4 +1,4 @@
-// Contract §18: {adminPrefix}/metrics in Prometheus' text format, its counters equal to the runs performed.
+// docs/operations.md: {adminPrefix}/metrics in Prometheus' text format, its counters equal to the runs performed.
 import t from 'tap'
 import { Counter, Registry } from 'prom-client'
 import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'

@@ -9,9 +9,9 @@ import SwaggerParser from '@apidevtools/swagger-parser'
 import { buildOpenApiDocument } from '../../../../app/openapi.js'
 import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { storyteller } from '../../../../app/demo-agents.js'
-import { loadMcp, useMcpLoader } from '../../../../lib/frontends/mcp/index.js'
+import { loadMcp } from '../../../../lib/frontends/mcp/index.js'
 import type { Agent } from '../../../../lib/core/types.js'
-import { build, echo, listen } from '../../../helper.js'
+import { build, echo, injected, listen } from '../../../helper.js'
 import { nowSeconds, signJwt } from '../../../helpers/jwt.js'
 import { mcpClient, post } from './helpers.js'
 
@@ -108,20 +108,19 @@ t.test('mcp: false turns /v1/mcp off', async (t) => {
 })
 
 t.test('without @modelcontextprotocol/sdk: 501 MCP_UNAVAILABLE naming the package; nothing else changes', async (t) => {
-  const restore = useMcpLoader(async () => {
+  const mcpLoader = async (): Promise<never> => {
     throw Object.assign(new Error('Cannot find package \'@modelcontextprotocol/sdk\' imported from /x/server.js'), { code: 'ERR_MODULE_NOT_FOUND' })
-  })
-  t.teardown(restore)
-  const { app } = build(t)
+  }
+  const { app } = build(t, injected({ mcpLoader }))
   const res = await app.inject({ method: 'POST', url: '/v1/mcp', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json' }, payload: INIT })
   t.equal(res.statusCode, 501)
   t.match(res.json(), { code: 'MCP_UNAVAILABLE', message: 'MCP needs the optional peer dependency @modelcontextprotocol/sdk: npm install @modelcontextprotocol/sdk' })
   t.equal((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 'x' } })).statusCode, 200)
 
-  useMcpLoader(async () => { throw new Error('a broken install') })
-  await t.rejects(loadMcp(), /a broken install/, 'an SDK that is there but fails to load says so')
-  restore()
-  t.ok((await loadMcp()).answerMcp, 'the real module loads again')
+  await t.rejects(loadMcp(async () => { throw new Error('a broken install') }), /a broken install/, 'an SDK that is there but fails to load says so')
+  const other = build(t)
+  t.not((await other.app.inject({ method: 'POST', url: '/v1/mcp', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json' }, payload: INIT })).statusCode, 501, 'another service in the process loads the real module')
+  t.ok((await loadMcp()).answerMcp, 'the real module loads')
 })
 
 t.test('the OpenAPI document shows /v1/mcp: its JSON-RPC body, both answers, how to connect; gone with mcp: false', async (t) => {

@@ -15,6 +15,7 @@ import type { A2ACardOptions } from '../../../../lib/frontends/a2a/protocol.js'
 import { SSE_PING } from '../../../../lib/frontends/run-events.js'
 import { FakeRuns } from './fake-runs.js'
 import type { Script } from './fake-runs.js'
+import { collect } from '../../../helper.js'
 
 const BASE = 'http://svc.test/v1/a2a/helper'
 const CARD: A2ACardOptions = { name: 'helper', description: 'Helps.', url: BASE }
@@ -123,12 +124,6 @@ function request (parts: Part[], ids: { taskId?: string, contextId?: string } = 
     configuration: { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately },
     metadata: {}
   }
-}
-
-async function collect (stream: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
-  const all: StreamResponse[] = []
-  for await (const response of stream) all.push(response)
-  return all
 }
 
 /** Each response as `case:state` or `case:artifact text (append, last)`, for compact assertions. */

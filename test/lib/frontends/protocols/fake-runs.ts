@@ -1,5 +1,5 @@
 // An in-memory stand-in for the run store and pipeline behind the A2A port: scripted agents append
-// events to per-run logs that followers read from any seq, as §15's /events does.
+// events to per-run logs that followers read from any seq, as /v1/runs/:runId/events does (docs/runs.md).
 import type { A2ARunPort } from '../../../../lib/frontends/a2a/protocol.js'
 import type { Approval, RunEvent } from '../../../../lib/frontends/run-events.js'
 

@@ -2,24 +2,11 @@
 // stream and AG-UI name their packages' types only, and @a2a-js/sdk (an optional peer) is imported by
 // lib/frontends/a2a/protocol.ts alone, which only lib/frontends/a2a/run-port.ts loads, on the first A2A request.
 import t from 'tap'
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs'
-import { dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { projectRoot, sources } from '../../../helpers/files.js'
 
-function projectRoot (): string {
-  let dir = dirname(fileURLToPath(import.meta.url))
-  while (!existsSync(join(dir, 'package.json'))) dir = dirname(dir)
-  return dir
-}
 const root = projectRoot()
-
-function sources (dir: string): string[] {
-  return readdirSync(join(root, dir)).flatMap((name) => {
-    const path = join(dir, name)
-    if (statSync(join(root, path)).isDirectory()) return sources(path)
-    return name.endsWith('.ts') && !name.endsWith('.d.ts') ? [path] : []
-  })
-}
 
 const files = ['index.ts', ...['adapters', 'app', 'bin', 'lib', 'plugins', 'routes', 'schemas'].flatMap(sources)]
 const text = (file: string): string => readFileSync(join(root, file), 'utf8')
