@@ -679,7 +679,14 @@ t.test('a run requeued while its copy still runs here is claimed back: the copy 
 t.test('a takeover found while a run finishes: nothing of its end is written here', async (t) => {
   const store = new MemoryRunStore()
   const agents: Record<string, Agent> = {
-    talker: { async run (_i, ctx) { await new Promise((resolve) => setImmediate(resolve)); ctx.emit('message.delta', { text: 'a' }); return { output: 'said' } } }
+    talker: {
+      async run (_i, ctx) {
+        // the log's first write (run.started, after its short wait) is stored before the delta comes
+        while ((await store.events(ctx.runId, 0, 1)).length === 0) await sleep(5)
+        ctx.emit('message.delta', { text: 'a' })
+        return { output: 'said' }
+      }
+    }
   }
   const { app } = build(t, { runStore: store, agents })
   await app.ready()

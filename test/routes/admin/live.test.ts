@@ -94,6 +94,26 @@ t.test('the live feed: a snapshot that cannot be read is a problem event, and th
   t.match(parseSse((await service.app.inject({ url: '/admin/live' })).body)[0], { event: 'problem', data: { code: 'INTERNAL_ERROR', message: 'no code' } })
 })
 
+t.test('the live feed: a snapshot still being read when the feed ends is dropped, not written after the end', async (t) => {
+  const approvals = new MemoryApprovalStore()
+  let release!: () => void
+  const held = new Promise<void>((resolve) => { release = resolve })
+  let reads = 0
+  approvals.listPending = async () => {
+    // the first snapshot goes out; the second is still being read when the feed's time is up
+    if (++reads === 2) await held
+    return []
+  }
+  const service = build(t, { approvalStore: approvals, adminApi: { enabled: true, liveIntervalMs: 50, liveFeedMs: 120 } })
+  const response = await service.app.inject({ url: '/admin/live' })
+  t.equal(reads, 2, 'the feed ended during the second read')
+  release()
+  await eventually(() => reads === 2)
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.same(parseSse(response.body).map((e) => e.event), ['snapshot'], 'the late snapshot is not written')
+  t.equal(reads, 2, 'and no read after it')
+})
+
 t.test('the live feed: nothing but the records leaves (a field a store adds is dropped)', async (t) => {
   const runs = new MemoryRunStore()
   const list = runs.list.bind(runs)
