@@ -65,12 +65,15 @@ for (const backend of backends) {
     if (!requireService(t, await backend.reachable(), backend.howTo)) return
     const store = backend.store(t)
     t.teardown(() => store.close?.())
-    // the bytes of each page the store hands out
+    // the bytes of each page the store hands out for reads begun once the rejoin is on its way (a stalled
+    // follower's read begun before may end late: it is not the rejoin's)
     const pages: number[] = []
+    let counting = false
     const events = store.events.bind(store)
     store.events = async (runId, afterSeq, limit) => {
+      const counted = counting
       const page = await events(runId, afterSeq, limit)
-      pages.push(page.reduce((sum, event) => sum + event.data.length, 0))
+      if (counted) pages.push(page.reduce((sum, event) => sum + event.data.length, 0))
       return page
     }
     let go!: () => void
@@ -109,7 +112,7 @@ for (const backend of backends) {
     }, 60_000, 'the run completed')
     t.equal(record.lastSeq, DELTAS + 2, 'run.started, the deltas, run.completed')
 
-    pages.length = 0
+    counting = true
     const rejoin = await fetch(`${url}/v1/runs/${runId}/events`, { headers: { 'last-event-id': '124' } })
     t.equal(rejoin.status, 200)
     const text = await rejoin.text()
@@ -117,11 +120,12 @@ for (const backend of backends) {
     t.equal(got.length, record.lastSeq - 124, `every event after 124 (got ${got.length})`)
     t.same(got.map((event) => event.id), Array.from({ length: record.lastSeq - 124 }, (_, i) => 125 + i), 'in order, none missing')
     t.equal(got.at(-1)?.event, 'run.completed', 'through the terminal one')
+    counting = false
     const stored: StoredEvent[] = await events(runId, 124, 1_000)
     const sent = stored.map((event) => `id: ${event.seq}\nevent: ${event.type}\ndata: ${event.data}\n\n`).join('')
     t.ok(text.split('\n\n').filter((block) => block !== '' && !block.startsWith(':')).map((block) => `${block}\n\n`).join('') === sent,
       'byte for byte the stored events')
-    // (the stalled followers may read a page too, meanwhile: a live run's notifications come late on some backends)
+    // (a stalled follower may still begin a read meanwhile: a live run's notifications come late on some backends)
     const budget = Math.min(PAGE_BYTES, BOUND / 4)
     const over = pages.filter((bytes) => bytes > budget + DELTA.length + 100)
     t.ok(over.length <= 1, `each page after the rejoin's first holds about ${budget} bytes, or one event (over it: ${over.join(', ')})`)
