@@ -2,7 +2,7 @@ import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { ServerResponse } from 'node:http'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../lib/frontends/document.js'
 import { AgentNotFoundError, ClientClosedError, runFailureError } from '../lib/core/errors.js'
 import { requestContextOf } from '../lib/core/request-context.js'
 import type { Agent } from '../lib/core/types.js'
@@ -25,22 +25,7 @@ function infoOf (name: string, agent: Agent): AgentInfo {
  * per-media-type response, Fastify parses the Content-Type of every answer to pick its serializer (an SSE
  * answer is a hijacked reply, which Fastify never serializes).
  */
-const documentRunResponse: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: {
-        description: 'The run result, or the run as an event stream',
-        content: {
-          'application/json': { schema: RunResultSchema },
-          'text/event-stream': { schema: { type: 'string', description: SseStreamDescription } }
-        }
-      }
-    }
-  }
-})
+const documentRunResponse = documentAnswer({ description: 'The run result, or the run as an event stream', json: RunResultSchema, stream: SseStreamDescription })
 
 const RESPONSE_RUN = Symbol('fastify-agents.run')
 type RunResponse = ServerResponse & { [RESPONSE_RUN]: AgentRun }

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import { AgentNotFoundError } from '../../core/errors.js'
 import type { Agent } from '../../core/types.js'
 import { ServiceRunPort, loadA2a } from './run-port.js'
@@ -17,21 +17,10 @@ export type A2APluginOptions = Record<never, never>
 const CARD_PATH = '/.well-known/agent-card.json'
 
 /** Both media types of the endpoint's 200 in the document (the route sends JSON text or a hijacked stream). */
-const documentAnswer: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: {
-        description: 'A JSON-RPC response, or (SendStreamingMessage, SubscribeToTask, message/stream, tasks/resubscribe) a stream of them',
-        content: {
-          'application/json': { schema: A2AJsonRpcResponse },
-          'text/event-stream': { schema: { type: 'string', description: A2AStreamDescription } }
-        }
-      }
-    }
-  }
+const documentJsonRpc = documentAnswer({
+  description: 'A JSON-RPC response, or (SendStreamingMessage, SubscribeToTask, message/stream, tasks/resubscribe) a stream of them',
+  json: A2AJsonRpcResponse,
+  stream: A2AStreamDescription
 })
 
 function versionOf (request: FastifyRequest): string | undefined {
@@ -85,7 +74,7 @@ const a2a: FastifyPluginAsyncTypebox<A2APluginOptions> = async (fastify) => {
 
   fastify.post('/a2a/:name', {
     bodyLimit: settings.bodyLimit,
-    config: { access: 'run', swaggerTransform: documentAnswer },
+    config: { access: 'run', swaggerTransform: documentJsonRpc },
     schema: {
       operationId: 'sendA2aRequest',
       summary: 'An agent\'s A2A JSON-RPC endpoint',

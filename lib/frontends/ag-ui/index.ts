@@ -2,7 +2,7 @@ import fp from 'fastify-plugin'
 import type { Static } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import { InputValidationError } from '../../core/errors.js'
 import { requestsOf } from '../runs.js'
 import { continueTurn, openConversation, startTurn } from '../conversation.js'
@@ -17,16 +17,7 @@ import { routePluginScope } from '../../service/composition.js'
 export type AgUiPluginOptions = Record<never, never>
 
 /** The stream's media type in the document (the route answers through a hijacked reply, never serialized). */
-const documentStream: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: { description: 'The run as AG-UI events', content: { 'text/event-stream': { schema: { type: 'string', description: AgUiStreamDescription } } } }
-    }
-  }
-})
+const documentStream = documentAnswer({ description: 'The run as AG-UI events', stream: AgUiStreamDescription })
 
 const AG_UI: ConversationProtocol = { kind: 'ag-ui', headers: AG_UI_HEADERS, cancelOnClose: true }
 

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import { InputValidationError } from '../../core/errors.js'
 import type { AgentServiceCore } from '../../service/service.js'
 import { ProjectedStream } from '../stream.js'
@@ -18,16 +18,7 @@ import { routePluginScope } from '../../service/composition.js'
 export type ChatPluginOptions = Record<never, never>
 
 /** The stream's media type in the document (the route answers through a hijacked reply, never serialized). */
-const documentStream: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: { description: 'The run as an AI SDK UI message stream', content: { 'text/event-stream': { schema: { type: 'string', description: UiMessageStreamDescription } } } }
-    }
-  }
-})
+const documentStream = documentAnswer({ description: 'The run as an AI SDK UI message stream', stream: UiMessageStreamDescription })
 
 const CHAT: ConversationProtocol = { kind: 'chat', headers: UI_MESSAGE_STREAM_HEADERS, cancelOnClose: false }
 

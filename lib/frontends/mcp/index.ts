@@ -2,7 +2,7 @@
 // (@modelcontextprotocol/sdk, an optional peer) is loaded by the first MCP request (501 MCP_UNAVAILABLE without it).
 import fp from 'fastify-plugin'
 import type { FastifyPluginAsync } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import { routePluginScope } from '../../service/composition.js'
 import { JsonTooDeepError, McpUnavailableError, MethodNotAllowedError, UnstorableInputError } from '../../core/errors.js'
 import { jsonDeeperThan, unstorableText } from '../../core/validation.js'
@@ -40,23 +40,12 @@ export function loadMcp (loader?: McpLoader): Promise<McpModule> {
 }
 
 /** The document shows the JSON-RPC body and both answers of a 200 (the route reads and writes them itself). */
-const documentExchange: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    body: McpJsonRpcMessage,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: {
-        description: 'The JSON-RPC response, or (a request) a stream of JSON-RPC messages ending with it',
-        content: {
-          'application/json': { schema: McpJsonRpcMessage },
-          'text/event-stream': { schema: { type: 'string', description: McpStreamDescription } }
-        }
-      },
-      202: { description: 'A notification or a response (an elicitation\'s answer) accepted', type: 'null' }
-    }
-  }
+const documentExchange = documentAnswer({
+  description: 'The JSON-RPC response, or (a request) a stream of JSON-RPC messages ending with it',
+  json: McpJsonRpcMessage,
+  stream: McpStreamDescription,
+  body: McpJsonRpcMessage,
+  responses: { 202: { description: 'A notification or a response (an elicitation\'s answer) accepted', type: 'null' } }
 })
 
 const mcp: FastifyPluginAsync<McpPluginOptions> = async (fastify) => {

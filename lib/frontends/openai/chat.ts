@@ -1,7 +1,7 @@
 // /chat/completions: what most chat front ends speak. Every completion is an ephemeral run (store: false): the
 // caller owns the conversation and sends it whole, so the earlier messages are the run's ctx.history as given.
 import type { FastifyInstance } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import { AgentNotFoundError, ForbiddenError, runFailureError } from '../../core/errors.js'
 import { requestContextOf } from '../../core/request-context.js'
 import { outputText } from '../run-events.js'
@@ -13,22 +13,7 @@ import { ChatCompletion, ChatCompletionRequest, ChatStreamDescription, openAiErr
 
 const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no' })
 
-const documentStream: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: {
-        description: 'The completion, or (stream) its chunks',
-        content: {
-          'application/json': { schema: ChatCompletion },
-          'text/event-stream': { schema: { type: 'string', description: ChatStreamDescription } }
-        }
-      }
-    }
-  }
-})
+const documentStream = documentAnswer({ description: 'The completion, or (stream) its chunks', json: ChatCompletion, stream: ChatStreamDescription })
 
 export function chatRoutes (fastify: FastifyInstance): void {
   const service = fastify.agentService

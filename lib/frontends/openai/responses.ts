@@ -3,7 +3,7 @@
 // is stored for a response but what its run keeps (RunSpec.frontend: the request's previous_response_id and
 // instructions), so any instance sharing the run store answers for it, for as long as the run is retained.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { SwaggerTransform } from '@fastify/swagger'
+import { documentAnswer } from '../document.js'
 import {
   AgentNotFoundError, ApprovalNotFoundError, ForbiddenError, InputValidationError, InvalidCursorParamError, ResponseNotFoundError,
   RunInProgressError
@@ -45,22 +45,7 @@ function seconds (iso: string): number {
 }
 
 /** The document shows both answers of a 200: the response object, or its events. */
-const documentStream: SwaggerTransform = ({ schema, url }) => ({
-  url,
-  schema: {
-    ...schema,
-    response: {
-      ...(schema.response as Record<string, unknown>),
-      200: {
-        description: 'The response, or (stream) its events',
-        content: {
-          'application/json': { schema: ResponseObject },
-          'text/event-stream': { schema: { type: 'string', description: ResponseStreamDescription } }
-        }
-      }
-    }
-  }
-})
+const documentStream = documentAnswer({ description: 'The response, or (stream) its events', json: ResponseObject, stream: ResponseStreamDescription })
 
 /** What the run keeps for its responses (RunSpec.frontend). */
 interface Kept {
