@@ -6,7 +6,7 @@
 // SSE stream of that same run, and the notes with the default, connection-bound one.
 import { alternate, throughputRound } from './lib/harness.js'
 import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
-import { checkSseRun } from './lib/checks.js'
+import { checkProjectedStream, checkSseRun } from './lib/checks.js'
 
 export const name = 'frontends'
 export const title = 'SSE run of 100 deltas as the AI SDK chat stream, AG-UI and A2A vs the plain SSE stream of the same run'
@@ -34,22 +34,12 @@ const requests = {
   }
 }
 
-/** One stream, read whole: its deltas and its end, counted as text (a fast wrong answer is not a result). */
-async function checkStream (url, request, delta, end) {
-  const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body.replaceAll('[<id>]', 'check') })
-  const text = await response.text()
-  const deltas = text.split(delta).length - 1
-  if (response.status !== 200 || deltas !== DELTAS || !text.includes(end)) {
-    throw new Error(`${request.path} check: status ${response.status}, ${deltas} deltas, end ${text.includes(end)}: ${text.slice(-200)}`)
-  }
-}
-
 const checks = {
   'plain SSE': (url) => checkSseRun(url, requests.sse, DELTAS),
   'plain SSE, continue': (url) => checkSseRun(url, requests.sseContinue, DELTAS),
-  'AI SDK chat': (url) => checkStream(url, requests.chat, '"type":"text-delta"', 'data: [DONE]\n\n'),
-  'AG-UI': (url) => checkStream(url, requests.agUi, '"type":"TEXT_MESSAGE_CONTENT"', '"type":"RUN_FINISHED"'),
-  A2A: (url) => checkStream(url, requests.a2a, '"text":"token "', 'TASK_STATE_COMPLETED')
+  'AI SDK chat': (url) => checkProjectedStream(url, requests.chat, DELTAS, '"type":"text-delta"', 'data: [DONE]\n\n'),
+  'AG-UI': (url) => checkProjectedStream(url, requests.agUi, DELTAS, '"type":"TEXT_MESSAGE_CONTENT"', '"type":"RUN_FINISHED"'),
+  A2A: (url) => checkProjectedStream(url, requests.a2a, DELTAS, '"text":"token "', 'TASK_STATE_COMPLETED')
 }
 
 export async function run ({ log }) {

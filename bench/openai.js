@@ -6,7 +6,7 @@
 // plain SSE stream of an ephemeral run (store: false), the note with the default one.
 import { alternate, throughputRound } from './lib/harness.js'
 import { cpuRatio, errorsOf, metricRows, noiseOf, ratioSpread, target } from './lib/report.js'
-import { checkSseRun } from './lib/checks.js'
+import { checkProjectedStream, checkSseRun } from './lib/checks.js'
 
 export const name = 'openai'
 export const title = 'SSE run of 100 deltas as the Responses API and as Chat Completions vs the plain SSE stream of the same run'
@@ -31,22 +31,12 @@ const requests = {
   }
 }
 
-/** One stream, read whole: its deltas and its end, counted as text (a fast wrong answer is not a result). */
-async function checkStream (url, request, delta, end) {
-  const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body })
-  const text = await response.text()
-  const deltas = text.split(delta).length - 1
-  if (response.status !== 200 || deltas !== DELTAS || !text.includes(end)) {
-    throw new Error(`${request.path} check: status ${response.status}, ${deltas} deltas, end ${text.includes(end)}: ${text.slice(-200)}`)
-  }
-}
-
 const checks = {
   'plain SSE': (url) => checkSseRun(url, requests.sse, DELTAS),
   'plain SSE, continue': (url) => checkSseRun(url, requests.sseContinue, DELTAS),
   'plain SSE, store: false': (url) => checkSseRun(url, requests.sseEphemeral, DELTAS),
-  'Responses API': (url) => checkStream(url, requests.responses, 'event: response.output_text.delta\n', 'event: response.completed\n'),
-  'Chat Completions': (url) => checkStream(url, requests.chat, '"delta":{"content":"token "}', 'data: [DONE]\n\n')
+  'Responses API': (url) => checkProjectedStream(url, requests.responses, DELTAS, 'event: response.output_text.delta\n', 'event: response.completed\n'),
+  'Chat Completions': (url) => checkProjectedStream(url, requests.chat, DELTAS, '"delta":{"content":"token "}', 'data: [DONE]\n\n')
 }
 
 export async function run ({ log }) {

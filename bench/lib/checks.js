@@ -33,3 +33,16 @@ export async function checkSseRun (url, request, deltas) {
     events.at(-1)?.event === 'run.completed' && events.every((e, i) => e.id === i + 1)
   if (!ok) throw new Error(`SSE check: status ${response.status}, events ${JSON.stringify(counts)}`)
 }
+
+/**
+ * A front end's stream, read whole: `deltas` occurrences of `delta` and its `end`, counted as text. An id
+ * placeholder of the load (`[<id>]`) is filled for the check.
+ */
+export async function checkProjectedStream (url, request, deltas, delta, end) {
+  const response = await fetch(url + request.path, { method: 'POST', headers: request.headers, body: request.body.replaceAll('[<id>]', 'check') })
+  const text = await response.text()
+  const got = text.split(delta).length - 1
+  if (response.status !== 200 || got !== deltas || !text.includes(end)) {
+    throw new Error(`${request.path} check: status ${response.status}, ${got} deltas, end ${text.includes(end)}: ${text.slice(-200)}`)
+  }
+}
