@@ -1,4 +1,5 @@
-// Loaded into every Node process of a test run (NODE_OPTIONS="--import ./bench/suite-probe.js", SUITE_PROBE=<file>):
+// Loaded into every Node process of a test run (NODE_OPTIONS="--import $PWD/bench/suite-probe.js", SUITE_PROBE=<file>,
+// both absolute: the tests start npm and node in folders of their own):
 // at exit each appends one JSON line to <file>: its script, its tap child id (test files and what they spawn), its
 // wall time and its CPU, its own and its waited-for children's (npm, tsc, initdb …), read from /proc/self/stat.
 // `node bench/suite-report.js <tap output> <file>` turns them into a table per test file. See bench/README.md,

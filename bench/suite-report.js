@@ -1,7 +1,7 @@
 // node bench/suite-report.js <tap output> <probe lines> [<tap output> <probe lines>]: each test file's wall time (tap's
 // `# time=`) and CPU (bench/suite-probe.js), slowest first; given two runs, before → after. Wall time minus CPU is
 // what the file waited: for a core on a loaded machine, for a timer, a socket, a child process.
-// `npx tap --reporter=tap > run.tap` with NODE_OPTIONS="--import ./bench/suite-probe.js" SUITE_PROBE=run.jsonl.
+// `npx tap --reporter=tap > run.tap` with NODE_OPTIONS="--import $PWD/bench/suite-probe.js" SUITE_PROBE=$PWD/run.jsonl.
 import { readFileSync } from 'node:fs'
 
 function load (tapFile, probeFile) {
