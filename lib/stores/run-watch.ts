@@ -139,3 +139,27 @@ export class RunWatchHub {
     }
   }
 }
+
+/** A backend's watchers in this process: the hub, and those who wait for runs to claim. */
+export class RunSignals extends RunWatchHub {
+  readonly #queue = new Set<() => void>()
+
+  get queueWatched (): boolean {
+    return this.#queue.size > 0
+  }
+
+  watchQueue (listener: () => void): () => void {
+    this.#queue.add(listener)
+    return () => { this.#queue.delete(listener) }
+  }
+
+  /** A detachable run was queued, or a session freed that one waits for. */
+  queue (): void {
+    for (const listener of [...this.#queue]) listener()
+  }
+
+  override close (): void {
+    super.close()
+    this.#queue.clear()
+  }
+}
