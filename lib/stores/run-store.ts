@@ -155,10 +155,10 @@ export class BackedRunStore implements RunStore {
     this.backend.check()
     const { record } = run
     const { backend } = this
-    checkText(backend.name, backend.text, 'requestId', record.requestId)
-    checkText(backend.name, backend.text, 'traceId', record.traceId)
     toMs('startedAt', record.startedAt!)
     if (!this.#storable(record.runId)) return { outcome: 'not_found' }
+    checkText(backend.name, backend.text, 'requestId', record.requestId)
+    checkText(backend.name, backend.text, 'traceId', record.traceId)
     for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
       const state = await backend.read(record.runId)
       const decision = reopenDecision(state)
@@ -348,8 +348,9 @@ export class BackedRunStore implements RunStore {
   }
 
   watchQueue (listener: () => void): () => void {
+    const stop = this.backend.signals.watchQueue(listener)
     this.backend.listen()
-    return this.backend.signals.watchQueue(listener)
+    return stop
   }
 
   async get (runId: string): Promise<RunRecord | null> {
