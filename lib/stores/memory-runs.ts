@@ -377,11 +377,15 @@ export class MemoryRunStore extends BackedRunStore {
   }
 
   override async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
-    this.appendNow(runId, events, owner)
+    this.#appendNow(runId, events, owner)
+  }
+
+  appendNow (runId: string, events: readonly StoredEvent[], owner: string): void {
+    this.#appendNow(runId, events, owner)
   }
 
   /** `append`'s rules (run-store.ts) over primitives that answer at once. */
-  appendNow (runId: string, events: readonly StoredEvent[], owner: string): void {
+  #appendNow (runId: string, events: readonly StoredEvent[], owner: string): void {
     const memory = this.#memory
     memory.check()
     checkBatch(runId, events)
