@@ -286,10 +286,9 @@ class MemoryRunBackend implements RunBackend {
   lapsed (now: number, limit: number): StoredRun[] {
     const found: StoredRun[] = []
     for (const kept of this.#runs.values()) {
-      if (found.length >= limit) break
       if (kept.record.status === 'running' && kept.lease !== null && kept.lease.until < now) found.push(this.read(kept.record.runId)!)
     }
-    return found
+    return found.slice(0, limit)
   }
 
   page (filters: RunFilters, before: string | null, limit: number): Array<{ record: RunRecord, place: number }> {

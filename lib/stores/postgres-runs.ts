@@ -479,10 +479,6 @@ export class PostgresRunStore extends BackedRunStore {
     return this.#pg.schema
   }
 
-  get tablePrefix (): string {
-    return this.#pg.tablePrefix
-  }
-
   /** Groups of appends written so far (each one statement): what the tests and the bench count. */
   get groupWrites (): number {
     return this.#pg.appends.writes

@@ -116,7 +116,7 @@ export interface RunBackend {
 /** How many times a decision is made again while the run moves under it (it only moves forward). */
 const ATTEMPTS = 5
 
-/* c8 ignore next 3: the run moved under every attempt, a race no test provokes on purpose */
+/* c8 ignore next 3 */
 function raced (runId: string, what: string): Error {
   return new Error(`run ${JSON.stringify(runId)} changed ${ATTEMPTS} times during one ${what}`)
 }
@@ -172,7 +172,7 @@ export class BackedRunStore implements RunStore {
       backend.signals.events(record.runId, taken.record.lastSeq)
       return { outcome: 'reopened', record: taken.record }
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(record.runId, 'reopen')
   }
 
@@ -221,7 +221,7 @@ export class BackedRunStore implements RunStore {
         return
       }
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(runId, 'append')
   }
 
@@ -256,7 +256,7 @@ export class BackedRunStore implements RunStore {
       const again = await backend.end(runId, { status: 'running', owner, cancelRequested, lastSeq: record.lastSeq }, rest, ending.end, expiry(ending.end, retentionMs))
       if (again !== null) return this.#ended(again)
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(runId, 'finish')
   }
 
@@ -297,7 +297,7 @@ export class BackedRunStore implements RunStore {
         return requeued
       }
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(runId, 'requeue')
   }
 
@@ -314,7 +314,7 @@ export class BackedRunStore implements RunStore {
       const ended = await backend.end(runId, as, ending.events, ending.end, expiry(ending.end, retentionMs))
       if (ended !== null) return this.#ended(ended)
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(runId, 'abandon')
   }
 
@@ -343,7 +343,7 @@ export class BackedRunStore implements RunStore {
         }
       }
     }
-    /* c8 ignore next */
+    /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */
     throw raced(runId, 'cancel')
   }
 

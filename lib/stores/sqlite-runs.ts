@@ -203,19 +203,14 @@ interface Prepared {
   statements: Statements
   /** runs its callback in an IMMEDIATE transaction: the write lock first, so no other connection writes in between */
   write: <T>(fn: (statements: Statements, now: number) => T) => T
-  /** inside a write: runs its callback in a savepoint, undone alone when it throws */
-  savepoint: <T>(fn: () => T) => T
 }
 
 function prepare (db: Db, prefix: string): Prepared {
   const statements = runStatements(db, prefix)
   const transaction = db.transaction((fn: (statements: Statements, now: number) => unknown) => fn(statements, Date.now()))
-  // called inside a transaction, a better-sqlite3 transaction function is a savepoint
-  const savepoint = db.transaction((fn: () => unknown) => fn())
   return {
     statements,
-    write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T,
-    savepoint: <T>(fn: () => T): T => savepoint(fn) as T
+    write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T
   }
 }
 
@@ -251,7 +246,7 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
   /**
-   * The log's writes (append, end), every run's, go in one transaction (each in a savepoint of its own) every
+   * The log's writes (append, end), every run's, go in one transaction every
    * GROUP_WINDOW_MS, a run's end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in
    * flight to gather behind, and each commit writes every page it changed to the WAL (one per run's log at least).
    */
@@ -292,16 +287,9 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
   }
 
   #writeGroup (items: readonly Grouped[]): Array<unknown> {
-    const { savepoint } = this.#use()
-    const done = this.#write((statements, now) => items.map((item) => {
-      try {
-        return savepoint(() => item.write(statements, now))
-      } catch (error) {
-        return error as Error
-      }
-    }))
+    // each write checks its own condition (none throws for a run's sake): what throws, throws for the whole group
+    const done = this.#write((statements, now) => items.map((item) => item.write(statements, now)))
     return done.map((result) => {
-      if (result instanceof Error) return result
       if (result.queue !== undefined) this.#queued(result.queue)
       return result.value
     })
