@@ -169,7 +169,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
       // the server is away: the next tick tries again, and listens again
       onPollError: noop
     })
-    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.#heard(payload), () => {
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.signals.heard(payload, this.#nonce), () => {
       // what was written before LISTEN took effect was not notified: the watchers catch up now
       void this.signals.refresh()
       this.signals.queue()
@@ -437,27 +437,6 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
   async #pollSessions (sessionIds: string[]): Promise<string[]> {
     const rows = await this.sql<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, this.text))])
     return rows.map((row) => row.id)
-  }
-
-  /** `e:<runId>:<lastSeq>`, `g:[[runId, lastSeq], …]`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */
-  #heard (payload: string): void {
-    const body = payload.slice(2)
-    switch (payload[0]) {
-      case 'e': {
-        const cut = body.lastIndexOf(':')
-        this.signals.events(body.slice(0, cut), Number(body.slice(cut + 1)))
-        break
-      }
-      case 'g': {
-        // a group of appends: [runId, lastSeq] pairs
-        for (const [runId, lastSeq] of JSON.parse(body) as Array<[string, number]>) this.signals.events(runId, lastSeq)
-        break
-      }
-      case 'c': this.signals.cancel(body); break
-      // its own were told at once
-      case 'q': if (body !== this.#nonce) this.signals.queue(); break
-      default: this.signals.sessionFree(body)
-    }
   }
 }
 

@@ -224,8 +224,7 @@ while i <= #ARGV do
     push(eventsKey(id), from, to)
     result = after + n
     redis.call('HSET', key, 'lastSeq', result)
-    told[#told + 1] = id
-    told[#told + 1] = result
+    told[#told + 1] = { id, result }
   end
   results[#results + 1] = result
 end
@@ -679,7 +678,7 @@ class RedisRunBackend extends RedisStore implements RunBackend {
     this.#subscriber = subscriber
     // errors are the connection's (it reconnects and subscribes again by itself); the poll covers meanwhile
     subscriber.on('error', noop)
-    subscriber.on('message', (_channel: string, message: string) => this.#heard(message))
+    subscriber.on('message', (_channel: string, message: string) => this.signals.heard(message, this.#tag))
     // (re)subscribed: what was published before is not heard, so the watchers catch up now
     subscriber.on('ready', () => this.#catchUp())
     subscriber.subscribe(this.channel).then(() => this.#catchUp(), noop)
@@ -688,28 +687,6 @@ class RedisRunBackend extends RedisStore implements RunBackend {
   #catchUp (): void {
     void this.signals.refresh()
     this.signals.queue()
-  }
-
-  /** `e:<runId>:<lastSeq>`, `g:[runId, lastSeq, …]`, `c:<runId>`, `s:<sessionId>` or `q:<tag>`, from the scripts above. */
-  #heard (message: string): void {
-    const body = message.slice(2)
-    switch (message[0]) {
-      case 'e': {
-        const cut = body.lastIndexOf(':')
-        this.signals.events(body.slice(0, cut), Number(body.slice(cut + 1)))
-        break
-      }
-      case 'g': {
-        // a group of appends: runId, lastSeq, runId, lastSeq…
-        const told = JSON.parse(body) as Array<string | number>
-        for (let i = 0; i < told.length; i += 2) this.signals.events(told[i] as string, told[i + 1] as number)
-        break
-      }
-      case 'c': this.signals.cancel(body); break
-      // a run was queued, or a session freed while runs are queued: by another store (this one told its watchers)
-      case 'q': if (body !== this.#tag) this.signals.queue(); break
-      default: this.signals.sessionFree(body)
-    }
   }
 }
 
