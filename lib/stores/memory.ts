@@ -173,15 +173,6 @@ export class MemorySessionStore implements SessionStore {
     return true
   }
 
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    const stored = this.#live(id, now)
-    if (stored === undefined) return false
-    this.#touch(stored, now, ttlMs)
-    return true
-  }
-
   async delete (id: string): Promise<boolean> {
     const stored = this.#sessions.get(id)
     if (stored === undefined) return false

@@ -166,15 +166,6 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     return rows.length === 1
   }
 
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    const rows = await this.sql(`
-      UPDATE ${this.table('sessions')} SET last_active_at = $2, expires_at = $3
-      WHERE id = $1 AND expires_at > $2 RETURNING id`, [id, new Date(now), new Date(now + ttlMs)])
-    return rows.length === 1
-  }
-
   async delete (id: string): Promise<boolean> {
     const [row] = await this.sql<{ expires_at: Date }>(
       `DELETE FROM ${this.table('sessions')} WHERE id = $1 RETURNING expires_at`, [id])

@@ -147,12 +147,12 @@ return 1
 
 // Touches a live session: new expiry on both keys, new score in the activity index and its owner's, optionally a
 // turn. ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
-const TOUCH = new RedisScript(`${INDEX_OWNED}
+const APPEND_TURN = new RedisScript(`${INDEX_OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'turns', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if #ARGV > 4 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 5)) end
+if #ARGV > 3 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 4)) end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
 for _, key in ipairs(redis.call('HMGET', KEYS[1], 'owned1', 'owned2')) do
@@ -211,13 +211,8 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(),
-      [Date.now(), Math.ceil(ttlMs), id, 1, ...messages.map((message) => JSON.stringify(message))], this.#keys(id)) === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(), [Date.now(), Math.ceil(ttlMs), id, 0], this.#keys(id)) === 1
+    return await APPEND_TURN.run(this.client(),
+      [Date.now(), Math.ceil(ttlMs), id, ...messages.map((message) => JSON.stringify(message))], this.#keys(id)) === 1
   }
 
   async delete (id: string): Promise<boolean> {

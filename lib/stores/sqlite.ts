@@ -152,8 +152,6 @@ function sessionStatements (db: Db, table: string) {
           ELSE substr(messages, 1, length(messages) - 1) || ',' || substr(@messages, 2) END,
         turns = turns + 1, last_active_at = @now, expires_at = @expires
       WHERE id = @id AND expires_at > @now`),
-    touch: db.prepare<{ id: string, now: number, expires: number }>(
-      `UPDATE "${table}" SET last_active_at = @now, expires_at = @expires WHERE id = @id AND expires_at > @now`),
     delete: db.prepare<[string], number>(`DELETE FROM "${table}" WHERE id = ? RETURNING expires_at`).pluck(),
     list: db.prepare<[number, number, string, number], SessionRow>(`
       SELECT ${columns} FROM "${table}" WHERE expires_at > ? AND (last_active_at, id) < (?, ?)
@@ -199,12 +197,6 @@ export class SqliteSessionStore extends SqliteStore implements SessionStore {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     return this.#statements().appendTurn.run({ id, now, expires: now + ttlMs, messages: JSON.stringify(messages) }).changes === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    return this.#statements().touch.run({ id, now, expires: now + ttlMs }).changes === 1
   }
 
   async delete (id: string): Promise<boolean> {

@@ -333,7 +333,6 @@ t.test('serialization drops whatever a store adds beyond the records', async (t)
     create: sessions.create.bind(sessions),
     get: sessions.get.bind(sessions),
     appendTurn: sessions.appendTurn.bind(sessions),
-    touch: sessions.touch.bind(sessions),
     delete: sessions.delete.bind(sessions),
     listByPrincipal: sessions.listByPrincipal.bind(sessions),
     async list (query: { limit: number }) {
