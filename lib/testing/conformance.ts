@@ -72,16 +72,9 @@ export function auditEntry (i: number, extra: Partial<AuditEntry> = {}): AuditEn
   }
 }
 
-/** How many entries the store holds, read through its pages (the interface has no count). */
+/** How many entries the store holds (at most a page's 500 in these tests), read as a page: the interface has no count. */
 async function countEntries (store: AuditStore): Promise<number> {
-  let count = 0
-  let cursor: string | undefined
-  do {
-    const page = await store.query({ limit: 500, cursor })
-    count += page.entries.length
-    cursor = page.nextCursor ?? undefined
-  } while (cursor !== undefined)
-  return count
+  return (await store.query({ limit: 500 })).entries.length
 }
 
 function ids (entries: Array<{ id: string }>): string[] {
