@@ -1,8 +1,10 @@
 // In-process stores: the defaults. Fast (they sit on every request) and lost on restart.
 import {
-  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
-  decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
+  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decodeKeyCursor,
+  decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso, storeClosedError, toJson, toMs
 } from './common.js'
+import { approvalStatusAt, decide, idempotencyHeld, idempotencyLive, renewedLease, settledStatus } from './rules.js'
+import type { IdempotencyHold } from './rules.js'
 import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
@@ -319,10 +321,9 @@ export class MemoryApprovalStore implements ApprovalStore {
   // No await between the read and the write: that is what makes it a compare-and-set.
   async decide (id: string, decision: ApprovalDecision): Promise<DecideResult> {
     const record = this.#current(id)
-    if (record === undefined) return { outcome: 'not_found' }
-    if (record.status !== 'pending') return failedDecision(copy(record))
-    record.decision = { ...decision }
-    return { outcome: 'decided', approval: copy(this.#set(record, decidedStatus(decision.approved))) }
+    const { decided, result } = decide(record === undefined ? null : copy(record), decision)
+    if (decided !== null) this.#store(copy(decided))
+    return result
   }
 
   async expire (id: string): Promise<ApprovalRecord | null> {
@@ -344,21 +345,24 @@ export class MemoryApprovalStore implements ApprovalStore {
     this.#waiters.rejectAll(storeClosedError())
   }
 
-  /** The stored record, expired first when it is pending past its expiry. */
+  /** The stored record as it now is: stored expired first when it is pending past its expiry. */
   #current (id: string): ApprovalRecord | undefined {
     const record = this.#approvals.get(id)
-    if (record?.status === 'pending' && Date.parse(record.expiresAt) <= Date.now()) this.#set(record, 'expired')
-    return record
+    if (record === undefined) return undefined
+    const status = approvalStatusAt(record, Date.now())
+    return status === record.status ? record : this.#store({ ...record, status })
   }
 
-  #transition (id: string, status: 'expired' | 'cancelled'): ApprovalRecord | null {
+  #transition (id: string, to: 'expired' | 'cancelled'): ApprovalRecord | null {
     const record = this.#approvals.get(id)
     if (record === undefined) return null
-    return copy(record.status === 'pending' ? this.#set(record, status) : record)
+    const status = settledStatus(record.status, to)
+    return copy(status === record.status ? record : this.#store({ ...record, status }))
   }
 
-  #set (record: ApprovalRecord, status: ApprovalRecord['status']): ApprovalRecord {
-    record.status = status
+  /** Stores a record that left `pending`, and wakes its waiters. */
+  #store (record: ApprovalRecord): ApprovalRecord {
+    this.#approvals.set(record.id, record)
     this.#waiters.settle(copy(record))
     return record
   }
@@ -417,12 +421,8 @@ function toCheckpointRecord (summary: CheckpointSummary, json: string): Checkpoi
   return { ...rest, state: JSON.parse(json) }
 }
 
-interface StoredIdempotency {
+interface StoredIdempotency extends IdempotencyHold {
   record: IdempotencyRecord
-  /** the reservation's holder: renew, complete and release need it */
-  token: string
-  expiresMs: number
-  lockedMs: number
 }
 
 export class MemoryIdempotencyStore implements IdempotencyStore {
@@ -435,10 +435,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now()
     this.#purge(now)
     const existing = this.#records.get(key)
-    if (existing !== undefined && isLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
+    if (existing !== undefined && idempotencyLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
     const token = randomId()
     const stored: StoredIdempotency = {
       record: { key, fingerprint, state: 'in_progress', createdAt: iso(now), expiresAt: iso(now + options.ttlMs), lockedUntil: iso(now + options.leaseMs) },
+      state: 'in_progress',
       token,
       expiresMs: now + options.ttlMs,
       lockedMs: now + options.leaseMs
@@ -451,7 +452,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   /** The record while `token` holds it: unexpired and in progress. */
   #held (key: string, token: string, now: number): StoredIdempotency | undefined {
     const stored = this.#records.get(key)
-    return stored !== undefined && stored.expiresMs > now && stored.record.state === 'in_progress' && stored.token === token ? stored : undefined
+    return stored !== undefined && idempotencyHeld(stored, token, now) ? stored : undefined
   }
 
   async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
@@ -459,8 +460,9 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now()
     const stored = this.#held(key, token, now)
     if (stored === undefined) return false
-    stored.lockedMs = now + leaseMs
-    stored.expiresMs = Math.max(stored.expiresMs, stored.lockedMs)
+    const lease = renewedLease(stored, now, leaseMs)
+    stored.lockedMs = lease.lockedMs
+    stored.expiresMs = lease.expiresMs
     stored.record = { ...stored.record, lockedUntil: iso(stored.lockedMs), expiresAt: iso(stored.expiresMs) }
     return true
   }
@@ -472,6 +474,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (stored === undefined) return false
     const expiresMs = now + ttlMs
     stored.expiresMs = expiresMs
+    stored.state = 'completed'
     stored.record = { ...stored.record, state: 'completed', response: { ...response }, expiresAt: iso(expiresMs) }
     return true
   }
@@ -496,10 +499,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       this.#records.delete(key)
     }
   }
-}
-
-function isLive (stored: StoredIdempotency, now: number): boolean {
-  return stored.expiresMs > now && (stored.record.state === 'completed' || stored.lockedMs > now)
 }
 
 function copyRecord (record: IdempotencyRecord): IdempotencyRecord {

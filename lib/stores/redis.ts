@@ -16,7 +16,8 @@ export { RedisConnection } from './redis-connection.js'
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis-connection.js'
 
 // A record counts as live while unexpired and either completed or within its lease; otherwise it is
-// replaced. Times are the caller's clock (epoch ms) so that they agree with the other backends'.
+// replaced (idempotencyLive in rules.ts; the scripts below hold to idempotencyHeld and renewedLease). Times are the
+// caller's clock (epoch ms) so that they agree with the other backends'.
 const RESERVE = new RedisScript(`
 local held = redis.call('HMGET', KEYS[1], 'state', 'expiresAt', 'lockedUntil')
 local now = tonumber(ARGV[1])

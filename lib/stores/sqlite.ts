@@ -2,9 +2,10 @@
 import type Database from 'better-sqlite3'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
-  decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
+  decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { decidedStatus, failedDecision } from './rules.js'
 import { SqliteConnection, SqliteStore } from './sqlite-connection.js'
 import type { SqliteDatabase, SqliteStoreOptions } from './sqlite-connection.js'
 import { randomId } from '../core/ids.js'
@@ -504,7 +505,8 @@ function idempotencyStatements (db: Db, table: string) {
   // the reservation's token (docs/auth-and-traffic.md), added to a table made before it: a record without one is held by nobody
   const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${table}')`).all()
   if (!columns.some((column) => column.name === 'token')) db.exec(`ALTER TABLE "${table}" ADD COLUMN token TEXT`)
-  // Takes the key over only when the holder is dead (lease passed) or its record expired.
+  // Takes the key over only when the holder is dead (lease passed) or its record expired: idempotencyLive in rules.ts,
+  // as renew, complete and release below hold to idempotencyHeld and renewedLease, each in one statement.
   const take = db.prepare<{ key: string, fingerprint: string, token: string, now: number, expires: number, locked: number }>(`
     INSERT INTO "${table}" (key, fingerprint, state, response, created_at, expires_at, locked_until, token)
     VALUES (@key, @fingerprint, 'in_progress', NULL, @now, @expires, @locked, @token)
