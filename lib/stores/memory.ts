@@ -1,9 +1,9 @@
 // In-process stores: the defaults. Fast (they sit on every request) and lost on restart.
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decodeKeyCursor,
-  decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso, storeClosedError, toJson, toMs
+  decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toJson, toMs
 } from './common.js'
-import { approvalStatusAt, decide, idempotencyHeld, idempotencyLive, renewedLease, settledStatus } from './rules.js'
+import { approvalStatusAt, beforeKeyCursor, decide, idempotencyHeld, idempotencyLive, keyPage, renewedLease, settledStatus } from './rules.js'
 import type { IdempotencyHold } from './rules.js'
 import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
@@ -200,15 +200,11 @@ export class MemorySessionStore implements SessionStore {
     for (const stored of sessions) {
       if (stored.expiresMs <= now) this.#remove(stored)
       else if (wanted !== undefined && !wanted(stored)) continue
-      else if (after === null || isBefore(stored.lastActiveMs, stored.id, after)) candidates.push(stored)
+      else if (beforeKeyCursor(stored.lastActiveMs, stored.id, after)) candidates.push(stored)
     }
     candidates.sort((a, b) => b.lastActiveMs - a.lastActiveMs || (a.id < b.id ? 1 : -1))
-    const page = candidates.slice(0, limit)
-    const last = page[page.length - 1]
-    return {
-      sessions: page.map(toSessionRecord),
-      nextCursor: candidates.length > limit ? encodeKeyCursor(last.lastActiveMs, last.id) : null
-    }
+    const { items, nextCursor } = keyPage(candidates, limit, (stored) => ({ ms: stored.lastActiveMs, id: stored.id }))
+    return { sessions: items.map(toSessionRecord), nextCursor }
   }
 
   async close (): Promise<void> {}
@@ -269,11 +265,6 @@ export class MemorySessionStore implements SessionStore {
     owned.delete(stored)
     if (owned.size === 0) this.#byPrincipal.delete(stored.principal)
   }
-}
-
-/** Order of list(): most recently active first, ties by id descending. */
-function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): boolean {
-  return ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
 }
 
 // Field by field: a spread followed by one more property (`{ ...record, lastActiveAt }`) takes a slow path

@@ -1,6 +1,7 @@
 // Redis stores (ioredis): idempotency and sessions shared by many instances, expiry left to Redis.
 import type { Redis } from 'ioredis'
-import { checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso } from './common.js'
+import { checkLimit, checkTtl, decodeKeyCursor, iso } from './common.js'
+import { beforeKeyCursor, keyPage } from './rules.js'
 import { RedisConnection, RedisScript, RedisStore } from './redis-connection.js'
 import type { RedisClient, RedisStoreOptions } from './redis-connection.js'
 import { randomId } from '../core/ids.js'
@@ -245,7 +246,7 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       const flat = await client.zrevrangebyscore(index, after === null ? '+inf' : after.ms, '-inf', 'WITHSCORES', 'LIMIT', offset, batch)
       const ids: string[] = []
       for (let i = 0; i < flat.length; i += 2) {
-        if (after === null || Number(flat[i + 1]) < after.ms || flat[i] < after.id) ids.push(flat[i])
+        if (beforeKeyCursor(Number(flat[i + 1]), flat[i], after)) ids.push(flat[i])
       }
       const pipeline = client.pipeline()
       for (const id of ids) pipeline.hmget(this.#keys(id)[0], 'base', 'lastActiveAt', 'turns')
@@ -258,12 +259,8 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       if (flat.length < batch * 2) break
     }
     if (gone.length > 0) await client.zrem(index, ...gone)
-    const page = found.slice(0, limit)
-    const last = page[page.length - 1]
-    return {
-      sessions: page,
-      nextCursor: found.length > limit ? encodeKeyCursor(Date.parse(last.lastActiveAt), last.id) : null
-    }
+    const { items, nextCursor } = keyPage(found, limit, (session) => ({ ms: Date.parse(session.lastActiveAt), id: session.id }))
+    return { sessions: items, nextCursor }
   }}
 
 /** Sessions, idempotency, runs, the webhook outbox and the quota counts on one client (opened from a URL, or yours). */

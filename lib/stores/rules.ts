@@ -1,7 +1,8 @@
-// The rules of the idempotency and approval records, written once as plain functions (docs/stores.md, "Writing a
+// The rules of the idempotency and approval records and of the session listings' pages, written once as plain functions (docs/stores.md, "Writing a
 // store"). The memory stores apply them as they are; the SQL and Lua backends write the same conditions into their one
 // atomic statement or script (a read and a write would be two round trips), and the conformance suites
 // (lib/testing) hold every backend to them.
+import { encodeKeyCursor } from '../core/cursors.js'
 import type { ApprovalDecision, ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
 
 /** What an idempotency rule reads of a record: its state, its holder's token and its two instants (epoch ms). */
@@ -65,4 +66,23 @@ export function failedDecision (record: ApprovalRecord): DecideResult {
 /** pending → expired or cancelled; any other status stays (a decision, an expiry or a cancel is final). */
 export function settledStatus (status: ApprovalStatus, to: 'expired' | 'cancelled'): ApprovalStatus {
   return status === 'pending' ? to : status
+}
+
+/**
+ * The order of the session listings: most recently active first, ties by id descending. A key cursor names the last
+ * session of a page; what follows it comes before it in that order (SQL compares `(last_active_at, id) < (ms, id)`).
+ */
+export function beforeKeyCursor (ms: number, id: string, cursor: { ms: number, id: string } | null): boolean {
+  return cursor === null || ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
+}
+
+/**
+ * A page of a listing by key cursor: the first `limit` of what was found in order past the cursor (a store reads
+ * `limit + 1`, the one more telling that a next page exists), and the cursor of its last item when one does.
+ */
+export function keyPage<T> (found: readonly T[], limit: number, key: (item: T) => { ms: number, id: string }): { items: T[], nextCursor: string | null } {
+  const items = found.slice(0, limit)
+  if (found.length <= limit) return { items, nextCursor: null }
+  const last = key(items[items.length - 1]!)
+  return { items, nextCursor: encodeKeyCursor(last.ms, last.id) }
 }

@@ -1,8 +1,10 @@
-// The idempotency and approval rules (lib/stores/rules.ts), as plain functions: no store needed. The conformance
+// The idempotency and approval rules and the session listings' pages (lib/stores/rules.ts), as plain functions: no store needed. The conformance
 // suites (lib/testing) hold every backend to the same rules.
 import t from 'tap'
+import { decodeKeyCursor } from '../../lib/core/cursors.js'
 import {
-  approvalStatusAt, decide, decidedStatus, failedDecision, idempotencyHeld, idempotencyLive, renewedLease, settledStatus
+  approvalStatusAt, beforeKeyCursor, decide, decidedStatus, failedDecision, idempotencyHeld, idempotencyLive, keyPage,
+  renewedLease, settledStatus
 } from '../../lib/stores/rules.js'
 import type { IdempotencyHold } from '../../lib/stores/rules.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
@@ -63,4 +65,19 @@ t.test('approvals: expire and cancel move pending only', async (t) => {
   t.equal(settledStatus('pending', 'cancelled'), 'cancelled')
   t.equal(settledStatus('approved', 'cancelled'), 'approved')
   t.equal(settledStatus('expired', 'cancelled'), 'expired')
+})
+
+t.test('session pages: most recently active first, ties by id descending; the cursor names the last of a page', async (t) => {
+  const cursor = { ms: 100, id: 'm' }
+  t.equal(beforeKeyCursor(5, 'z', null), true, 'no cursor: everything')
+  t.equal(beforeKeyCursor(99, 'z', cursor), true, 'less recently active')
+  t.equal(beforeKeyCursor(100, 'a', cursor), true, 'as recent, a lower id')
+  t.equal(beforeKeyCursor(100, 'm', cursor), false, 'the cursor\'s own')
+  t.equal(beforeKeyCursor(100, 'z', cursor), false)
+  t.equal(beforeKeyCursor(101, 'a', cursor), false, 'more recently active')
+  const found = [{ ms: 3, id: 'c' }, { ms: 2, id: 'b' }, { ms: 1, id: 'a' }]
+  t.same(keyPage(found, 3, (x) => x), { items: found, nextCursor: null }, 'all of it: no next page')
+  const page = keyPage(found, 2, (x) => x)
+  t.same(page.items, found.slice(0, 2))
+  t.same(decodeKeyCursor(page.nextCursor!), { ms: 2, id: 'b' }, 'the next page starts after the last item')
 })
