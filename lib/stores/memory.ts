@@ -3,7 +3,7 @@ import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decodeKeyCursor,
   decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toJson, toMs
 } from './common.js'
-import { approvalStatusAt, beforeKeyCursor, decide, idempotencyHeld, idempotencyLive, keyPage, renewedLease, settledStatus } from './rules.js'
+import { approvalStatusAt, beforeKeyCursor, decide, idempotencyHeld, idempotencyLive, keyPage, nextCheckpoint, renewedLease, settledStatus } from './rules.js'
 import type { IdempotencyHold } from './rules.js'
 import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
@@ -376,13 +376,13 @@ export class MemoryCheckpointStore implements CheckpointStore {
   async save (checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord> {
     const json = toJson(checkpoint.state)
     const now = iso(Date.now())
-    const previous = this.#checkpoints.get(checkpoint.runId)
+    const { step, createdAt } = nextCheckpoint(this.#checkpoints.get(checkpoint.runId)?.summary, now)
     const summary: CheckpointSummary = {
       runId: checkpoint.runId,
       agent: checkpoint.agent,
       sessionId: checkpoint.sessionId,
-      step: (previous?.summary.step ?? 0) + 1,
-      createdAt: previous?.summary.createdAt ?? now,
+      step,
+      createdAt,
       updatedAt: now,
       bytes: Buffer.byteLength(json)
     }

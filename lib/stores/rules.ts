@@ -86,3 +86,8 @@ export function keyPage<T> (found: readonly T[], limit: number, key: (item: T) =
   const last = key(items[items.length - 1]!)
   return { items, nextCursor: encodeKeyCursor(last.ms, last.id) }
 }
+
+/** A run's next checkpoint: step 1 for its first (or the first since a delete), then one more per save; created when its first was. */
+export function nextCheckpoint (previous: { step: number, createdAt: string } | undefined, now: string): { step: number, createdAt: string } {
+  return previous === undefined ? { step: 1, createdAt: now } : { step: previous.step + 1, createdAt: previous.createdAt }
+}

@@ -4,7 +4,7 @@ import t from 'tap'
 import { decodeKeyCursor } from '../../lib/core/cursors.js'
 import {
   approvalStatusAt, beforeKeyCursor, decide, decidedStatus, failedDecision, idempotencyHeld, idempotencyLive, keyPage,
-  renewedLease, settledStatus
+  nextCheckpoint, renewedLease, settledStatus
 } from '../../lib/stores/rules.js'
 import type { IdempotencyHold } from '../../lib/stores/rules.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
@@ -80,4 +80,9 @@ t.test('session pages: most recently active first, ties by id descending; the cu
   const page = keyPage(found, 2, (x) => x)
   t.same(page.items, found.slice(0, 2))
   t.same(decodeKeyCursor(page.nextCursor!), { ms: 2, id: 'b' }, 'the next page starts after the last item')
+})
+
+t.test('checkpoints: steps count from 1 per run, created when the first was', async (t) => {
+  t.same(nextCheckpoint(undefined, 'now'), { step: 1, createdAt: 'now' })
+  t.same(nextCheckpoint({ step: 2, createdAt: 'then' }, 'now'), { step: 3, createdAt: 'then' })
 })
