@@ -41,6 +41,12 @@ export interface PostgresStoreOptions {
 
 type Row = object
 
+/**
+ * A store as it is, through the deadline wrapper the service puts around it (a Proxy: its reads are the store's):
+ * how one store knows another for the very object it was made with.
+ */
+export const UNWRAPPED = Symbol('fastify-agents.unwrapped')
+
 /** pg's escapeIdentifier, without loading pg for it. */
 export function quote (name: string): string {
   return `"${name.replace(/"/g, '""')}"`
@@ -89,6 +95,8 @@ export type PostgresSource = string | PgPool | PostgresPoolOptions | PostgresCon
 export abstract class PostgresStore extends ConnectedStore<PgPool> {
   readonly schema: string
   readonly tablePrefix: string
+  /** the store itself, read through any wrapper */
+  readonly [UNWRAPPED]: PostgresStore = this
   #ready: Promise<void> | null = null
 
   constructor (source: PostgresSource, options: PostgresStoreOptions = {}) {

@@ -131,21 +131,33 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+    const { text, values } = await this.freshSession(session, ttlMs, 1)
+    const [row] = await this.sql<SessionRow>(`${text} RETURNING ${SESSION_COLUMNS}`, values)
+    return toSession(row)
+  }
+
+  /**
+   * A new session's INSERT (its parameters numbered from `first`), its table made and the expired sessions purged
+   * when due: `create`'s, and the run store's when it writes a run with its fresh session in one statement
+   * (docs/stores.md, "Round trips").
+   */
+  async freshSession (session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     if (now - this.#purgedAt >= PURGE_MS) {
       this.#purgedAt = now
       await this.sql(`DELETE FROM ${this.table('sessions')} WHERE expires_at <= $1`, [new Date(now)])
+    } else {
+      await this.pool()
     }
-    const [row] = await this.sql<SessionRow>(`
+    const $ = (n: number): string => `$${first + n}`
+    const text = `
       INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
-      VALUES ($1, $2, $3, $4, $4, $5, 0, $6, '[]')
+      VALUES (${$(0)}::text, ${$(1)}::text, ${$(2)}::text, ${$(3)}::timestamptz, ${$(3)}::timestamptz, ${$(4)}::timestamptz, 0, ${$(5)}::jsonb, '[]')
       ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
         created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
-        turns = 0, metadata = EXCLUDED.metadata, messages = '[]'
-      RETURNING ${SESSION_COLUMNS}`,
-    [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)])
-    return toSession(row)
+        turns = 0, metadata = EXCLUDED.metadata, messages = '[]'`
+    return { text, values: [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)] }
   }
 
   async get (id: string): Promise<SessionWithMessages | null> {
@@ -577,13 +589,15 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
   } else {
     connection = new PostgresConnection(source)
   }
+  // one database: a run's fresh session goes in with the run, in one statement
+  const sessionStore = new PostgresSessionStore(connection, storeOptions)
   return {
     auditStore: new PostgresAuditStore(connection, storeOptions),
-    sessionStore: new PostgresSessionStore(connection, storeOptions),
+    sessionStore,
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
     idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
-    runStore: new PostgresRunStore(connection, storeOptions),
+    runStore: new PostgresRunStore(connection, storeOptions).withSessions(sessionStore),
     webhookStore: new PostgresWebhookStore(connection, storeOptions),
     quotaStore: new PostgresQuotaStore(connection, storeOptions)
   }
