@@ -57,6 +57,9 @@ interface RunRow {
   cancel_requested: number
 }
 
+/** What a log write needs of its run's row. */
+type LogRow = Pick<RunRow, 'run_id' | 'status' | 'owner' | 'last_seq'>
+
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
   'result, error, request_id, trace_id, owner, lease_until, detachable, cancel_requested'
 
@@ -121,6 +124,8 @@ function runStatements (db: Db, prefix: string) {
   const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }>>()
   const statements = {
     run: db.prepare<[{ runId: string, now: number }], RunRow>(`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = @runId AND ${live}`),
+    // what an append reads of its run (the whole row is 19 columns: read for each run of each group)
+    logRun: db.prepare<[{ runId: string, now: number }], LogRow>(`SELECT run_id, status, owner, last_seq FROM ${runs} WHERE run_id = @runId AND ${live}`),
     spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
     // whether the run is there, from runs_live alone: expires_at sits after the result in the row, and reading it
     // there walks the whole result (a run of many large deltas has a large one) at every page a follower reads
@@ -228,6 +233,9 @@ function prepare (db: Db, prefix: string): Prepared {
   }
 }
 
+/** Thrown out of a group's transaction by an item that failed: the group is written again, an item per savepoint. */
+const ITEM_FAILED = new Error('an item of the group failed')
+
 /** A log write of one run waiting for its group: what it does inside the group's transaction. */
 interface Grouped {
   runId: string
@@ -296,13 +304,28 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
 
   #writeGroup (items: readonly Grouped[]): Array<unknown> {
     const { savepoint } = this.#use()
-    const done = this.#write((statements, now) => items.map((item) => {
-      try {
-        return savepoint(() => item.write(statements, now))
-      } catch (error) {
-        return error as Error
-      }
-    }))
+    let done: Array<{ value: unknown, heard?: Heard } | Error>
+    try {
+      // Every item in the group's transaction as it is: a savepoint each costs two more statements per run per group.
+      // An item that throws undoes the whole transaction, and the group goes again with each item in a savepoint of
+      // its own, undone alone (a writer whose lease was lost, a conflict: rare).
+      done = this.#write((statements, now) => items.map((item) => {
+        try {
+          return item.write(statements, now)
+        } catch {
+          throw ITEM_FAILED
+        }
+      }))
+    } catch (error) {
+      if (error !== ITEM_FAILED) throw error
+      done = this.#write((statements, now) => items.map((item) => {
+        try {
+          return savepoint(() => item.write(statements, now))
+        } catch (error) {
+          return error as Error
+        }
+      }))
+    }
     // committed: now the watchers may read what they are told of
     return done.map((result) => {
       if (result instanceof Error) return result
@@ -539,7 +562,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
    * Inserts what a batch brings that the log does not hold yet (see unheldEvents: a retried write is acknowledged
    * again; the rest must follow the log); returns the new lastSeq (the caller stores it).
    */
-  #append (statements: Statements, row: RunRow, batch: readonly StoredEvent[]): number {
+  #append (statements: Statements, row: LogRow, batch: readonly StoredEvent[]): number {
     const first = batch[0]?.seq ?? 0
     const count = heldCount(first, batch.length, row.last_seq)
     const events = unheldEvents(row.run_id, row.last_seq, batch, count === 0 ? [] : statements.held.all(row.run_id, first, count))
@@ -548,7 +571,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   }
 
   /** The run, unless it is gone or ended (nothing to write); throws, as the lease's loser's, unless `owner` runs it. */
-  static #owned (row: RunRow | undefined, owner: string): RunRow | undefined {
+  static #owned<R extends LogRow> (row: R | undefined, owner: string): R | undefined {
     if (row === undefined || isEnded(row.status)) return undefined
     if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(row.run_id)
     return row
@@ -565,7 +588,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     }
     this.#use()
     await this.#grouped(runId, (statements, now) => {
-      const row = SqliteRunStore.#owned(statements.run.get({ runId, now }), owner)
+      const row = SqliteRunStore.#owned(statements.logRun.get({ runId, now }), owner)
       if (row === undefined) return { value: undefined }
       const lastSeq = this.#append(statements, row, events)
       // all of it held already: a retry acknowledged, nothing new
