@@ -13,7 +13,8 @@ import {
 import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
 import { RunWatchHub } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { PostgresStore, UNWRAPPED } from './postgres-connection.js'
+import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
+import type { NamedStatement } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
@@ -146,6 +147,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
 
   /** the session store of the same database (postgresStores): a run's fresh session goes in with the run */
   #sessionStore: FreshSessions | null = null
+  #createWithSession: NamedStatement | null = null
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -261,12 +263,12 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     const { record } = run
     const values = this.#values(run)
     if (!options.exclusive || record.sessionId === null) {
-      await this.sql(this.#sql.create, values)
+      await (await this.#pool()).query({ ...this.#sql.create, values })
       return this.#created(run)
     }
     const pool = await this.#pool()
     for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
-      const { rowCount } = await pool.query(this.#sql.createExclusive, values)
+      const { rowCount } = await pool.query({ ...this.#sql.createExclusive, values })
       if (rowCount === 1) return this.#created(run)
       const holder = await this.#busy(pool, record.sessionId)
       if (holder !== null) return { outcome: 'session_busy', holder }
@@ -291,7 +293,9 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     if (paired === null || (sessions as { [UNWRAPPED]?: unknown })[UNWRAPPED] !== paired || session.id !== run.record.sessionId) return undefined
     checkNewRun(BACKEND, false, run)
     const fresh = await paired.freshSession(session, ttlMs, 18)
-    const { rowCount } = await (await this.#pool()).query(this.#sql.createWithSession(fresh.text), [...this.#values(run), ...fresh.values])
+    // (the session store's INSERT is the same text at every call: one statement, named once)
+    this.#createWithSession ??= named(this.#sql.createWithSession(fresh.text))
+    const { rowCount } = await (await this.#pool()).query({ ...this.#createWithSession, values: [...this.#values(run), ...fresh.values] })
     // (the session was made with the run: no other run can hold it)
     /* c8 ignore next */
     if (rowCount !== 1) throw lockRaceError(session.id)
@@ -485,7 +489,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
         data.push(event.data)
       }
     }
-    const { rows } = await pool.query(this.#sql.appendGroup, [runIds, counts, afters, owners, eventRuns, seqs, types, data]) as { rows: Array<{ run_id: string, last_seq: number }> }
+    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [runIds, counts, afters, owners, eventRuns, seqs, types, data] })
     const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
     return items.map((item) => appended.get(item.runId) ?? null)
   }
@@ -521,12 +525,12 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     uncancelled = false
   ): Promise<Ended | null> {
     const endedMs = toMs('endedAt', end.endedAt)
-    const { rows: [ended] } = await q.query<Ended>(this.#sql.end, [
+    const { rows: [ended] } = await q.query<Ended>({ ...this.#sql.end, values: [
       runId, end.status, new Date(endedMs), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(endedMs + retentionMs), events.length, from,
       events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner,
       uncancelled
-    ])
+    ] })
     return ended ?? null
   }
 
@@ -734,12 +738,13 @@ function statements (runs: string, events: string, sessions: string, channel: st
     SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
     WHERE EXISTS (SELECT 1 FROM ${when})`
   return {
-    create: `WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`,
-    createExclusive: `
+    // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
+    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
+    createExclusive: named(`
       WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
       cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken)),
       created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
-      ${created}`,
+      ${created}`),
     take,
     // a run with its fresh session (`session`: the session store's INSERT, its parameters from $18), its lock taken
     createWithSession: (session: string): string => `
@@ -800,7 +805,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT last_seq, pg_notify(${channel}, 'e:' || $1 || ':' || last_seq) AS notified FROM run`,
     // every run's batch of a group, as \`append\`: each goes in only if it follows its log and is its run owner's; one
     // NOTIFY names them all
-    appendGroup: `
+    appendGroup: named(`
       WITH batch AS (
         SELECT * FROM unnest($1::text[], $2::integer[], $3::integer[], $4::text[]) AS b (run_id, n, after, owner)),
       run AS (
@@ -813,10 +818,10 @@ function statements (runs: string, events: string, sessions: string, channel: st
         WHERE e.run_id IN (SELECT run_id FROM run))
       SELECT run_id, last_seq,
         (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
-      FROM run`,
+      FROM run`),
     // The last events, the end and the session given back, in one statement (by the lease's owner, when named):
     // a queued detachable run waiting for that session is news for the claimers.
-    end: `
+    end: named(`
       WITH ended AS (
         UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
           owner = NULL, lease_until = NULL
@@ -834,7 +839,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
         pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
         (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session,
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended, waits`,
+      FROM ended, waits`),
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

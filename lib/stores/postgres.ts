@@ -6,8 +6,8 @@ import {
   decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
-import { PostgresConnection, PostgresStore, isPool } from './postgres-connection.js'
-import type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
+import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
@@ -116,6 +116,7 @@ const SESSION_COLUMNS = 'id, agent, principal, created_at, last_active_at, turns
 
 export class PostgresSessionStore extends PostgresStore implements SessionStore {
   #purgedAt = 0
+  #appendTurn: NamedStatement | null = null
 
   protected ddl (): string {
     // COLLATE "C": list() pages by (last_active_at, id); a byte order keeps that independent of the locale
@@ -170,11 +171,12 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
-    const rows = await this.sql(`
+    // every run's (named: prepared once per connection)
+    this.#appendTurn ??= named(`
       UPDATE ${this.table('sessions')} SET messages = messages || $2::jsonb, turns = turns + 1,
         last_active_at = $3, expires_at = $4
-      WHERE id = $1 AND expires_at > $3 RETURNING id`,
-    [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
+      WHERE id = $1 AND expires_at > $3 RETURNING id`)
+    const rows = await this.sql(this.#appendTurn, [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
     return rows.length === 1
   }
 

@@ -231,10 +231,12 @@ function spiedPool (t: Test, before: (text: string) => Promise<void> | void = ()
   const spied = new Proxy(pool, {
     get (target, property) {
       if (property === 'query') {
-        return async (text: string, values?: unknown[]) => {
+        // a named statement is sent as a config: its text is what is counted
+        return async (query: string | { text: string }, values?: unknown[]) => {
+          const text = typeof query === 'string' ? query : query.text
           queries.push(text)
           await before(text)
-          return target.query(text, values)
+          return target.query(query as string, values)
         }
       }
       const value = Reflect.get(target, property) as unknown
@@ -378,9 +380,10 @@ if (await pgReachable()) {
     const pool = new Proxy(newPool(t), {
       get (target, property) {
         if (property === 'query') {
-          return async (text: string, values?: unknown[]) => {
+          return async (query: string | { text: string }, values?: unknown[]) => {
+            const text = typeof query === 'string' ? query : query.text
             const poll = text.includes('cancel_requested FROM') && text.includes('ANY(')
-            if (!poll) return target.query(text, values)
+            if (!poll) return target.query(query as string, values)
             await pollsHeld
             polling++
             try { return await target.query(text, values) } finally { polling-- }

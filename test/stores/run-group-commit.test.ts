@@ -63,7 +63,9 @@ const postgres: Backend = {
     let held: Promise<void> | null = null
     const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>
     ;(pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-      if (typeof args[0] === 'string' && args[0].includes(GROUP_STATEMENT)) {
+      // the group's statement is named: sent as a config holding its text
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text
+      if (text?.includes(GROUP_STATEMENT) === true) {
         sent++
         const wait = held
         held = null
