@@ -3,9 +3,10 @@
 import { createHash } from 'node:crypto'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
-  decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
+  decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { decidedStatus, failedDecision } from './rules.js'
 import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
 import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
@@ -177,15 +178,6 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
         last_active_at = $3, expires_at = $4
       WHERE id = $1 AND expires_at > $3 RETURNING id`)
     const rows = await this.sql(this.#appendTurn, [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
-    return rows.length === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    const rows = await this.sql(`
-      UPDATE ${this.table('sessions')} SET last_active_at = $2, expires_at = $3
-      WHERE id = $1 AND expires_at > $2 RETURNING id`, [id, new Date(now), new Date(now + ttlMs)])
     return rows.length === 1
   }
 
@@ -518,7 +510,8 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
       await this.sql(`DELETE FROM ${this.table('idempotency')} WHERE expires_at <= $1`, [new Date(now)])
     }
     // Concurrent inserts of one key wait for the first to commit, then re-check the WHERE against it:
-    // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over.
+    // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over:
+    // the rules of rules.ts (idempotencyLive here, idempotencyHeld in renew, complete and release), in one statement each.
     const token = randomId()
     const taken = await this.sql(`
       INSERT INTO ${this.table('idempotency')} AS i (key, fingerprint, state, response, created_at, expires_at, locked_until, token)

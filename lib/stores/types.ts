@@ -34,7 +34,6 @@ export interface AuditStore {
   append(entries: readonly AuditEntry[]): Promise<void>
   /** Pages are stable while entries are appended: no duplicates, no gaps. */
   query(query: AuditQuery): Promise<AuditPage>
-  count(): Promise<number>
   /**
    * Optional (durable backends): deletes entries older than `before` (epoch ms), at most `batch` of them, oldest
    * first; resolves with how many. The service calls it periodically with `auditRetentionMs`.
@@ -69,10 +68,8 @@ export interface SessionStore {
   create(session: NewSession, ttlMs: number): Promise<SessionRecord>
   /** null when absent or expired */
   get(id: string): Promise<SessionWithMessages | null>
-  /** Appends a completed turn's messages, increments `turns`, touches. false when absent or expired. */
+  /** Appends a completed turn's messages, increments `turns`, marks activity (a new ttl). false when absent or expired. */
   appendTurn(id: string, messages: readonly Message[], ttlMs: number): Promise<boolean>
-  /** Marks activity. false when absent or expired. */
-  touch(id: string, ttlMs: number): Promise<boolean>
   /** true when something was deleted */
   delete(id: string): Promise<boolean>
   /** Unexpired sessions, most recently active first. */
@@ -189,8 +186,6 @@ export interface IdempotencyStore {
   complete(key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean>
   /** Forgets the key (a 5xx: the retry runs again) while it holds `token`; false, changing nothing, otherwise. */
   release(key: string, token: string): Promise<boolean>
-  /** null when absent or expired */
-  get(key: string): Promise<IdempotencyRecord | null>
   close?(): Promise<void>
 }
 
