@@ -305,6 +305,13 @@ export interface RunStore {
    */
   create(run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult>
   /**
+   * Optional: `create` with `exclusive` of a run whose session is new (`session`, its id the run's), the session
+   * created as `sessions.create(session, ttlMs)` would, both in one write — for a backend that keeps both in one
+   * database. Undefined, with nothing written, when `sessions` is not a store it writes with: the caller then
+   * creates the session, then the run.
+   */
+  createWithSession?(run: NewRun, session: NewSession, ttlMs: number, sessions: SessionStore): Promise<CreateRunResult | undefined>
+  /**
    * A run that ended is resumed under its id (`resumeRunId`): ended → running, its attempt the next one, its log
    * kept and `run.requeued { attempt, reason: 'RESUMED' }` appended to it (so that its one log reads on past its last
    * attempt's terminal event: the resumed run's events follow), `startedAt`, `requestId`, `traceId` and the spec

@@ -10,6 +10,7 @@ import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/store
 import { auditCount, eventually, idempotencyRecord, percentile, tapTest } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
+import { MemorySessionStore } from '../../lib/stores/memory.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
 
@@ -230,10 +231,12 @@ function spiedPool (t: Test, before: (text: string) => Promise<void> | void = ()
   const spied = new Proxy(pool, {
     get (target, property) {
       if (property === 'query') {
-        return async (text: string, values?: unknown[]) => {
+        // a named statement is sent as a config: its text is what is counted
+        return async (query: string | { text: string }, values?: unknown[]) => {
+          const text = typeof query === 'string' ? query : query.text
           queries.push(text)
           await before(text)
-          return target.query(text, values)
+          return target.query(query as string, values)
         }
       }
       const value = Reflect.get(target, property) as unknown
@@ -307,6 +310,43 @@ if (await pgReachable()) {
     t.comment(`append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
   })
 
+  t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
+    const { pool, queries } = spiedPool(t)
+    const schema = withPgSchema(t, admin)
+    const stores = postgresStores(pool, { schema })
+    t.teardown(() => closeAll(stores))
+    const { runStore, sessionStore } = stores
+    // the tables made and the expired sessions purged (once a minute) first: only the run's statement is counted
+    await runStore.get('none')
+    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    // the service puts a deadline wrapper (a Proxy) around each store: it is still the store of its database
+    const wrapped = new Proxy(sessionStore, {})
+    const run = newRun()
+    const session = { id: run.record.sessionId!, agent: 'echo', principal: 'alice', metadata: { k: 1 } }
+    queries.length = 0
+    t.same(await runStore.createWithSession!(run, session, HOUR, wrapped), { outcome: 'created' })
+    t.equal(queries.length, 1, 'one statement')
+    t.match(await sessionStore.get(session.id), { id: session.id, agent: 'echo', principal: 'alice', turns: 0, metadata: { k: 1 }, messages: [] })
+    t.match(await runStore.get(run.record.runId), { runId: run.record.runId, sessionId: session.id, status: 'running' })
+    // the session is the run's: another run is refused it until the first ends
+    t.match(await runStore.create(newRun({ sessionId: session.id }), { exclusive: true }), { outcome: 'session_busy', holder: run.record.runId })
+
+    // anything else: nothing written, the caller makes the session first
+    const other = postgresStores(pool, { schema: withPgSchema(t, admin) })
+    t.teardown(() => closeAll(other))
+    const alone = new PostgresRunStore(pool, { schema })
+    t.teardown(() => alone.close())
+    const second = newRun()
+    const itsSession = { ...session, id: second.record.sessionId! }
+    queries.length = 0
+    t.equal(await runStore.createWithSession!(second, itsSession, HOUR, other.sessionStore), undefined, 'another database\'s session store')
+    t.equal(await runStore.createWithSession!(second, itsSession, HOUR, new MemorySessionStore()), undefined, 'a memory store')
+    t.equal(await runStore.createWithSession!(second, session, HOUR, sessionStore), undefined, 'a session that is not the run\'s')
+    t.equal(await alone.createWithSession(second, itsSession, HOUR, sessionStore), undefined, 'a run store made alone')
+    t.same(queries, [])
+    t.equal(await runStore.get(second.record.runId), null)
+  })
+
   t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
     const schema = withPgSchema(t, admin)
     const a = new PostgresRunStore(pgUrl(), { schema })
@@ -340,9 +380,10 @@ if (await pgReachable()) {
     const pool = new Proxy(newPool(t), {
       get (target, property) {
         if (property === 'query') {
-          return async (text: string, values?: unknown[]) => {
+          return async (query: string | { text: string }, values?: unknown[]) => {
+            const text = typeof query === 'string' ? query : query.text
             const poll = text.includes('cancel_requested FROM') && text.includes('ANY(')
-            if (!poll) return target.query(text, values)
+            if (!poll) return target.query(query as string, values)
             await pollsHeld
             polling++
             try { return await target.query(text, values) } finally { polling-- }
