@@ -215,6 +215,8 @@ export interface RunSpec {
   history?: Message[]
   /** what the front end that started the run keeps with it (an OpenAI response's previous_response_id): never the agent's */
   frontend?: Record<string, unknown>
+  /** the schedule whose fire the run is (docs/schedules.md): `ctx.schedule` */
+  schedule?: { id: string, scheduledFor: string }
 }
 
 /** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (docs/runs.md). */
