@@ -4,14 +4,15 @@ import t from 'tap'
 import { PostgresScheduleStore } from '../../lib/stores/postgres-schedules.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
-import { scheduleStoreConformance } from './schedule-conformance.js'
+import { tapTest } from '../helper.js'
+import { scheduleStoreConformance } from '../../lib/testing/schedules.js'
 import { catchUpAfterDowntime, threeInstances } from './schedule-instances.js'
 
 if (await requirePg(t)) {
   const shared = new pg.Pool({ connectionString: pgUrl(), max: 10 })
   t.teardown(() => shared.end())
 
-  scheduleStoreConformance(t, {
+  scheduleStoreConformance(tapTest(t), {
     store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).scheduleStore,
     twin: (_t, first) => new PostgresScheduleStore({ connectionString: pgUrl(), max: 5 }, { schema: (first as PostgresScheduleStore).schema })
   })

@@ -4,14 +4,15 @@ import t from 'tap'
 import { RedisScheduleStore } from '../../lib/stores/redis-schedules.js'
 import { redisStores } from '../../lib/stores/redis.js'
 import { redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
-import { scheduleStoreConformance } from './schedule-conformance.js'
+import { tapTest } from '../helper.js'
+import { scheduleStoreConformance } from '../../lib/testing/schedules.js'
 import { catchUpAfterDowntime, threeInstances } from './schedule-instances.js'
 
 if (await requireRedis(t)) {
   const shared = new Redis(redisUrl())
   t.teardown(() => shared.quit())
 
-  scheduleStoreConformance(t, {
+  scheduleStoreConformance(tapTest(t), {
     store: (t) => redisStores(shared, { prefix: withRedisPrefix(t, shared) }).scheduleStore,
     twin: (t, first) => {
       const client = new Redis(redisUrl())

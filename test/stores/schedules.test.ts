@@ -5,13 +5,14 @@ import t from 'tap'
 import { MemoryScheduleStore } from '../../lib/stores/memory-schedules.js'
 import { SqliteScheduleStore } from '../../lib/stores/sqlite-schedules.js'
 import { sqliteStores } from '../../lib/stores/sqlite.js'
-import { scheduleStoreConformance } from './schedule-conformance.js'
+import { tapTest } from '../helper.js'
+import { scheduleStoreConformance } from '../../lib/testing/schedules.js'
 
-scheduleStoreConformance(t, { store: () => new MemoryScheduleStore() })
+scheduleStoreConformance(tapTest(t), { store: () => new MemoryScheduleStore() })
 
 // the twin opens the same file through a connection of its own, as another process would
 const files = new WeakMap<object, string>()
-scheduleStoreConformance(t, {
+scheduleStoreConformance(tapTest(t), {
   store: (t) => {
     const file = join(t.testdir(), 'schedules.db')
     const store = sqliteStores(file).scheduleStore

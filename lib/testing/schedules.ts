@@ -1,20 +1,19 @@
 // The behaviour every schedule store (docs/schedules.md) must have, run by each backend's test file against a factory
 // that makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on
 // the same data, as another instance would have: a claim raced from both is won once, and each hears the other's writes.
-import type { Test } from 'tap'
-import type { ScheduleRow, ScheduleState, ScheduleStore } from '../../lib/stores/types.js'
-import type { StoreFactory } from './conformance.js'
+import type { ScheduleRow, ScheduleState, ScheduleStore } from '../stores/types.js'
+import { type Check, type Registrar, type StoreFactory, checked } from './check.js'
 
-export interface ScheduleStoreFactories {
-  store: StoreFactory<ScheduleStore>
+export interface ScheduleStoreFactories<C = unknown> {
+  store: StoreFactory<ScheduleStore, C>
   /** a second store on the same data (another instance); absent for an in-process store */
-  twin?: (t: Test, first: ScheduleStore) => ScheduleStore | Promise<ScheduleStore>
+  twin?: (context: C, first: ScheduleStore) => ScheduleStore | Promise<ScheduleStore>
 }
 
 const T0 = 1_700_000_000_000
 
-async function open (t: Test, factory: StoreFactory<ScheduleStore>): Promise<ScheduleStore> {
-  const store = await factory(t)
+async function open<C> (t: Check<C>, factory: StoreFactory<ScheduleStore, C>): Promise<ScheduleStore> {
+  const store = await factory(t.context)
   t.teardown(async () => { await store.close?.() })
   return store
 }
@@ -49,22 +48,23 @@ function heard (store: ScheduleStore, ms = 5_000): { promise: Promise<void>, sto
   return { promise, stop }
 }
 
-export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFactories): void {
+export function scheduleStoreConformance<C> (registrar: Registrar<C>, factories: ScheduleStoreFactories<C>): void {
+  const test = checked(registrar)
   const { store: factory, twin } = factories
 
-  t.test('schedules: a row inserted is read back as stored, at revision 1; an id taken is refused; an unknown one is null', async (t) => {
+  test('schedules: a row inserted is read back as stored, at revision 1; an id taken is refused; an unknown one is null', async (t) => {
     const store = await open(t, factory)
     const inserted = await store.insert(row('s1'))
     t.equal(inserted.revision, 1)
     t.same(await store.get('s1'), { ...row('s1'), revision: 1 })
-    await t.rejects(store.insert(row('s1')), 'the id is taken')
+    await t.rejects(store.insert(row('s1')), Error, 'the id is taken')
     t.same(await store.get('s1'), { ...row('s1'), revision: 1 }, 'the refused insert changed nothing')
     t.equal(await store.get('nope'), null)
     await store.insert(row('s2', { wakeAt: null }))
     t.equal((await store.get('s2'))!.wakeAt, null, 'a row with nothing to wake for')
   })
 
-  t.test('schedules: a write is compared on the revision: the right one wins once, a stale or unknown one changes nothing', async (t) => {
+  test('schedules: a write is compared on the revision: the right one wins once, a stale or unknown one changes nothing', async (t) => {
     const store = await open(t, factory)
     await store.insert(row('s1'))
     const next = state('s1', 'alice', { nextRunAt: new Date(T0 + 120_000).toISOString(), lastRunId: 'r1' })
@@ -83,9 +83,9 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
     t.same(await store.due(T0 + 10 * 60_000, 10), [], 'a row whose wakeAt was cleared is never due')
   })
 
-  t.test('schedules: 20 writers racing from one revision: exactly one wins', async (t) => {
+  test('schedules: 20 writers racing from one revision: exactly one wins', async (t) => {
     const store = await open(t, factory)
-    const other = twin === undefined ? store : await twin(t, store)
+    const other = twin === undefined ? store : await twin(t.context, store)
     if (other !== store) t.teardown(async () => { await other.close?.() })
     await store.insert(row('s1'))
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? store : other).write('s1', 1, {
@@ -98,7 +98,7 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
     t.equal(stored!.state.schedule.lastRunId, winners[0]!.state.schedule.lastRunId, 'the winner\'s state is the one stored')
   })
 
-  t.test('schedules: a delete removes the row from every listing and from the due ones', async (t) => {
+  test('schedules: a delete removes the row from every listing and from the due ones', async (t) => {
     const store = await open(t, factory)
     await store.insert(row('s1', { wakeAt: T0 }))
     t.equal(await store.delete('s1'), true)
@@ -110,7 +110,7 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
     t.same(await store.list({ limit: 10, principal: 'alice' }), { rows: [], nextCursor: null })
   })
 
-  t.test('schedules: listed newest first (ties by id), of one principal when asked, paged without gaps or duplicates', async (t) => {
+  test('schedules: listed newest first (ties by id), of one principal when asked, paged without gaps or duplicates', async (t) => {
     const store = await open(t, factory)
     const ids: string[] = []
     for (let i = 0; i < 7; i++) {
@@ -144,7 +144,7 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
     await t.rejects(store.list({ limit: 10, cursor: 'not a cursor' }), { code: 'FA_INVALID_CURSOR' })
   })
 
-  t.test('schedules: the due rows are those whose wakeAt has come, soonest first, at most limit; nextWake is the earliest', async (t) => {
+  test('schedules: the due rows are those whose wakeAt has come, soonest first, at most limit; nextWake is the earliest', async (t) => {
     const store = await open(t, factory)
     t.equal(await store.nextWake(), null)
     await store.insert(row('late', { wakeAt: T0 + 3_000 }))
@@ -162,7 +162,7 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
     t.same((await store.due(T0 + 10_000, 10)).map((r) => r.id), ['mid', 'late', 'soon'])
   })
 
-  t.test('schedules: a watcher is told of every insert, write and delete; one that stopped is not', async (t) => {
+  test('schedules: a watcher is told of every insert, write and delete; one that stopped is not', async (t) => {
     const store = await open(t, factory)
     let told = 0
     const stop = store.watch(() => { told++ })
@@ -184,9 +184,9 @@ export function scheduleStoreConformance (t: Test, factories: ScheduleStoreFacto
   })
 
   if (twin !== undefined) {
-    t.test('schedules: an instance is told of the writes of another sharing the store, and reads them', async (t) => {
+    test('schedules: an instance is told of the writes of another sharing the store, and reads them', async (t) => {
       const store = await open(t, factory)
-      const other = await twin(t, store)
+      const other = await twin(t.context, store)
       t.teardown(async () => { await other.close?.() })
       const insert = heard(other)
       // the twin's watch may take a moment to start listening: the insert is retried until it is heard
