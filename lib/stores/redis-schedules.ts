@@ -25,7 +25,8 @@ redis.call('PUBLISH', P .. 'schedules', id)
 return 1
 `)
 
-// ARGV: prefix, id, revision, wakeAt ('' for none), state. Returns the new revision, or 0 when it was not `revision`.
+// ARGV: prefix, id, revision, wakeAt ('' for none), state. Returns { new revision, principal, createdAt }, or 0 when the
+// revision was not `revision`.
 const WRITE = new RedisScript(`
 local P, id = ARGV[1], ARGV[2]
 local key = P .. 'schedule:' .. id
@@ -35,7 +36,8 @@ local next = tonumber(revision) + 1
 redis.call('HSET', key, 'wakeAt', ARGV[4], 'revision', next, 'state', ARGV[5])
 if ARGV[4] == '' then redis.call('ZREM', P .. 'schedules:wake', id) else redis.call('ZADD', P .. 'schedules:wake', ARGV[4], id) end
 redis.call('PUBLISH', P .. 'schedules', id)
-return next
+local kept = redis.call('HMGET', key, 'principal', 'createdAt')
+return { next, kept[1], kept[2] }
 `)
 
 // ARGV: prefix, id. Returns 1 when it was there.
@@ -127,11 +129,10 @@ export class RedisScheduleStore extends RedisStore implements ScheduleStore {
   }
 
   async write (id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null> {
-    const written = await WRITE.run(this.#client(), [this.prefix, id, revision, change.wakeAt ?? '', JSON.stringify(change.state)]) as number
+    const written = await WRITE.run(this.#client(), [this.prefix, id, revision, change.wakeAt ?? '', JSON.stringify(change.state)]) as 0 | [number, string, string]
     if (written === 0) return null
-    // the columns a write leaves as they were are read back with the row
-    const row = await this.get(id)
-    return row === null ? null : { ...row, revision: written, wakeAt: change.wakeAt, state: change.state }
+    const [next, principal, createdAt] = written
+    return { id, principal, createdAt: Number(createdAt), wakeAt: change.wakeAt, state: structuredClone(change.state), revision: next }
   }
 
   async delete (id: string): Promise<boolean> {

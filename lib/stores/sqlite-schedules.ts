@@ -159,6 +159,7 @@ export class SqliteScheduleStore extends SqliteStore implements ScheduleStore {
     let version: number
     try {
       version = this.#use().statements.version.get()!
+    /* c8 ignore next 4: a file another process holds locked past the busy timeout, or deleted under it */
     } catch {
       // the file is busy or gone: the next tick reads again
       return

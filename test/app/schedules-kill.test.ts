@@ -29,7 +29,7 @@ if (await requirePg(t)) {
         out = out.slice(end + 1)
       }
     })
-    const { port } = await eventually(() => lines.find((line) => 'port' in line) as { port: number } | undefined, 15_000, 'the instance listening')
+    const { port } = await eventually(() => lines.find((line) => 'port' in line) as { port: number } | undefined, 60_000, 'the instance listening')
 
     const at = new Date(Date.now() + 1_500).toISOString()
     const created = await fetch(`http://127.0.0.1:${port}/v1/schedules`, {

@@ -193,3 +193,7 @@ t.test('settling a fire: the run recorded, the claim let go; a one-shot disables
   t.equal(manual.runs[0], 'run-m')
   t.equal(manual.schedule.lastRunId, 'run-m')
 })
+
+t.test('a cron expression that comes due no more has no next due time', async (t) => {
+  t.equal(nextDue(cron('0 0 30 2 *'), NOW), null)
+})
