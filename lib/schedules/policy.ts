@@ -9,6 +9,11 @@ import type { Schedule, ScheduleState } from '../../schemas/schedules.js'
 
 /** How many run ids a schedule keeps for `GET /v1/schedules/:id/runs`. */
 export const MAX_RECENT_RUNS = 100
+/**
+ * A due time missed by less than this still fires for itself (an instance slowed down, a store that answered late),
+ * each in turn; due times missed by more (no instance ran) give one catch-up fire, for the latest of them.
+ */
+export const CATCH_UP_AFTER_MS = 5_000
 /** A fire queued behind the previous run (overlap: 'enqueue') looks at that run again this often, besides being told. */
 export const WAITING_RECHECK_MS = 1_000
 
@@ -138,8 +143,10 @@ export function planWake (current: ScheduleState, context: WakeContext): WakeSte
   }
   if (due === null || due > now) return { kind: 'none' }
 
-  const scheduledFor = latestDue(trigger, due, now)
-  schedule.nextRunAt = nullableIso(nextDue(trigger, now, due))
+  // late by a little: this due time, then the next (perhaps due already: the scheduler looks again at once)
+  const recent = now - due < CATCH_UP_AFTER_MS
+  const scheduledFor = recent ? due : latestDue(trigger, due, now)
+  schedule.nextRunAt = nullableIso(recent ? nextDue(trigger, due, due) : nextDue(trigger, now, due))
   if (previousInProgress && schedule.overlap === 'skip') {
     schedule.lastSkippedAt = iso(scheduledFor)
     return { kind: 'skip', state }

@@ -1,7 +1,7 @@
 // The schedules' policy (docs/schedules.md), as plain functions: due times through croner (time zones and DST by the
 // library, computed here, never waited for), the checks naming the field, and what a wake-up decides.
 import t from 'tap'
-import { MAX_RECENT_RUNS, WAITING_RECHECK_MS, checkTrigger, firstDue, isTimeZone, latestDue, nextDue, planWake, recordManualRun, settleFire, wakeOf } from '../../../lib/schedules/policy.js'
+import { CATCH_UP_AFTER_MS, MAX_RECENT_RUNS, WAITING_RECHECK_MS, checkTrigger, firstDue, isTimeZone, latestDue, nextDue, planWake, recordManualRun, settleFire, wakeOf } from '../../../lib/schedules/policy.js'
 import type { Trigger, WakeContext } from '../../../lib/schedules/policy.js'
 import type { ScheduleState } from '../../../schemas/schedules.js'
 
@@ -127,6 +127,16 @@ t.test('a claim whose instance went away is taken over with the same run id', as
   if (step.kind !== 'fire') return
   t.equal(step.recovered, true)
   t.same(step.state.fire, { scheduledFor: new Date(NOW).toISOString(), runId: 'run-x', owner: 'me', until: NOW + 20_000 })
+})
+
+t.test('a due time missed by a little (a slow instance) still fires for itself, then the next one', async (t) => {
+  const late = planWake(stateOf(every(1_000)), context({ now: NOW + 2_500 }))
+  t.equal(late.kind === 'fire' && late.state.fire!.scheduledFor, new Date(NOW).toISOString(), 'its own due time')
+  t.equal(late.kind === 'fire' && late.state.schedule.nextRunAt, new Date(NOW + 1_000).toISOString(), 'the next, due already: fired next')
+  const cronLate = planWake(stateOf(cron('* * * * * *')), context({ now: NOW + CATCH_UP_AFTER_MS - 1 }))
+  t.equal(cronLate.kind === 'fire' && cronLate.state.fire!.scheduledFor, new Date(NOW).toISOString())
+  const down = planWake(stateOf(cron('* * * * * *')), context({ now: NOW + CATCH_UP_AFTER_MS }))
+  t.equal(down.kind === 'fire' && down.state.fire!.scheduledFor, new Date(NOW + CATCH_UP_AFTER_MS).toISOString(), 'missed by more: the latest, once')
 })
 
 t.test('catch-up after downtime: one fire for the latest missed due time, the next one after now', async (t) => {

@@ -125,3 +125,17 @@ t.test('a PATCH whose write keeps losing is a 503; a trigger records its run onc
   await eventually(() => seen.length === 1)
   t.equal((await scheduleStore.get(created.id))!.state.schedule.lastRunId, fired.json().runId, 'recorded at the second write')
 })
+
+t.test('a claim taken over whose run was stored already (its instance died before settling): settled, not run again', async (t) => {
+  const { app, scheduleStore, seen } = await serve(t)
+  const queued = await app.inject({ method: 'POST', url: '/v1/agents/tick/runs', payload: { input: null, background: true } })
+  const { runId } = queued.json() as { runId: string }
+  await eventually(() => seen.length === 1)
+  const state = stateOf('s1', { everyMs: null, at: new Date(Date.now() - 5_000).toISOString(), nextRunAt: null })
+  state.fire = { scheduledFor: state.schedule.at!, runId, owner: 'dead', until: Date.now() - 1 }
+  await scheduleStore.insert({ id: 's1', principal: 'anonymous', createdAt: Date.now(), wakeAt: Date.now() - 1, state })
+  const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r?.state.fire === null && r }, 3_000, 'settled')
+  t.match(row.state.schedule, { lastRunId: runId, enabled: false })
+  await sleep(200)
+  t.equal(seen.length, 1, 'not run again')
+})
