@@ -98,7 +98,6 @@ export class Scheduler {
 
   async #look (): Promise<void> {
     for (;;) {
-      if (this.#stopped) return
       const rows = await this.#store.due(Date.now(), DUE_BATCH)
       shuffle(rows)
       await eachLimited(rows, FIRING, async (row) => this.#decide(row))
@@ -132,9 +131,10 @@ export class Scheduler {
       newRunId: randomId
     })
     if (step.kind === 'none') {
-      // a wake-up that finds nothing to do leaves the row's wakeAt right (a stale one would wake every instance again)
+      // a wake-up that finds nothing to do leaves the row's wakeAt right (a stale one would wake every instance again);
+      // with nothing to do, that is never a time already past
       const wakeAt = wakeOf(row.state, now)
-      if (wakeAt !== row.wakeAt && (wakeAt === null || wakeAt > now)) await this.#store.write(row.id, row.revision, { wakeAt, state: row.state })
+      if (wakeAt !== row.wakeAt) await this.#store.write(row.id, row.revision, { wakeAt, state: row.state })
       return
     }
     const written = await this.#store.write(row.id, row.revision, { wakeAt: wakeOf(step.state, now), state: step.state })

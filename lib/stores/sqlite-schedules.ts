@@ -155,7 +155,6 @@ export class SqliteScheduleStore extends SqliteStore implements ScheduleStore {
 
   /** Another process wrote when the counter moved past what this one last saw. */
   #poll (): void {
-    if (this.closed) return
     let version: number
     try {
       version = this.#use().statements.version.get()!
@@ -171,9 +170,7 @@ export class SqliteScheduleStore extends SqliteStore implements ScheduleStore {
 
   #changed (): void {
     // heard here at once; the counter read next includes this write, so it is not told twice
-    try {
-      this.#seen = this.#use().statements.version.get()!
-    } catch {}
+    this.#seen = this.#use().statements.version.get()!
     process.nextTick(() => this.#tell())
   }
 

@@ -41,6 +41,7 @@ function row (id: string, options: { principal?: string, createdAt?: number, wak
 function heard (store: ScheduleStore, ms = 5_000): { promise: Promise<void>, stop: () => void } {
   let stop = (): void => {}
   const promise = new Promise<void>((resolve, reject) => {
+    /* c8 ignore next: only a store that never tells its watcher gets here */
     const timer = setTimeout(() => { stop(); reject(new Error(`not told within ${ms} ms`)) }, ms)
     const unwatch = store.watch(() => { clearTimeout(timer); stop(); resolve() })
     stop = () => { clearTimeout(timer); unwatch() }

@@ -79,7 +79,8 @@ export async function catchUpAfterDowntime (t: Test, stores: () => StoreSet): Pr
   const restartedAt = Date.now()
   const missed = Math.floor((restartedAt - Date.parse(nextRunAt)) / 1_000)
   const services = [await instance(t, stores(), fired), await instance(t, stores(), fired)]
-  await eventually(() => fired.length >= 1, 3_000, 'the catch-up run')
+  const readyAt = Date.now()
+  await eventually(() => fired.length >= 1, 10_000, 'the catch-up run')
   await sleep(1_600)
   await services[0]!.app.inject({ method: 'PATCH', url: `/v1/schedules/${id}`, payload: { enabled: false } })
   await sleep(500)
@@ -90,7 +91,8 @@ export async function catchUpAfterDowntime (t: Test, stores: () => StoreSet): Pr
   t.ok(times[0]! >= latestMissed, `the first run is for the latest due time missed or a later one (${times[0]! - latestMissed} ms after it)`)
   t.ok(times.filter((time) => time <= restartedAt).length <= 1, `one run for the ${missed + 1} due times missed, not a burst`)
   const catchUp = fired.find((f) => f.scheduledFor === times[0])!
-  t.ok(catchUp.startedAt - restartedAt < 1_500, `started ${catchUp.startedAt - restartedAt} ms after the instances came back`)
+  // from the instances' ready (opening their pools and tables is the machine's pace, not the scheduler's)
+  t.ok(catchUp.startedAt - readyAt < 1_500, `started ${catchUp.startedAt - readyAt} ms after the instances were ready`)
   t.ok(times.every((time, i) => i === 0 || time - times[i - 1]! === 1_000), 'then every due time, on time')
   t.ok(times.length >= 2, 'then on time again')
   t.equal(new Set(fired.map((f) => f.scheduledFor)).size, fired.length, 'no due time twice')

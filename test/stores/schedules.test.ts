@@ -38,3 +38,18 @@ t.test('SQLite: the schedules survive closing and opening the file again; a clos
   t.same(await again.get('s1'), inserted)
   t.throws(() => new SqliteScheduleStore(file, { pollIntervalMs: 0 }), RangeError)
 })
+
+t.test('SQLite: a watcher reads the counter while it watches: told once at first, again only for another process\'s write; closed while watching', async (t) => {
+  const file = join(t.testdir(), 'watched.db')
+  const store = new SqliteScheduleStore(file, { pollIntervalMs: 20 })
+  const other = new SqliteScheduleStore(file)
+  let told = 0
+  store.watch(() => { told++ })
+  await new Promise((resolve) => setTimeout(resolve, 150))
+  t.equal(told, 1, 'the first read, then nothing while nothing changes')
+  await other.insert({ id: 's1', principal: 'p', createdAt: 1, wakeAt: null, state: { schedule: {} as never, fire: null, waiting: null, runs: [] } })
+  await new Promise((resolve) => setTimeout(resolve, 150))
+  t.equal(told, 2, 'another process\'s write heard')
+  await other.close()
+  await store.close()
+})

@@ -42,12 +42,15 @@ t.test('a row woken with nothing to do gets its wake-up right, and is left alone
   const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r?.wakeAt === null && r }, 3_000, 'the wake-up cleared')
   t.equal(row.revision, 2)
   t.equal(newerFirst({ createdAt: 1, id: 'a' }, { createdAt: 1, id: 'a' }), 0, 'a row is its own place in the order')
+  t.equal(newerFirst({ createdAt: 1, id: 'a' }, { createdAt: 1, id: 'b' }), 1, 'ties by id, highest first')
+  t.equal(newerFirst({ createdAt: 1, id: 'b' }, { createdAt: 1, id: 'a' }), -1)
+  t.ok(newerFirst({ createdAt: 1, id: 'b' }, { createdAt: 2, id: 'a' }) > 0, 'newest first')
 })
 
 t.test('a run that cannot be stored (its agent gone) is counted failed and settled; the next due time goes on', async (t) => {
   const { app, scheduleStore, seen } = await serve(t)
   await scheduleStore.insert({ id: 's1', principal: 'anonymous', createdAt: Date.now(), wakeAt: Date.now(), state: stateOf('s1', { agent: 'gone' }) })
-  const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r !== null && r.revision >= 3 && r.state.fire === null && r }, 3_000, 'settled')
+  const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r !== null && r.revision >= 3 && r.state.fire === null && r }, 10_000, 'settled')
   t.equal(row.state.schedule.lastRunId, null, 'no run recorded')
   t.ok(row.wakeAt! > Date.now() - 1_000, 'its next due time')
   const metrics = (await app.inject({ url: '/admin/metrics' })).body
@@ -104,8 +107,8 @@ t.test('a change between a claim and its settling: the settling reads the row ag
   })
   holder.app = app
   const created = (await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at: new Date(Date.now() + 300).toISOString() } })).json()
-  await eventually(() => seen.length === 1, 5_000)
-  const row = await eventually(async () => { const r = await scheduleStore.get(created.id); return r?.state.fire === null && r.state.schedule.lastRunId !== null && r }, 3_000, 'settled')
+  await eventually(() => seen.length === 1, 15_000)
+  const row = await eventually(async () => { const r = await scheduleStore.get(created.id); return r?.state.fire === null && r.state.schedule.lastRunId !== null && r }, 10_000, 'settled')
   t.same(row.state.schedule.metadata, { changed: true }, 'the change kept')
   t.equal(row.state.schedule.lastRunId, seen[0]!.runId)
 })
@@ -122,7 +125,7 @@ t.test('a PATCH whose write keeps losing is a 503; a trigger records its run onc
   scheduleStore.write = async (...args) => (lost++ === 0 ? null : write(...args))
   const fired = await app.inject({ method: 'POST', url: `/v1/schedules/${created.id as string}/trigger` })
   t.equal(fired.statusCode, 202)
-  await eventually(() => seen.length === 1)
+  await eventually(() => seen.length === 1, 15_000)
   t.equal((await scheduleStore.get(created.id))!.state.schedule.lastRunId, fired.json().runId, 'recorded at the second write')
 })
 
@@ -130,11 +133,11 @@ t.test('a claim taken over whose run was stored already (its instance died befor
   const { app, scheduleStore, seen } = await serve(t)
   const queued = await app.inject({ method: 'POST', url: '/v1/agents/tick/runs', payload: { input: null, background: true } })
   const { runId } = queued.json() as { runId: string }
-  await eventually(() => seen.length === 1)
+  await eventually(() => seen.length === 1, 15_000)
   const state = stateOf('s1', { everyMs: null, at: new Date(Date.now() - 5_000).toISOString(), nextRunAt: null })
   state.fire = { scheduledFor: state.schedule.at!, runId, owner: 'dead', until: Date.now() - 1 }
   await scheduleStore.insert({ id: 's1', principal: 'anonymous', createdAt: Date.now(), wakeAt: Date.now() - 1, state })
-  const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r?.state.fire === null && r }, 3_000, 'settled')
+  const row = await eventually(async () => { const r = await scheduleStore.get('s1'); return r?.state.fire === null && r }, 10_000, 'settled')
   t.match(row.state.schedule, { lastRunId: runId, enabled: false })
   await sleep(200)
   t.equal(seen.length, 1, 'not run again')
