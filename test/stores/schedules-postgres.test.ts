@@ -6,7 +6,6 @@ import { postgresStores } from '../../lib/stores/postgres.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 import { tapTest } from '../helper.js'
 import { scheduleStoreConformance } from '../../lib/testing/schedules.js'
-import { catchUpAfterDowntime, threeInstances } from './schedule-instances.js'
 
 if (await requirePg(t)) {
   const shared = new pg.Pool({ connectionString: pgUrl(), max: 10 })
@@ -29,20 +28,5 @@ if (await requirePg(t)) {
     const again = new PostgresScheduleStore(shared, { schema, tablePrefix: 'app_' })
     t.teardown(() => again.close())
     t.same(await again.get('s1'), inserted)
-  })
-}
-
-if (await requirePg(t)) {
-  const admin = new pg.Pool({ connectionString: pgUrl(), max: 2 })
-  t.teardown(() => admin.end())
-
-  t.test('three instances on one schema: each due time one run, none twice', async (t) => {
-    const schema = withPgSchema(t, admin)
-    await threeInstances(t, () => postgresStores(pgUrl(), { schema }))
-  })
-
-  t.test('every instance down over several due times: one catch-up run when they come back', async (t) => {
-    const schema = withPgSchema(t, admin)
-    await catchUpAfterDowntime(t, () => postgresStores(pgUrl(), { schema }))
   })
 }

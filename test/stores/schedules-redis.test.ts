@@ -6,7 +6,6 @@ import { redisStores } from '../../lib/stores/redis.js'
 import { redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
 import { tapTest } from '../helper.js'
 import { scheduleStoreConformance } from '../../lib/testing/schedules.js'
-import { catchUpAfterDowntime, threeInstances } from './schedule-instances.js'
 
 if (await requireRedis(t)) {
   const shared = new Redis(redisUrl())
@@ -32,20 +31,5 @@ if (await requireRedis(t)) {
     t.ok(keys.filter((key) => key.includes('schedule')).every((key) => key.startsWith(prefix)))
     await store.close()
     await t.rejects(store.get('s1'), { code: 'FA_STORE_CLOSED' })
-  })
-}
-
-if (await requireRedis(t)) {
-  const admin = new Redis(redisUrl())
-  t.teardown(() => admin.quit())
-
-  t.test('three instances on one prefix: each due time one run, none twice', async (t) => {
-    const prefix = withRedisPrefix(t, admin)
-    await threeInstances(t, () => redisStores(redisUrl(), { prefix }))
-  })
-
-  t.test('every instance down over several due times: one catch-up run when they come back', async (t) => {
-    const prefix = withRedisPrefix(t, admin)
-    await catchUpAfterDowntime(t, () => redisStores(redisUrl(), { prefix }))
   })
 }
