@@ -26,10 +26,6 @@ const DEFAULT_LIMIT = 20
 /** A PATCH racing the scheduler's writes reads the row again this many times before it gives up (a 503). */
 const WRITE_ATTEMPTS = 20
 
-/** The path under which the runs routes sit beside this plugin's (`/v1`). */
-function prefixOf (prefix: string): string {
-  return prefix.endsWith('/') ? prefix.slice(0, -1) : prefix
-}
 
 const schedules: FastifyPluginAsyncTypebox<SchedulesPluginOptions> = async (fastify) => {
   routePluginScope(fastify, 'schedulesPlugin')
@@ -242,7 +238,7 @@ const schedules: FastifyPluginAsyncTypebox<SchedulesPluginOptions> = async (fast
       current = await store.get(current.id)
     }
     const { runId, sessionId, requestId, traceId } = record
-    return reply.code(202).header('location', `${prefixOf(fastify.prefix)}/runs/${runId}`).send({ runId, sessionId, status: 'queued' as const, requestId, traceId })
+    return reply.code(202).header('location', `${fastify.prefix.replace(/\/$/, '')}/runs/${runId}`).send({ runId, sessionId, status: 'queued' as const, requestId, traceId })
   })
 }
 

@@ -168,3 +168,24 @@ t.test('trigger: fire now, 202 like a background run, recorded as the last run',
   t.equal(after.lastRunId, runId)
   t.equal(after.nextRunAt, created.nextRunAt, 'the schedule\'s own due times are not moved')
 })
+
+t.test('the caller must be allowed to run the agent; a schedule created disabled; PATCH of its input, metadata and enabled', async (t) => {
+  const { app, as } = await serve(t)
+  const disabled = await app.inject({ method: 'POST', url: '/v1/schedules', headers: as('alice'), payload: { agent: 'typed', input: { n: 1 }, everyMs: 60_000, enabled: false } })
+  t.equal(disabled.statusCode, 201)
+  t.match(disabled.json(), { enabled: false, nextRunAt: null })
+  const id = disabled.json().id as string
+  const enabled = await app.inject({ method: 'PATCH', url: `/v1/schedules/${id}`, headers: as('alice'), payload: { enabled: true } })
+  t.not(enabled.json().nextRunAt, null, 'enabled: its next due time')
+  const again = await app.inject({ method: 'PATCH', url: `/v1/schedules/${id}`, headers: as('alice'), payload: { enabled: true, metadata: { v: 2 }, input: { n: 2 } } })
+  t.match(again.json(), { enabled: true, nextRunAt: enabled.json().nextRunAt, metadata: { v: 2 }, input: { n: 2 } }, 'enabled already: its due time kept')
+  const badInput = await app.inject({ method: 'PATCH', url: `/v1/schedules/${id}`, headers: as('alice'), payload: { input: { n: 'x' } } })
+  t.match(badInput.json(), { statusCode: 400, message: /^body\/input\/n/ })
+  // the access check the auth plugin installs: a principal without the role for the agent
+  app.agentService.useAccessCheck((_request, _access, agent) => agent !== 'typed')
+  const refused = await app.inject({ method: 'POST', url: '/v1/schedules', headers: as('alice'), payload: { agent: 'typed', input: { n: 1 }, everyMs: 60_000 } })
+  t.equal(refused.statusCode, 403)
+  t.match(refused.json(), { code: 'FORBIDDEN' })
+  const trigger = await app.inject({ method: 'POST', url: `/v1/schedules/${id}/trigger`, headers: as('alice') })
+  t.equal(trigger.statusCode, 403)
+})
