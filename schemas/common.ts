@@ -31,6 +31,9 @@ export const Id = Type.String({ minLength: 1, maxLength: 128 })
 export const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
 export const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
 
+/** A listing's page size, 1 to `max` (`fallback` when absent): out of range, fractional or not a number is a 400. */
+export const PageLimit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
+
 const errorDescriptions: Record<number, string> = {
   400: 'Invalid request',
   401: 'Missing or invalid credentials',
@@ -49,11 +52,20 @@ const errorDescriptions: Record<number, string> = {
   504: 'Agent timed out'
 }
 
+// one schema object per status, whichever route or service documents it: Fastify compiles a response schema's
+// serializer once per object in a process (lib/core/serializers.ts)
+const errorSchemas = new Map<number, TSchema>()
+
 /** `{ [status]: ErrorResponse }` for the given statuses: every route documents its error statuses. */
 export function errorResponses (...statuses: number[]): Record<number, TSchema> {
   const out: Record<number, TSchema> = {}
   for (const status of statuses) {
-    out[status] = Type.Composite([ErrorResponse], { title: 'ErrorResponse', description: errorDescriptions[status] })
+    let schema = errorSchemas.get(status)
+    if (schema === undefined) {
+      schema = Type.Composite([ErrorResponse], { title: 'ErrorResponse', description: errorDescriptions[status] })
+      errorSchemas.set(status, schema)
+    }
+    out[status] = schema
   }
   return out
 }

@@ -41,6 +41,8 @@ export interface RunSink {
    * while its lease lasted. Never rejects.
    */
   finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'>
+  /** The run's result is in and its end follows (`finish`, once what it leaves behind is persisted): told once. */
+  ending?(): void
 }
 
 export type { RunResult }
@@ -330,6 +332,7 @@ export class AgentRun {
       if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
       const runResult = this.#toRunResult(result)
       this.#finishing = true
+      this.options.sink?.ending?.()
       this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
     } catch (err) {
       // a result whose getters throw, a finish() that throws before returning its promise

@@ -145,7 +145,8 @@ function validators (): Validators {
   if (compiled !== null) return compiled
   // required here, not imported: the package's import loads no Ajv either
   const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
-  const ajv = new AjvClass({ allErrors: true, strict: false })
+  // unoptimized code: the options are checked once per service, and this halves the compile (every process pays it)
+  const ajv = new AjvClass({ allErrors: true, strict: false, code: { optimize: false } })
   ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
   compiled = {
     options: ajv.compile(OptionsSchema),
@@ -329,7 +330,10 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     approvalStore: withDeadline(given.approvalStore, storeMethods.approvalStore.filter((m) => m !== 'waitForDecision'), 'approvalStore'),
     checkpointStore,
     // watch and watchSession answer at once (they only register a listener): no deadline
-    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
+    runStore: withDeadline(given.runStore, [
+      ...storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'),
+      ...(typeof given.runStore.createWithSession === 'function' ? ['createWithSession'] : [])
+    ], 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
     auditRetentionMs: options.auditRetentionMs ?? DEFAULT_AUDIT_RETENTION_MS,
     approvalRetentionMs: options.approvalRetentionMs ?? DEFAULT_APPROVAL_RETENTION_MS,
