@@ -22,6 +22,7 @@ import { sessionsPlugin } from '../routes/sessions.js'
 import { websocketPlugin } from '../routes/websocket.js'
 import { openAiPlugin } from '../lib/frontends/openai/index.js'
 import { mcpPlugin } from '../lib/frontends/mcp/index.js'
+import { schedulesPlugin } from '../lib/schedules/index.js'
 import { requestPipelinePlugin } from './pipeline.js'
 import { openApiOptions } from './swagger.js'
 
@@ -67,6 +68,7 @@ async function serviceScope (scope: FastifyInstance): Promise<void> {
     await v1.register(sessionsPlugin)
     await v1.register(approvalsPlugin)
     await v1.register(runsPlugin)
+    await v1.register(schedulesPlugin)
     // the front-end protocols (docs/front-ends.md): the same runs, as useChat, AG-UI and A2A clients speak them
     await v1.register(chatPlugin)
     await v1.register(agUiPlugin)

@@ -37,12 +37,14 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   fastify.addHook('onReady', async () => {
     service.worker.start(fastify.log)
     service.webhooks?.start()
+    service.scheduler.start(fastify.log)
   })
   // a client the service's stores opened themselves (ioredis from a URL) reports its connection errors here
   for (const store of settings.stores) (store as { useLogger?: (log: FastifyBaseLogger) => void }).useLogger?.(fastify.log)
   // onClose runs after the drain (a preClose hook): nothing in flight uses the stores any more
   fastify.addHook('onClose', async () => {
     service.stopPurging()
+    await service.scheduler.stop()
     await service.worker.stop()
     await service.webhooks?.stop()
     await service.audit.writer.flush()

@@ -15,6 +15,7 @@ import {
 import { ErrorResponse, errorResponses } from '../schemas/common.js'
 import { AdminRunEventsPage, AdminRunEventsQuery, AdminRunPage, AdminRunsQuery, RunParams } from '../schemas/runs.js'
 import { AdminWebhookAttemptPage, AdminWebhooksQuery } from '../schemas/webhooks.js'
+import { AdminSchedulePage, AdminScheduleListQuery } from '../schemas/schedules.js'
 import { RouteIndex, buildNotFoundHandler } from '../lib/core/error-reply.js'
 import { healthReport } from '../lib/core/health-probe.js'
 import { requestContextOf } from '../lib/core/request-context.js'
@@ -238,6 +239,17 @@ const adminApi: FastifyPluginAsyncTypebox<AdminApiPluginOptions> = async (fastif
     // without the option there is no outbox to read (and a store named for it is left unopened)
     if (settings.webhooks === null) return { attempts: [], nextCursor: null }
     return settings.webhooks.store.attempts({ limit, ...filters })
+  })
+
+  fastify.get('/schedules', route('Schedules of every principal, most recently created first, by cursor', {
+    operationId: 'listAdminSchedules',
+    description: 'Filter: `principal`. Each with its next and last run; enable or disable one through the service\'s routes (`PATCH /v1/schedules/:id`) as its principal.',
+    querystring: AdminScheduleListQuery,
+    response: { 200: AdminSchedulePage, ...errors(400) }
+  }), async (request) => {
+    const { limit = DEFAULT_AUDIT_LIMIT, cursor, principal } = request.query
+    const page = await settings.scheduleStore.list({ limit, ...(cursor === undefined ? {} : { cursor }), ...(principal === undefined ? {} : { principal }) })
+    return { schedules: page.rows.map((row) => row.state.schedule), nextCursor: page.nextCursor }
   })
 
   fastify.get('/stats', route('Service figures since start', {

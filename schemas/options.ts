@@ -4,7 +4,7 @@ import type { FastifyBaseLogger, FastifyServerOptions } from 'fastify'
 import type { Registry } from 'prom-client'
 // Types only (the options' objects with methods): nothing of lib/ is loaded by the schemas.
 import type { Agent } from '../lib/core/types.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, QuotaStore, RunStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, QuotaStore, RunStore, ScheduleStore, SessionStore, WebhookStore } from '../lib/stores/types.js'
 import { WebhooksOptions } from './webhooks.js'
 
 // Options mix JSON values with objects that carry methods (agents, stores, clients). The JSON parts are
@@ -26,7 +26,8 @@ export const storeMethods = {
     'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge', 'delete'
   ],
   webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge'],
-  quotaStore: ['acquire', 'renew', 'release', 'addTokens', 'tokens', 'purge']
+  quotaStore: ['acquire', 'renew', 'release', 'addTokens', 'tokens', 'purge'],
+  scheduleStore: ['insert', 'get', 'write', 'delete', 'list', 'due', 'nextWake', 'watch']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.
@@ -39,6 +40,7 @@ export const CheckpointStoreOption = withMethods<CheckpointStore>(storeMethods.c
 export const IdempotencyStoreOption = withMethods<IdempotencyStore>(storeMethods.idempotencyStore, 'an IdempotencyStore')
 export const RunStoreOption = withMethods<RunStore>(storeMethods.runStore, 'a RunStore')
 export const WebhookStoreOption = withMethods<WebhookStore>(storeMethods.webhookStore, 'a WebhookStore: the outbox of webhook deliveries')
+export const ScheduleStoreOption = withMethods<ScheduleStore>(storeMethods.scheduleStore, 'a ScheduleStore: the schedules, shared by the instances firing them')
 export const QuotaStoreOption = withMethods<QuotaStore>(storeMethods.quotaStore, 'a QuotaStore: the counts of the `quotas` option, shared by the instances using it')
 
 // Positive integers (the rest checked by the schema): a quota of 0 or 1.5 runs says nothing an operator means.
@@ -130,6 +132,7 @@ export const AgentServiceOptions = Type.Object({
   webhookStore: Type.Optional(WebhookStoreOption),
   quotas: Type.Optional(QuotasOptions),
   quotaStore: Type.Optional(QuotaStoreOption),
+  scheduleStore: Type.Optional(ScheduleStoreOption),
   maxStreamBufferBytes: Type.Optional(Type.Integer({ minimum: 1024, description: 'what one connection may hold unsent before it is cut (default 8 MiB)' })),
   websocket: Type.Optional(Type.Boolean()),
   openaiCompat: Type.Optional(Type.Boolean({ description: 'the OpenAI-shaped routes /v1/models, /v1/responses and /v1/chat/completions (default true)' })),

@@ -107,7 +107,7 @@ export function principalFromHeader (app: FastifyInstance): void {
 export async function closeStores (sets: StoreSet[]): Promise<void> {
   const seen = new Set<object>()
   for (const set of sets) {
-    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store, set.runStore, set.webhookStore, set.quotaStore]) {
+    for (const store of [set.auditStore, set.sessionStore, set.approvalStore, set.checkpointStore, set.idempotency?.store, set.runStore, set.webhookStore, set.quotaStore, set.scheduleStore]) {
       if (store === undefined || seen.has(store)) continue
       seen.add(store)
       await store.close?.()

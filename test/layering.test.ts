@@ -33,7 +33,7 @@ export function importsOf (file: string, source: string): ImportEdge[] {
 }
 
 /** The features whose folder holds their logic (below the service) and their plugin (`index.ts`, above it). */
-const features = new Set(['audit', 'auth', 'idempotency', 'quotas', 'webhooks'])
+const features = new Set(['audit', 'auth', 'idempotency', 'quotas', 'schedules', 'webhooks'])
 
 /** Every layer, bottom first. */
 export const layers = [

@@ -116,7 +116,7 @@ function page (adminPrefix: string, apiPrefix: string): string {
 <li><a href="#overview">Overview</a></li><li><a href="#approvals">Approvals</a></li><li><a href="#runs">Runs</a></li>
 <li><a href="#history">History</a></li><li><a href="#playground">Playground</a></li>
 <li><a href="#agents">Agents</a></li><li><a href="#audit">Audit</a></li><li><a href="#sessions">Sessions</a></li>
-<li><a href="#checkpoints">Checkpoints</a></li><li><a href="#webhooks">Webhooks</a></li>
+<li><a href="#checkpoints">Checkpoints</a></li><li><a href="#webhooks">Webhooks</a></li><li><a href="#schedules">Schedules</a></li>
 <li><span id="operator-name" class="operator"></span></li>
 <li><button type="button" id="sign-out" class="secondary">Sign out</button></li></ul></nav>
 </header>
@@ -173,6 +173,8 @@ ${pagedSection('sessions', 'Sessions', '<div class="actions"><button type="butto
 <div class="actions"><button type="button" id="refresh-checkpoints" class="secondary">Refresh</button></div>
 <p class="section-error" role="alert"></p><div id="checkpoints-body" class="table-wrap"></div></section>
 ${pagedSection('webhooks', 'Webhook deliveries', '<div class="actions"><button type="button" id="refresh-webhooks" class="secondary">Refresh</button></div>')}
+${pagedSection('schedules', 'Schedules', '<div class="actions"><button type="button" id="refresh-schedules" class="secondary">Refresh</button></div>' +
+  '<p class="hint">Enabling or disabling a schedule goes through the service\'s routes with the service credential: only its principal may.</p>')}
 </main>
 <dialog id="confirm" aria-labelledby="confirm-title" aria-describedby="confirm-text">
 <h2 id="confirm-title">Cancel this run?</h2><p id="confirm-text"></p>

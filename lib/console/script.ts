@@ -450,6 +450,29 @@ const webhooks = pager('webhooks', async (cursor) => {
   return page.nextCursor
 })
 
+// A schedule is enabled or disabled through PATCH /v1/schedules/:id as its principal (the service credential's):
+// another principal's answers 404, shown in the section.
+const schedules = pager('schedules', async (cursor) => {
+  const page = await adminGet('/schedules' + query({ limit: 20, cursor }))
+  $('#schedules-body').replaceChildren(table('Schedules', ['Schedule', 'Agent', 'Principal', 'Trigger', 'Overlap', 'Next run', 'Last run', 'Enabled'],
+    page.schedules.map((s) => [
+      h('code', { text: short(s.id) }), s.agent, s.principal,
+      s.cron !== null ? s.cron + ' (' + s.timezone + ')' : s.everyMs !== null ? 'every ' + s.everyMs + ' ms' : 'once at ' + when(s.at),
+      s.overlap, s.nextRunAt === null ? '' : when(s.nextRunAt), s.lastRunAt === null ? '' : when(s.lastRunAt) + ' ' + short(s.lastRunId),
+      h('button', {
+        type: 'button',
+        class: 'secondary',
+        'aria-label': (s.enabled ? 'Disable' : 'Enable') + ' schedule ' + s.id,
+        text: s.enabled ? 'Disable' : 'Enable',
+        onclick: () => guarded($('#schedules'), async () => {
+          await serviceCall('PATCH', '/schedules/' + encodeURIComponent(s.id), { enabled: !s.enabled })
+          await schedules.reload()
+        })
+      })
+    ])))
+  return page.nextCursor
+})
+
 async function loadCheckpoints () {
   const { checkpoints } = await adminGet('/checkpoints')
   $('#checkpoints-body').replaceChildren(table('Checkpoints', ['Run', 'Agent', 'Session', 'Step', 'Saved'],
@@ -610,7 +633,7 @@ async function start () {
   $('#signed-in').hidden = false
   $('#operator-name').textContent = credentials.operator === '' ? '' : 'Signed in as ' + credentials.operator
   watchLive()
-  await Promise.all([history.reload(), audit.reload(), sessions.reload(), webhooks.reload(), guarded($('#checkpoints'), loadCheckpoints)])
+  await Promise.all([history.reload(), audit.reload(), sessions.reload(), webhooks.reload(), schedules.reload(), guarded($('#checkpoints'), loadCheckpoints)])
 }
 
 $('#login').addEventListener('submit', (event) => {
@@ -642,6 +665,7 @@ $('#run-events-close').addEventListener('click', () => { $('#run-events').hidden
 $('#audit-filters').addEventListener('submit', (event) => { event.preventDefault(); audit.reload() })
 $('#refresh-sessions').addEventListener('click', () => sessions.reload())
 $('#refresh-webhooks').addEventListener('click', () => webhooks.reload())
+$('#refresh-schedules').addEventListener('click', () => schedules.reload())
 $('#refresh-checkpoints').addEventListener('click', () => guarded($('#checkpoints'), loadCheckpoints))
 $('#stop-follow').addEventListener('click', () => {
   following?.abort()

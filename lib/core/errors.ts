@@ -102,3 +102,4 @@ export const McpUnavailableError = createError('MCP_UNAVAILABLE', 'MCP needs the
 // The OpenAI-shaped routes (/v1/responses, /v1/chat/completions): a response is a view of a run.
 /** An unknown response id, another principal's, or one past its run's retention (or an ephemeral one's end). */
 export const ResponseNotFoundError = createError('RESPONSE_NOT_FOUND', 'Response "%s" not found', 404)
+export const ScheduleNotFoundError = createError('SCHEDULE_NOT_FOUND', 'Schedule "%s" not found', 404)

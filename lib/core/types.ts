@@ -64,6 +64,8 @@ export interface RunContext {
   resume?: { step: number, state: unknown }
   metadata: Record<string, unknown>
   log: FastifyBaseLogger
+  /** present when the run is a schedule's fire (docs/schedules.md): the schedule and the due time it fires for */
+  schedule?: { id: string, scheduledFor: string }
 }
 
 export type AgentRunReturn = Promise<AgentResult> | AsyncIterable<string | AgentEvent>

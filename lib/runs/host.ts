@@ -49,6 +49,8 @@ export interface StatsRecorder {
   recordApprovalWait(seconds: number): void
   /** one webhook delivery attempt ended: 'delivered', 'retried', 'failed'; 'lost' for one the outbox never took */
   recordWebhookDelivery(outcome: string): void
+  /** a schedule's fire started its run: from its due time to the run's start (docs/schedules.md) */
+  recordScheduleLag(seconds: number): void
   recordRequest(status: number, durationMs: number, admin: boolean, route: string): void
 }
 

@@ -105,6 +105,8 @@ export interface RunOptions {
   detachable: boolean
   /** when its lease in the run store ends, by this instance's clock (absent: a run held by no lease) */
   leaseUntil?: number
+  /** the schedule whose fire the run is: ctx.schedule */
+  schedule?: { id: string, scheduledFor: string } | undefined
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -389,6 +391,7 @@ export class AgentRun {
     Object.defineProperty(ctx, 'requestApproval', contextAccessors.requestApproval)
     Object.defineProperty(ctx, 'checkpoint', contextAccessors.checkpoint)
     if (options.resume !== undefined) ctx.resume = options.resume
+    if (options.schedule !== undefined) (ctx as { schedule?: RunContext['schedule'] }).schedule = options.schedule
     return ctx as unknown as RunContext
   }
 

@@ -48,6 +48,10 @@ export interface PrepareRunOptions {
   history?: Message[]
   /** kept with the run for the front end that starts it (RunSpec.frontend), never given to the agent */
   frontend?: Record<string, unknown>
+  /** the run's id, chosen beforehand (a schedule's fire claims it before the run is stored) */
+  runId?: string
+  /** the schedule whose fire the run is (RunSpec.schedule, ctx.schedule) */
+  schedule?: { id: string, scheduledFor: string }
 }
 
 /**
@@ -123,7 +127,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   if (ephemeral && (request.sessionId !== undefined || request.resumeRunId !== undefined)) throw new EphemeralSessionError()
   if (ephemeral && background) throw new EphemeralBackgroundError()
 
-  let runId: string = randomId()
+  let runId: string = options.runId ?? randomId()
   let sessionId: string | null = request.sessionId ?? null
   let resume: { step: number, state: unknown } | undefined
   let history: Message[] | undefined
@@ -209,6 +213,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
   const spec: RunSpec = request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }
   if (options.history !== undefined && options.history.length > 0) spec.history = options.history
   if (options.frontend !== undefined) spec.frontend = options.frontend
+  if (options.schedule !== undefined) spec.schedule = options.schedule
   const newRun: NewRun = {
     record,
     spec,

@@ -149,6 +149,8 @@ export class RunWorker {
     this.#service.stats.recordQueueWait((Date.parse(record.startedAt!) - Date.parse(record.createdAt)) / 1000)
     const agent = settings.agents.get(record.agent)
     const spec = await settings.runStore.spec(record.runId)
+    // a schedule's fire: from its due time to its start (docs/schedules.md)
+    if (spec?.schedule !== undefined) this.#service.stats.recordScheduleLag((Date.parse(record.startedAt!) - Date.parse(spec.schedule.scheduledFor)) / 1000)
     const log = this.#log!.child({ runId: record.runId })
     let resume: { step: number, state: unknown } | undefined
     if (record.attempt > 1 && agent?.resumable === true) {
@@ -210,7 +212,8 @@ export class RunWorker {
       attempt: record.attempt,
       lastSeq: record.lastSeq,
       detachable: true,
-      leaseUntil
+      leaseUntil,
+      schedule: spec?.schedule
     })
     run.start()
     // its end makes room for the next

@@ -129,6 +129,17 @@ export class ServiceMetrics {
       }
     })
 
+    new Counter({
+      name: `${PREFIX}schedule_fires_total`,
+      help: 'Due times of schedules decided on this instance, by agent and outcome (started, skipped, failed)',
+      labelNames: ['agent', 'outcome'],
+      registers,
+      collect () {
+        this.reset()
+        for (const [agent, outcomes] of stats.scheduleFires()) for (const [outcome, count] of outcomes) this.inc({ agent, outcome }, count)
+      }
+    })
+
     const duration = new Histogram({
       name: `${PREFIX}run_duration_seconds`,
       help: 'How long runs took, from start to their terminal event, by agent',
@@ -155,6 +166,12 @@ export class ServiceMetrics {
       buckets: RUN_BUCKETS,
       registers
     })
+    const scheduleLag = new Histogram({
+      name: `${PREFIX}schedule_lag_seconds`,
+      help: 'From a schedule\'s due time to the start of its run, for the runs this instance started',
+      buckets: RUN_BUCKETS,
+      registers
+    })
     // one child per agent, made now: observing then hashes no labels
     const byAgent = new Map<string, { duration: Histogram.Internal<string>, firstEvent: Histogram.Internal<string> }>()
     for (const agent of stats.agentNames()) byAgent.set(agent, { duration: duration.labels({ agent }), firstEvent: firstEvent.labels({ agent }) })
@@ -165,7 +182,8 @@ export class ServiceMetrics {
         histograms.firstEvent.observe(firstEventMs / 1000)
       },
       approvalWaited (seconds) { approvalWait.observe(seconds) },
-      queueWaited (seconds) { queueWait.observe(seconds) }
+      queueWaited (seconds) { queueWait.observe(seconds) },
+      scheduleLagged (seconds) { scheduleLag.observe(seconds) }
     }
     stats.observe(observer)
   }

@@ -15,6 +15,8 @@ import type { RunHost, RunIdentity, StoredEventsListener } from '../runs/host.js
 import { ServiceStats } from './stats.js'
 import { WebhookDispatcher } from '../webhooks/dispatcher.js'
 import { Quotas } from '../quotas/quotas.js'
+import { Scheduler } from '../schedules/scheduler.js'
+import type { FireOutcome, SchedulerHost } from '../schedules/scheduler.js'
 
 // Every augmentation of Fastify's types the service makes, in one place.
 declare module 'fastify' {
@@ -57,7 +59,7 @@ const nothingToSettle: StreamSettler = async () => {}
  * log, the drain. Cross-cutting operations hang off it, so that a route never imports another plugin: the auth
  * plugin installs the access check, the idempotency plugin the settling of streamed runs.
  */
-export class AgentServiceCore implements RunHost {
+export class AgentServiceCore implements RunHost, SchedulerHost {
   readonly settings: Settings
   readonly stats: ServiceStats
   readonly runs: RunRegistry
@@ -70,6 +72,8 @@ export class AgentServiceCore implements RunHost {
   readonly webhooks: WebhookDispatcher | null
   /** the `quotas` option's admissions and slots; null without it */
   readonly quotas: Quotas | null
+  /** fires the schedules (docs/schedules.md) */
+  readonly scheduler: Scheduler
   readonly startedAt = new Date().toISOString()
   #accessCheck: AccessCheck
   #streamSettler = nothingToSettle
@@ -86,6 +90,11 @@ export class AgentServiceCore implements RunHost {
     this.capabilities = storeCapabilities(settings, this.stats)
     this.webhooks = settings.webhooks === null ? null : new WebhookDispatcher(this, settings.webhooks, log, settings.injected.webhookTuning)
     this.quotas = settings.quotas === null ? null : new Quotas(settings.quotas, settings.runLeaseMs, log)
+    this.scheduler = new Scheduler(this, settings.scheduleStore, settings.injected.scheduleHooks)
+  }
+
+  recordScheduleFire (agent: string, outcome: FireOutcome): void {
+    this.stats.recordScheduleFire(agent, outcome)
   }
 
   #purger: NodeJS.Timeout | null = null

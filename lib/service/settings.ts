@@ -18,7 +18,8 @@ import type { QuotaSettings } from '../quotas/quotas.js'
 import type { HealthProbe } from '../core/health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
 import { memoryStores } from '../stores/memory.js'
-import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, SessionStore } from '../stores/types.js'
+import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, ScheduleStore, SessionStore } from '../stores/types.js'
+import type { SchedulerHooks } from '../schedules/scheduler.js'
 import type {
   AdminApiOptions, Agent, AgentServiceOptions, ApiKeyAuthOptions as ApiKeyAuth, JwtAuthOptions as JwtAuth, RateLimitOptions
 } from '../core/types.js'
@@ -72,6 +73,8 @@ export interface Settings extends RunSettings {
   readonly webhooks: WebhookSettings | null
   /** the `quotas` option, its store (`quotaStore`) with the store deadline; null without it */
   readonly quotas: QuotaSettings | null
+  /** the schedules (`scheduleStore`, docs/schedules.md) with the store deadline */
+  readonly scheduleStore: ScheduleStore
   readonly idempotency: { readonly store: IdempotencyStore, readonly ttlMs: number, readonly lockLeaseMs: number } | null
   readonly auth: ApiKeyAuth | JwtAuth | null
   readonly rateLimit: RateLimitOptions | null
@@ -118,6 +121,8 @@ export interface Injected {
   readonly a2aLoader?: () => Promise<unknown>
   /** resolves to the MCP module (lib/frontends/mcp/server.ts) */
   readonly mcpLoader?: () => Promise<unknown>
+  /** what the scheduler does between a claim and its run (the kill -9 test) */
+  readonly scheduleHooks?: SchedulerHooks
 }
 
 const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
@@ -293,6 +298,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     webhookStore: options.webhooks === undefined ? undefined : options.webhookStore ?? defaults.webhookStore,
     // likewise the quotas' counts, only with quotas to count
     quotaStore: options.quotas === undefined ? undefined : options.quotaStore ?? defaults.quotaStore,
+    scheduleStore: options.scheduleStore ?? defaults.scheduleStore,
     adminAuditStore: admin?.auditStore,
     adminCheckpointStore: admin?.checkpointStore
   }
@@ -345,6 +351,8 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
         maxConcurrentRuns: options.quotas!.maxConcurrentRuns ?? null,
         tokens: options.quotas!.tokens ?? null
       }),
+    // watch answers at once (it only registers a listener): no deadline
+    scheduleStore: withDeadline(given.scheduleStore, storeMethods.scheduleStore.filter((m) => m !== 'watch'), 'scheduleStore'),
     idempotency: options.idempotency === undefined
       ? null
       : Object.freeze({

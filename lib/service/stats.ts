@@ -9,6 +9,7 @@ export interface StatsObserver {
   runEnded(agent: string, durationMs: number, firstEventMs: number): void
   approvalWaited(seconds: number): void
   queueWaited(seconds: number): void
+  scheduleLagged(seconds: number): void
 }
 
 class AgentFigures {
@@ -43,6 +44,9 @@ export class ServiceStats implements StatsRecorder {
   /** how long claimed runs waited in the queue, in seconds (for the metrics) */
   readonly queueWaits = new Histogram()
   readonly #webhookDeliveries = new Map<string, number>()
+  /** agent → outcome → fires (docs/schedules.md) */
+  readonly #scheduleFires = new Map<string, Map<string, number>>()
+  readonly scheduleLags = new Histogram()
   // by route pattern: requests answered 1xx..5xx
   readonly #routes = new Map<string, number[]>()
   #observer: StatsObserver | null = null
@@ -97,6 +101,22 @@ export class ServiceStats implements StatsRecorder {
 
   webhookDeliveries (): ReadonlyMap<string, number> {
     return this.#webhookDeliveries
+  }
+
+  /** A schedule's due time was decided on this instance: 'started', 'skipped' or 'failed' (docs/schedules.md). */
+  recordScheduleFire (agent: string, outcome: string): void {
+    let outcomes = this.#scheduleFires.get(agent)
+    if (outcomes === undefined) this.#scheduleFires.set(agent, outcomes = new Map())
+    outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1)
+  }
+
+  scheduleFires (): ReadonlyMap<string, ReadonlyMap<string, number>> {
+    return this.#scheduleFires
+  }
+
+  recordScheduleLag (seconds: number): void {
+    this.scheduleLags.record(Math.max(0, seconds) * 1000)
+    this.#observer?.scheduleLagged(Math.max(0, seconds))
   }
 
   recordQueueWait (seconds: number): void {

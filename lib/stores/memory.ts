@@ -9,6 +9,7 @@ import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
 import { MemoryQuotaStore } from './memory-quotas.js'
+import { MemoryScheduleStore } from './memory-schedules.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -516,6 +517,7 @@ export function memoryStores (options: MemoryStoresOptions = {}): Required<Store
     idempotency: { store: new MemoryIdempotencyStore() },
     runStore: new MemoryRunStore({ maxRetainedRuns: options.maxRetainedRuns }),
     webhookStore: new MemoryWebhookStore({ maxRetainedDeliveries: options.maxRetainedDeliveries }),
-    quotaStore: new MemoryQuotaStore()
+    quotaStore: new MemoryQuotaStore(),
+    scheduleStore: new MemoryScheduleStore()
   }
 }

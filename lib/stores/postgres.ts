@@ -14,6 +14,7 @@ import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
 import { PostgresQuotaStore } from './postgres-quotas.js'
+import { PostgresScheduleStore } from './postgres-schedules.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -594,6 +595,7 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
     idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
     runStore: new PostgresRunStore(connection, storeOptions).withSessions(sessionStore),
     webhookStore: new PostgresWebhookStore(connection, storeOptions),
-    quotaStore: new PostgresQuotaStore(connection, storeOptions)
+    quotaStore: new PostgresQuotaStore(connection, storeOptions),
+    scheduleStore: new PostgresScheduleStore(connection, storeOptions)
   }
 }

@@ -8,6 +8,7 @@ import { randomId } from '../core/ids.js'
 import { RedisRunStore } from './redis-runs.js'
 import { RedisWebhookStore } from './redis-webhooks.js'
 import { RedisQuotaStore } from './redis-quotas.js'
+import { RedisScheduleStore } from './redis-schedules.js'
 import type {
   IdempotencyRecord, IdempotencyResponse, IdempotencyStore, Message, NewSession, PrincipalSessionQuery, ReserveResult, SessionListQuery,
   SessionRecord, SessionStore, SessionWithMessages, StoreSet
@@ -263,14 +264,15 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
     return { sessions: items, nextCursor }
   }}
 
-/** Sessions, idempotency, runs, the webhook outbox and the quota counts on one client (opened from a URL, or yours). */
-export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore' | 'quotaStore'> {
+/** Sessions, idempotency, runs, the webhook outbox, the quota counts and the schedules on one client (opened from a URL, or yours). */
+export function redisStores (source: string | RedisClient, options: RedisStoreOptions = {}): Pick<Required<StoreSet>, 'sessionStore' | 'idempotency' | 'runStore' | 'webhookStore' | 'quotaStore' | 'scheduleStore'> {
   const connection = new RedisConnection(source)
   return {
     sessionStore: new RedisSessionStore(connection, options),
     idempotency: { store: new RedisIdempotencyStore(connection, options) },
     runStore: new RedisRunStore(connection, options),
     webhookStore: new RedisWebhookStore(connection, options),
-    quotaStore: new RedisQuotaStore(connection, options)
+    quotaStore: new RedisQuotaStore(connection, options),
+    scheduleStore: new RedisScheduleStore(connection, options)
   }
 }

@@ -12,6 +12,7 @@ import { randomId } from '../core/ids.js'
 import { SqliteRunStore } from './sqlite-runs.js'
 import { SqliteWebhookStore } from './sqlite-webhooks.js'
 import { SqliteQuotaStore } from './sqlite-quotas.js'
+import { SqliteScheduleStore } from './sqlite-schedules.js'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStatus, ApprovalStore, AuditEntry, AuditPage, AuditQuery, AuditStore,
   CheckpointRecord, CheckpointStore, CheckpointSummary, DecideResult, IdempotencyRecord, IdempotencyResponse,
@@ -592,6 +593,7 @@ export function sqliteStores (source: string | SqliteDatabase, options: SqliteSt
     idempotency: { store: new SqliteIdempotencyStore(connection, options) },
     runStore: new SqliteRunStore(connection, options),
     webhookStore: new SqliteWebhookStore(connection, options),
-    quotaStore: new SqliteQuotaStore(connection, options)
+    quotaStore: new SqliteQuotaStore(connection, options),
+    scheduleStore: new SqliteScheduleStore(connection, options)
   }
 }

@@ -8,6 +8,7 @@ import type { storeMethods } from '../../schemas/options.js'
 import type { RunRecord, RunResult, RunStatus } from '../../schemas/runs.js'
 import type { Session, SessionMessage, SessionWithMessages as SessionWithMessagesSchema } from '../../schemas/sessions.js'
 import type { WebhookAttempt, WebhookOutcome } from '../../schemas/webhooks.js'
+import type { ScheduleState } from '../../schemas/schedules.js'
 
 export type AuditEntry = Static<typeof AdminAuditEntry>
 
@@ -209,6 +210,8 @@ export interface RunSpec {
   history?: Message[]
   /** what the front end that started the run keeps with it (an OpenAI response's previous_response_id): never the agent's */
   frontend?: Record<string, unknown>
+  /** the schedule whose fire the run is (docs/schedules.md): `ctx.schedule` */
+  schedule?: { id: string, scheduledFor: string }
 }
 
 /** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (docs/runs.md). */
@@ -483,6 +486,7 @@ export interface StoreSet {
   runStore?: RunStore
   webhookStore?: WebhookStore
   quotaStore?: QuotaStore
+  scheduleStore?: ScheduleStore
 }
 
 // The options check (schemas/options.ts) lists the methods each store must have: these fail to compile when a
@@ -498,7 +502,8 @@ export type StoreMethodsMatch = [
   Check<Same<RequiredMethods<IdempotencyStore>, typeof storeMethods.idempotencyStore[number]>>,
   Check<Same<RequiredMethods<RunStore>, typeof storeMethods.runStore[number]>>,
   Check<Same<RequiredMethods<WebhookStore>, typeof storeMethods.webhookStore[number]>>,
-  Check<Same<RequiredMethods<QuotaStore>, typeof storeMethods.quotaStore[number]>>
+  Check<Same<RequiredMethods<QuotaStore>, typeof storeMethods.quotaStore[number]>>,
+  Check<Same<RequiredMethods<ScheduleStore>, typeof storeMethods.scheduleStore[number]>>
 ]
 
 // ---------------------------------------------------------------------------------------------------------
@@ -527,5 +532,61 @@ export interface QuotaStore {
   tokens(principal: string, windowStart: number): Promise<number>
   /** Deletes expired slots and windows ended by `now`, at most `batch`; resolves with how many. */
   purge(now: number, batch: number): Promise<number>
+  close?(): Promise<void>
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// schedules (docs/schedules.md): one row per schedule. The store keeps the columns it sorts and finds by and the
+// state as JSON it never reads; what a fire does (the due times, the claim, overlap, catch-up) is decided above it,
+// in lib/schedules, once for every backend, and written back by compare-and-set on the row's revision.
+
+export type { ScheduleState }
+
+export interface ScheduleRow {
+  id: string
+  principal: string
+  /** epoch ms: the listings' order (most recent first) */
+  createdAt: number
+  /** epoch ms: when the schedule must next be looked at (its due time, or its claim's end); null: never (disabled) */
+  wakeAt: number | null
+  state: ScheduleState
+  /** from 1, one more per write: what a conditional write compares */
+  revision: number
+}
+
+export interface ScheduleListQuery {
+  /** 1..500 */
+  limit: number
+  cursor?: string
+  principal?: string
+}
+
+export interface ScheduleRowPage {
+  /** most recently created first */
+  rows: ScheduleRow[]
+  nextCursor: string | null
+}
+
+export interface ScheduleStore {
+  /** Stores a new row at revision 1; resolves once it is durable. */
+  insert(row: Omit<ScheduleRow, 'revision'>): Promise<ScheduleRow>
+  /** null when absent */
+  get(id: string): Promise<ScheduleRow | null>
+  /**
+   * Compare-and-set: replaces the row's wakeAt and state, its revision + 1, only while its revision is `revision`.
+   * Resolves with the row written; null, changing nothing, when the revision moved (another write came first) or
+   * the row is gone. Of writers racing from one revision, exactly one wins.
+   */
+  write(id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null>
+  /** true when something was deleted */
+  delete(id: string): Promise<boolean>
+  /** Rows (of one principal when given), most recently created first; pages are stable while rows are added. */
+  list(query: ScheduleListQuery): Promise<ScheduleRowPage>
+  /** Rows whose wakeAt is at or before `now`, soonest first, at most `limit` (from an index, never a scan). */
+  due(now: number, limit: number): Promise<ScheduleRow[]>
+  /** The earliest wakeAt of every row (from an index); null when none is set. */
+  nextWake(): Promise<number | null>
+  /** Calls `listener` after any row changes, here or on any instance sharing the store. Returns the function that stops watching. */
+  watch(listener: () => void): () => void
   close?(): Promise<void>
 }

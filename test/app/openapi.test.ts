@@ -126,6 +126,13 @@ t.test('servers, license, an operationId for every operation, named schemas by $
     'get /v1/runs/{runId}': 'getRun',
     'get /v1/runs/{runId}/events': 'getRunEvents',
     'post /v1/runs/{runId}/cancel': 'cancelRun',
+    'post /v1/schedules': 'createSchedule',
+    'get /v1/schedules': 'listSchedules',
+    'get /v1/schedules/{id}': 'getSchedule',
+    'patch /v1/schedules/{id}': 'updateSchedule',
+    'delete /v1/schedules/{id}': 'deleteSchedule',
+    'get /v1/schedules/{id}/runs': 'listScheduleRuns',
+    'post /v1/schedules/{id}/trigger': 'triggerSchedule',
     'post /v1/agents/{name}/chat': 'chatWithAgent',
     'get /v1/agents/{name}/chat/{id}/stream': 'resumeChatStream',
     'get /v1/agents/{name}/chat/{id}/messages': 'getChatMessages',
@@ -151,6 +158,7 @@ t.test('servers, license, an operationId for every operation, named schemas by $
     'get /admin/runs/{runId}/events': 'listAdminRunEvents',
     'get /admin/live': 'getAdminLiveFeed',
     'get /admin/webhooks': 'listWebhookAttempts',
+    'get /admin/schedules': 'listAdminSchedules',
     'get /admin/stats': 'getStats',
     'get /admin/metrics': 'getMetrics',
     'post /v1/agents/echo/runs': 'runEchoAgent',
@@ -160,7 +168,7 @@ t.test('servers, license, an operationId for every operation, named schemas by $
   t.same(operations(again).map(([, , op]) => op.operationId), operations(document).filter(([, path]) => path !== '/v1/ws').map(([, , op]) => op.operationId), 'stable')
 
   const schemas = document.components.schemas as Json
-  for (const name of ['RunRequest', 'RunResult', 'ErrorResponse', 'Session', 'Approval', 'HealthResponse', 'AgentRunRequest', 'GreeterRunRequest', 'GreeterRunResult']) {
+  for (const name of ['RunRequest', 'RunResult', 'ErrorResponse', 'Session', 'Approval', 'HealthResponse', 'Schedule', 'CreateScheduleRequest', 'AgentRunRequest', 'GreeterRunRequest', 'GreeterRunResult']) {
     t.ok(schemas[name], `components.schemas.${name}`)
   }
   const inline: string[] = []

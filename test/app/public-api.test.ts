@@ -8,15 +8,15 @@ t.test('index.ts exports exactly the public names', async (t) => {
     'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
     'ApprovalNotFoundError', 'BackedRunStore', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
-    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryQuotaStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'MissingPluginError', 'PostgresApprovalStore',
-    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresQuotaStore', 'PostgresRunStore', 'PostgresSessionStore', 'PostgresWebhookStore',
-    'QuotaExceededError', 'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisQuotaStore', 'RedisRunStore', 'RedisSessionStore', 'RedisWebhookStore', 'RouteNotFoundError', 'RunInProgressError',
+    'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryQuotaStore', 'MemoryRunStore', 'MemoryScheduleStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'MissingPluginError', 'PostgresApprovalStore',
+    'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresQuotaStore', 'PostgresRunStore', 'PostgresScheduleStore', 'PostgresSessionStore', 'PostgresWebhookStore',
+    'QuotaExceededError', 'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisQuotaStore', 'RedisRunStore', 'RedisScheduleStore', 'RedisSessionStore', 'RedisWebhookStore', 'RouteNotFoundError', 'RunInProgressError',
     'RunNotFoundError', 'RunSessionMismatchError', 'RunSignals', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
-    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteQuotaStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
+    'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteQuotaStore', 'SqliteRunStore', 'SqliteScheduleStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'a2aPlugin', 'adminApiPlugin', 'agUiPlugin', 'agentsPlugin', 'approvalsPlugin', 'auditPlugin', 'authPlugin',
     'buildOpenApiDocument', 'chatPlugin', 'corePlugin', 'corsPlugin', 'createAgentService', 'default', 'defineAgent', 'demoAgents', 'drainPlugin',
     'fastifyAgents', 'hasAccess', 'healthPlugin', 'idempotencyPlugin', 'mcpPlugin', 'memoryStores', 'openAiPlugin', 'postgresStores', 'rateLimitPlugin',
-    'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'requestPipelinePlugin', 'runsPlugin', 'schemas', 'sessionsPlugin',
+    'redactingRequestSerializer', 'redisStores', 'requestContextPlugin', 'requestPipelinePlugin', 'runsPlugin', 'schedulesPlugin', 'schemas', 'sessionsPlugin',
     'sqliteStores', 'websocketPlugin'
   ])
   t.equal(api.default, api.fastifyAgents)
@@ -26,7 +26,7 @@ t.test('fastify-agents/testing exports exactly the store suites', async (t) => {
   const testing = await import('../../lib/testing/index.js')
   t.same(Object.keys(testing).sort(), [
     'approvalStoreConformance', 'auditStoreConformance', 'checkpointStoreConformance', 'factoriesOf',
-    'idempotencyStoreConformance', 'quotaStoreConformance', 'runStoreConformance', 'sessionStoreConformance',
+    'idempotencyStoreConformance', 'quotaStoreConformance', 'runStoreConformance', 'scheduleStoreConformance', 'sessionStoreConformance',
     'storeConformance', 'webhookStoreConformance'
   ])
 })

@@ -13,7 +13,7 @@ runStoreConformance(tapTest(t), { store: () => new MemoryRunStore() })
 
 t.test('memoryStores gives the six stores, spreadable into the options', async (t) => {
   const stores = memoryStores({ auditCapacity: 2, maxRetainedRuns: 3 })
-  t.same(Object.keys(stores).sort(), ['approvalStore', 'auditStore', 'checkpointStore', 'idempotency', 'quotaStore', 'runStore', 'sessionStore', 'webhookStore'])
+  t.same(Object.keys(stores).sort(), ['approvalStore', 'auditStore', 'checkpointStore', 'idempotency', 'quotaStore', 'runStore', 'scheduleStore', 'sessionStore', 'webhookStore'])
   t.equal((stores.auditStore as MemoryAuditStore).capacity, 2)
   t.equal((memoryStores().auditStore as MemoryAuditStore).capacity, DEFAULT_AUDIT_CAPACITY)
   t.equal((stores.runStore as MemoryRunStore).maxRetainedRuns, 3)

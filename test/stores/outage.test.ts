@@ -77,7 +77,7 @@ t.test('PostgreSQL frozen and thawed', async (t) => {
   t.equal((await app.inject(run)).statusCode, 200)
   const healthy = await app.inject({ method: 'GET', url: '/health' })
   t.equal(healthy.statusCode, 200)
-  t.same(Object.keys(healthy.json().checks), ['auditStore', 'sessionStore', 'approvalStore', 'checkpointStore', 'runStore'],
+  t.same(Object.keys(healthy.json().checks), ['auditStore', 'sessionStore', 'approvalStore', 'checkpointStore', 'runStore', 'scheduleStore'],
     'every store the service uses (idempotency here is the memory default)')
 
   await pg.freeze()
