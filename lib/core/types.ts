@@ -31,6 +31,14 @@ export interface ApprovalRequest {
   timeoutMs?: number
 }
 
+/** What a step's function is given: the same key on every attempt, to make its side effect idempotent downstream. */
+export interface StepInfo {
+  /** the run's attempt, from 1 */
+  attempt: number
+  /** `<runId>:<index>`: the same on every attempt of the run */
+  idempotencyKey: string
+}
+
 export interface Decision {
   approved: boolean
   comment?: string | null
@@ -60,6 +68,11 @@ export interface RunContext {
   emit(type: string, data?: unknown): void
   requestApproval(request: ApprovalRequest): Promise<Decision>
   checkpoint(state: unknown): Promise<void>
+  /**
+   * A durable step (docs/durable-agents.md): `fn` runs once per run, its JSON result journaled in the run's log before
+   * this resolves; a later attempt of the run gets the journaled result back without calling `fn`.
+   */
+  step<T>(name: string, fn: (info: StepInfo) => T | Promise<T>): Promise<T>
   /** present when resuming a checkpointed run */
   resume?: { step: number, state: unknown }
   metadata: Record<string, unknown>

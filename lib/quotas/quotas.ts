@@ -95,7 +95,8 @@ export class Quotas implements RunQuotas {
     return {
       event: (event: RunEvent) => inner.event(event),
       finish: async (event, outcome, lease) => (await Promise.all([inner.finish(event, outcome, lease), this.#ended(principal, runId, outcome)]))[0],
-      flush: () => inner.flush()
+      flush: () => inner.flush(),
+      durable: (seq, lease) => inner.durable(seq, lease)
     }
   }
 

@@ -1,6 +1,8 @@
 import type { AgentRun, RunCapabilities } from './run.js'
 import { iso } from '../stores/common.js'
-import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from '../stores/types.js'
+import type { ApprovalRecord, ApprovalStore, CheckpointStore, RunStore, SessionStore } from '../stores/types.js'
+import { readJournal } from './steps.js'
+import type { JournalSource, JournaledStep } from './steps.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
 import { randomId } from '../core/ids.js'
 import type { StatsRecorder } from './host.js'
@@ -13,6 +15,7 @@ export interface CapabilityStores {
   sessionStore: SessionStore
   approvalStore: ApprovalStore
   checkpointStore: CheckpointStore
+  runStore: RunStore
   sessionTtlMs: number
 }
 
@@ -38,7 +41,7 @@ export type ApprovalFigures = Pick<StatsRecorder, 'gauge' | 'recordApprovalWait'
 
 /** The store-backed `ctx.requestApproval`, `ctx.checkpoint` and the completion bookkeeping. */
 export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFigures): RunCapabilities {
-  const { sessionStore, approvalStore, checkpointStore, sessionTtlMs } = stores
+  const { sessionStore, approvalStore, checkpointStore, runStore, sessionTtlMs } = stores
 
   async function requestApproval (run: AgentRun, request: ApprovalRequest): Promise<Decision> {
     // An agent that goes on after its run was aborted gets no new approval that nobody would see.
@@ -119,5 +122,9 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (run.checkpointed) await checkpointStore.delete(run.runId)
   }
 
-  return { requestApproval, checkpoint, finish }
+  function journal (source: JournalSource): Promise<Map<number, JournaledStep>> {
+    return readJournal((runId, after, limit) => runStore.events(runId, after, limit), source)
+  }
+
+  return { requestApproval, checkpoint, finish, journal }
 }
