@@ -74,7 +74,7 @@ export const NoCheckpointError = createError('NO_CHECKPOINT', 'Run "%s" kept no 
 /** A fork point (beforeRunId, afterRunId) that is not a run of the session. */
 export const ForkPointNotFoundError = createError('FST_ERR_VALIDATION', 'body/%s: run "%s" is not a run of session "%s"', 400)
 /** An edited payload sent with a rejection: only an approval carries an edit. */
-export const PayloadWithRejectionError = createError('FST_ERR_VALIDATION', 'body/payload is only allowed with approved: true (an edit of what is approved)', 400)
+export const PayloadWithRejectionError = createError('FST_ERR_VALIDATION', '%s/payload is only allowed with approved: true (an edit of what is approved)', 400)
 
 /** The HTTP error a failed JSON run answers with; `clientGone`: nobody reads it (recorded as 499). */
 export function runFailureError (failure: { code: string, message: string, error?: unknown }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {

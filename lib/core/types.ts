@@ -29,6 +29,11 @@ export interface ApprovalRequest {
   reason?: string
   /** how long the approval stays pending; default 15 minutes */
   timeoutMs?: number
+  /**
+   * what an edited payload must match (TypeBox, JSON Schema, or a Standard Schema with a JSON Schema converter):
+   * a decision whose payload does not is refused (400), the approval still pending
+   */
+  schema?: AgentSchema
 }
 
 /** What a step's function is given: the same key on every attempt, to make its side effect idempotent downstream. */
@@ -44,6 +49,12 @@ export interface Decision {
   comment?: string | null
   decidedBy?: string | null
   status: ApprovalStatus
+  /** what was approved: the edited payload, else the one asked for (absent when nobody decided: expired, cancelled) */
+  payload?: unknown
+  /** the decision edited the payload */
+  edited?: boolean
+  /** a free-form answer */
+  response?: string
 }
 
 export interface TraceContext {

@@ -5,6 +5,7 @@ import { readJournal } from './steps.js'
 import type { JournalSource, JournaledStep } from './steps.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
 import { randomId } from '../core/ids.js'
+import { storableJsonSchema } from '../core/agent-schemas.js'
 import type { StatsRecorder } from './host.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
@@ -22,12 +23,18 @@ export interface CapabilityStores {
 function toDecision (approval: ApprovalRecord): Decision {
   // Expired or cancelled (by a reader on another instance noticing the expiry, say): no decision was made.
   if (approval.decision === undefined) return { approved: false, status: approval.status }
-  return {
-    approved: approval.decision.approved,
-    comment: approval.decision.comment,
-    decidedBy: approval.decision.decidedBy,
-    status: approval.status
+  const { decision } = approval
+  const decided: Decision = {
+    approved: decision.approved,
+    comment: decision.comment,
+    decidedBy: decision.decidedBy,
+    status: approval.status,
+    // a decision taken without the fields of an edit (a front end's yes or no): what was asked for
+    payload: 'payload' in decision ? decision.payload : approval.payload,
+    edited: decision.edited === true
   }
+  if (decision.response !== undefined) decided.response = decision.response
+  return decided
 }
 
 /** The run's session, for what is kept with it; an ephemeral run (store: false) keeps nothing, so has none. */
@@ -53,6 +60,14 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       // setTimeout fires at once beyond 2^31-1 ms: a 30-day approval would expire immediately.
       throw new RangeError(`requestApproval: timeoutMs must be an integer from 0 to ${MAX_APPROVAL_TIMEOUT_MS}, got ${String(timeoutMs)}`)
     }
+    let schema: Record<string, unknown> | undefined
+    if (request.schema !== undefined) {
+      try {
+        schema = storableJsonSchema(request.schema)
+      } catch (err) {
+        throw new TypeError(`requestApproval: schema is ${(err as Error).message}`)
+      }
+    }
     const now = Date.now()
     const expiresMs = now + timeoutMs
     const approval: ApprovalRecord = {
@@ -68,6 +83,7 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       requestedAt: new Date(now).toISOString(),
       expiresAt: new Date(expiresMs).toISOString()
     }
+    if (schema !== undefined) approval.schema = schema
     await approvalStore.create(approval)
     run.emit('approval.requested', { approval })
 
