@@ -77,7 +77,7 @@ export function modelMessages (ctx: RunContext, input: unknown): ModelMessage[] 
 function approvalResponse (request: ApprovalRequestPart, decision: Decision): ToolApprovalResponse {
   const reason = decision.status === 'expired'
     ? EXPIRED
-    : decision.comment ?? (decision.approved ? undefined : REJECTED)
+    : decision.comment ?? decision.response ?? (decision.approved ? undefined : REJECTED)
   return { type: 'tool-approval-response', approvalId: request.approvalId, approved: decision.approved, reason }
 }
 
@@ -167,14 +167,27 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
         return response
       })
       const earlier = slot[CONTINUATION]?.messages ?? []
+      const answered = await responseMessages(result)
+      // an approval that edited the call's input: the SDK executes the tool with the input its message holds
+      requests.forEach((request, i) => {
+        if (decisions[i]!.edited === true) editedCall(answered, request.toolCall.toolCallId, decisions[i]!.payload)
+      })
       slot[CONTINUATION] = {
-        messages: [...earlier, ...await responseMessages(result), { role: 'tool', content: responses }],
+        messages: [...earlier, ...answered, { role: 'tool', content: responses }],
         taken: false
       }
     }
   }
 
   return { ...fields, run: runAgent }
+}
+
+/** The tool call's input in the response messages, replaced by the one a reviewer edited (which the model sees too). */
+function editedCall (messages: ModelMessage[], toolCallId: string, input: unknown): void {
+  for (const message of messages) {
+    if (message.role !== 'assistant' || typeof message.content === 'string') continue
+    message.content = message.content.map((part) => part.type === 'tool-call' && part.toolCallId === toolCallId ? { ...part, input } : part)
+  }
 }
 
 async function responseMessages (result: StreamTextOutput): Promise<ModelMessage[]> {

@@ -330,6 +330,31 @@ t.test('needsApproval, rejected: the tool is denied and the model is told why', 
   t.match(lastToolOutput(model.doStreamCalls[1]!.prompt), { type: 'execution-denied', reason: 'A reviewer rejected this tool call.' })
 })
 
+t.test('needsApproval, approved with an edit: the tool runs with the edited input, and the model sees the call as edited', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const { app } = build(t, { agents: { files: deleterAgent(model, deleted) } })
+  const run = runStream(app, 'files', 'Delete the report')
+  const approval = await pendingApproval(app)
+  const res = await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true, payload: { path: '/tmp/copy.txt' } } })
+  t.equal(res.statusCode, 200)
+  const events = eventsOf((await run).body)
+  t.same(events.find(([type]) => type === 'tool.result')?.[1], { toolCallId: 'del_1', name: 'deleteFile', output: 'deleted /tmp/copy.txt', isError: false })
+  t.same(deleted, ['/tmp/copy.txt'], 'the edited input was executed, not the one asked for')
+  t.match(model.doStreamCalls[1]!.prompt[1], { role: 'assistant', content: [{ type: 'text' }, { type: 'tool-call', toolCallId: 'del_1', input: { path: '/tmp/copy.txt' } }] })
+})
+
+t.test('needsApproval, rejected with a response and no comment: the response is the reason the model is told', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const { app } = build(t, { agents: { files: deleterAgent(model, []) } })
+  const run = runStream(app, 'files', 'Delete the report')
+  await decide(app, { approved: false, response: 'keep it until Friday' } as { approved: boolean })
+  await run
+  t.match(lastToolOutput(model.doStreamCalls[1]!.prompt), { type: 'execution-denied', reason: 'keep it until Friday' })
+})
+
 t.test('needsApproval, expired: approvalTimeoutMs bounds the wait, and the model is told nobody decided', async (t) => {
   keepAlive(t)
   const model = deleter()
