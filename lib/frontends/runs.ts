@@ -64,13 +64,13 @@ export async function decideOwnApproval (
  * APPROVAL_NOT_FOUND when none is the conversation's.
  */
 export async function decideAnswers (
-  service: AgentServiceCore, answers: ReadonlyArray<{ id: string, decision: { approved: boolean, comment?: string | undefined } }>,
+  service: AgentServiceCore, answers: ReadonlyArray<{ id: string, decision: DecisionFields, path?: string }>,
   owner: { sessionId: string, principal: string, agent: string }
 ): Promise<ApprovalRecord[]> {
   const decided: ApprovalRecord[] = []
-  for (const { id, decision } of answers) {
+  for (const { id, decision, path } of answers) {
     try {
-      decided.push((await decideOwnApproval(service, id, owner, decision)).approval)
+      decided.push((await decideOwnApproval(service, id, owner, decision, path)).approval)
     } catch (err) {
       if (err instanceof ApprovalNotFoundError) continue
       throw err
