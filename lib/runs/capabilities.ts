@@ -138,8 +138,8 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (run.checkpointed) await checkpointStore.delete(run.runId)
   }
 
-  function journal (source: JournalSource): Promise<Map<number, JournaledStep>> {
-    return readJournal((runId, after, limit) => runStore.events(runId, after, limit), source)
+  function journal (sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>> {
+    return readJournal((runId, after, limit) => runStore.events(runId, after, limit), sources)
   }
 
   return { requestApproval, checkpoint, finish, journal }

@@ -75,8 +75,8 @@ export interface RunCapabilities {
   checkpoint(run: AgentRun, state: unknown): Promise<void>
   /** Persists what a completed run leaves behind (session turn, checkpoint removal) before `run.completed`. */
   finish(run: AgentRun, result: RunResult): Promise<void>
-  /** The completed steps of a log (the run store's); without it, a run has no journal to replay. */
-  journal?(source: JournalSource): Promise<Map<number, JournaledStep>>
+  /** The completed steps of some logs (the run store's), the first source's first; without it, a run has no journal to replay. */
+  journal?(sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>>
 }
 
 export interface RunOptions {
@@ -113,8 +113,8 @@ export interface RunOptions {
   detachable: boolean
   /** when its lease in the run store ends, by this instance's clock (absent: a run held by no lease) */
   leaseUntil?: number
-  /** where its completed steps are read from; absent: its own log before this attempt (`lastSeq`), if any */
-  journal?: JournalSource
+  /** where its completed steps are read from beside its own log before this attempt (`lastSeq`): the run it replays */
+  journal?: JournalSource[]
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -428,7 +428,7 @@ export class AgentRun {
         throw error
       }
       // a replay's steps come from another run's log: written to this one's too, for its own later attempts
-      if (this.#journalSource()?.foreign === true) await this.#journalStep(name, index, done.json)
+      if (done.foreign === true) await this.#journalStep(name, index, done.json)
       return JSON.parse(done.json) as T
     }
     const output = await fn({ attempt: this.options.attempt, idempotencyKey: `${this.runId}:${index}` })
@@ -451,15 +451,11 @@ export class AgentRun {
     await this.options.sink?.durable?.(event.seq, this)
   }
 
-  #journalSource (): JournalSource | null {
-    const { options } = this
-    return options.journal ?? (options.lastSeq > 0 ? { runId: this.runId, lastSeq: options.lastSeq } : null)
-  }
-
   #readJournal (): Promise<Map<number, JournaledStep>> {
-    const source = this.#journalSource()
-    const read = this.options.capabilities.journal
-    return source === null || read === undefined ? Promise.resolve(new Map()) : read(source)
+    const { options } = this
+    const sources = options.lastSeq > 0 ? [{ runId: this.runId, lastSeq: options.lastSeq }, ...options.journal ?? []] : options.journal ?? []
+    const read = options.capabilities.journal
+    return sources.length === 0 || read === undefined ? Promise.resolve(new Map()) : read(sources)
   }
 
   /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`, `ctx.step`: made on an agent's first look, one of each per run. */

@@ -12,6 +12,8 @@ export interface JournaledStep {
   index: number
   /** the output's JSON text, as the log holds it */
   json: string
+  /** read from another run's log (the one a replay replays): written to this run's own when replayed */
+  foreign?: boolean
 }
 
 /** Where a run's completed steps are read from: its own log before this attempt, or the log of the run it replays. */
@@ -28,19 +30,27 @@ export type ReadEvents = (runId: string, afterSeq: number, limit: number) => Pro
 
 const PAGE = 1_000
 
-/** The completed steps of `source`'s log, by index (a step journaled twice, by two attempts racing, keeps its first). */
-export async function readJournal (read: ReadEvents, source: JournalSource): Promise<Map<number, JournaledStep>> {
+/**
+ * The completed steps of the sources' logs, by index: a step journaled twice (two attempts racing, a replayed step
+ * copied into its run's own log) keeps the first found, the first source first.
+ */
+export async function readJournal (read: ReadEvents, sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>> {
   const steps = new Map<number, JournaledStep>()
-  let after = 0
-  while (after < source.lastSeq) {
-    const page = await read(source.runId, after, Math.min(PAGE, source.lastSeq - after))
-    if (page.length === 0) break
-    for (const event of page) {
-      if (event.type !== STEP_COMPLETED) continue
-      const { name, index, output } = JSON.parse(event.data) as { name: string, index: number, output: unknown }
-      if (!steps.has(index)) steps.set(index, { name, index, json: JSON.stringify(output) })
+  for (const source of sources) {
+    let after = 0
+    while (after < source.lastSeq) {
+      const page = await read(source.runId, after, Math.min(PAGE, source.lastSeq - after))
+      if (page.length === 0) break
+      for (const event of page) {
+        if (event.type !== STEP_COMPLETED) continue
+        const { name, index, output } = JSON.parse(event.data) as { name: string, index: number, output: unknown }
+        if (steps.has(index)) continue
+        const step: JournaledStep = { name, index, json: JSON.stringify(output) }
+        if (source.foreign === true) step.foreign = true
+        steps.set(index, step)
+      }
+      after = page.at(-1)!.seq
     }
-    after = page.at(-1)!.seq
   }
   return steps
 }

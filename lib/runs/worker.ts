@@ -5,7 +5,7 @@ import { CANCELLED_ERROR, iso } from '../stores/common.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
 import { withGiven } from './sessions.js'
-import { cancelledEnd } from './start.js'
+import { cancelledEnd, replayJournal } from './start.js'
 
 export const DEFAULT_RUN_LEASE_MS = 30_000
 export const DEFAULT_RUN_CONCURRENCY = 64
@@ -149,7 +149,9 @@ export class RunWorker {
     const agent = settings.agents.get(record.agent)
     const spec = await settings.runStore.spec(record.runId)
     const log = this.#log!.child({ runId: record.runId })
-    let resume: { step: number, state: unknown } | undefined
+    // a replay starts from the checkpoint of the run it replays, until it has one of its own
+    const replay = spec?.replay
+    let resume: { step: number, state: unknown } | undefined = replay === undefined ? undefined : { step: replay.step, state: replay.state }
     if (record.attempt > 1 && agent?.resumable === true) {
       const checkpoint = await settings.checkpointStore.load(record.runId)
       if (checkpoint !== null) resume = { step: checkpoint.step, state: checkpoint.state }
@@ -209,7 +211,8 @@ export class RunWorker {
       attempt: record.attempt,
       lastSeq: record.lastSeq,
       detachable: true,
-      leaseUntil
+      leaseUntil,
+      journal: replayJournal(replay)
     })
     run.start()
     // its end makes room for the next

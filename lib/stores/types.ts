@@ -214,6 +214,15 @@ export interface RunSpec {
   history?: Message[]
   /** what the front end that started the run keeps with it (an OpenAI response's previous_response_id): never the agent's */
   frontend?: Record<string, unknown>
+  /** a replay (POST /v1/runs/:runId/replay): the run it replays, up to which seq, and the checkpoint it starts from */
+  replay?: RunReplay
+}
+
+export interface RunReplay {
+  runId: string
+  lastSeq: number
+  step: number
+  state: unknown
 }
 
 /** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (docs/runs.md). */
