@@ -190,6 +190,43 @@ function editedCall (messages: ModelMessage[], toolCallId: string, input: unknow
   }
 }
 
+/** A tool's step name: `tool.` and its name as a step name may be (lower case; other characters as `-`). */
+function toolStepName (name: string): string {
+  return ('tool.' + name.toLowerCase().replace(/[^a-z0-9_-]+/g, '-')).slice(0, 64)
+}
+
+/**
+ * The tools, each `execute` wrapped in a durable step (`ctx.step`, docs/durable-agents.md): a tool that completed on
+ * an earlier attempt of the run gives its journaled output back instead of running again. A streaming tool's output
+ * is its last value. Tools without `execute` (the client's) are left as they are.
+ */
+export function durableTools<T extends ToolSet> (ctx: RunContext, tools: T): T {
+  const wrapped: Record<string, unknown> = {}
+  for (const [name, tool] of Object.entries(tools)) {
+    const execute = tool.execute
+    if (typeof execute !== 'function') {
+      wrapped[name] = tool
+      continue
+    }
+    const step = toolStepName(name)
+    wrapped[name] = {
+      ...tool,
+      execute: (input: unknown, options: Parameters<typeof execute>[1]) => ctx.step(step, async () => {
+        const result: unknown = await execute(input, options)
+        if (!isAsyncIterable(result)) return result
+        let last: unknown = null
+        for await (const value of result) last = value
+        return last
+      })
+    }
+  }
+  return wrapped as T
+}
+
+function isAsyncIterable (value: unknown): value is AsyncIterable<unknown> {
+  return typeof (value as AsyncIterable<unknown> | null)?.[Symbol.asyncIterator] === 'function'
+}
+
 async function responseMessages (result: StreamTextOutput): Promise<ModelMessage[]> {
   return 'responseMessages' in result ? await result.responseMessages : (await result.response).messages
 }
