@@ -1,4 +1,3 @@
-import { AssertionError } from 'node:assert'
 import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import { requestContextOf } from '../lib/core/request-context.js'
@@ -8,6 +7,7 @@ import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 import { INJECT } from '../lib/service/settings.js'
 import type { Injected } from '../lib/service/settings.js'
+import type { Registrar } from '../lib/testing/check.js'
 
 export const echo: Agent = {
   description: 'echo',
@@ -33,6 +33,11 @@ export async function listen (t: Test, options: Partial<AgentServiceOptions> = {
   const service = build(t, options)
   const { port, url } = await service.listen({ port: 0, host: '127.0.0.1' })
   return { service, url, port }
+}
+
+/** The exported store suites' registrar under tap (lib/testing): each test a subtest of t, given t's subtest. */
+export function tapTest (t: Test): Registrar<Test> {
+  return async (name, fn) => await t.test(name, fn)
 }
 
 export interface ParsedEvent { id: number, event: string, data: any }
@@ -74,22 +79,8 @@ export function sleep (ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
-/**
- * Polls `check` every 10 ms until it gives a value other than undefined or false (state another process, a
- * socket or a timer changes), and returns that value. An assertion: past `timeoutMs` it fails as one, naming `what`
- * and the last value seen (tap reports it as a failed assertion, with that value, not as an error).
- */
-export async function eventually<T> (check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 5_000, what = 'the condition'): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await check()
-    if (value !== undefined && value !== false) return value
-    if (Date.now() > deadline) {
-      throw new AssertionError({ message: `${what} not met within ${timeoutMs} ms`, actual: value, expected: 'a value other than undefined or false', operator: 'eventually' })
-    }
-    await sleep(10)
-  }
-}
+/** Polls until the check gives a value other than undefined or false (the store suites' own, lib/testing). */
+export { eventually } from '../lib/testing/check.js'
 
 /** Lets the responses just sent reach their onResponse hooks, then writes the audit entries queued so far. */
 export async function settle (service: AgentService): Promise<void> {

@@ -5,7 +5,8 @@
 // ones below it; a feature never imports another feature, a front end never another front end, a plugin never
 // another plugin, a route never another route (shared operations hang off the core decorator, lib/service/service.ts).
 // client/ (fastify-agents/client, shipped to browsers) stands apart: it takes types from schemas/ and nothing else of
-// the tree, so that it loads nothing of the server.
+// the tree, so that it loads nothing of the server. lib/testing (fastify-agents/testing, the store suites) stands
+// apart too: it reads lib/core and the stores' types, and nothing of the tree imports it (it is for tests only).
 import t from 'tap'
 import { readFileSync, readdirSync, statSync } from 'node:fs'
 import { dirname, join, normalize } from 'node:path'
@@ -37,7 +38,7 @@ const features = new Set(['audit', 'auth', 'idempotency', 'quotas', 'webhooks'])
 /** Every layer, bottom first. */
 export const layers = [
   'schemas', 'core', 'stores', 'runs', 'feature', 'service', 'feature plugin', 'frontends', 'frontend',
-  'plugins', 'routes', 'adapters', 'app', 'bin', 'index', 'client'
+  'plugins', 'routes', 'adapters', 'app', 'bin', 'index', 'client', 'testing'
 ] as const
 export type Layer = typeof layers[number]
 
@@ -51,6 +52,7 @@ export function layerOf (path: string): { layer: Layer, unit: string } | null {
   if (path === 'index.ts') return { layer: 'index', unit: path }
   if (top === 'lib') {
     if (second === 'core' || second === 'console') return { layer: 'core', unit: second }
+    if (second === 'testing') return { layer: 'testing', unit: second }
     if (second === 'stores' || second === 'runs' || second === 'service') return { layer: second, unit: second }
     if (features.has(second!)) return { layer: parts[2] === 'index.ts' ? 'feature plugin' : 'feature', unit: second! }
     if (second === 'frontends') return parts.length === 3 ? { layer: 'frontends', unit: 'frontends' } : { layer: 'frontend', unit: parts[2]! }
@@ -77,8 +79,9 @@ const allowed: Record<Layer, readonly Layer[]> = {
   adapters: ['schemas', 'core', 'runs', 'adapters'],
   app: below('app').filter((layer) => layer !== 'adapters'),
   bin: ['app'],
-  index: layers.filter((layer) => layer !== 'bin' && layer !== 'index' && layer !== 'client'),
-  client: ['client']
+  index: layers.filter((layer) => layer !== 'bin' && layer !== 'index' && layer !== 'client' && layer !== 'testing'),
+  client: ['client'],
+  testing: ['core', 'stores', 'testing']
 }
 /** Layers whose units never import each other: each names what it is. */
 const siblings: Partial<Record<Layer, string>> = {
@@ -101,6 +104,11 @@ export function violations (edges: readonly ImportEdge[]): string[] {
     // the client's types are the schemas' (a value would load TypeBox into the browser)
     if (source.layer === 'client' && target.layer === 'schemas') {
       if (!typeOnly) found.push(`${from} -> ${to} (client/ imports types only from schemas/)`)
+      continue
+    }
+    // the store suites check what a store does through its interface: the stores' types, no implementation
+    if (source.layer === 'testing' && target.layer === 'stores') {
+      if (!typeOnly) found.push(`${from} -> ${to} (lib/testing imports types only from lib/stores)`)
       continue
     }
     // a feature's plugin is its own feature's too: it may use the feature's logic
@@ -145,7 +153,10 @@ t.test('the check fails on a forbidden import', async (t) => {
     ...importsOf('lib/runs/x.ts', "import { a } from '../core/a.js'\nimport type { S } from '../../schemas/s.js'"),
     ...importsOf('test/x.test.ts', "import { anything } from '../plugins/core.js'"),
     ...importsOf('client/index.ts', "import type { RunResult } from '../schemas/runs.js'\nimport { RunRequest } from '../schemas/runs.js'\nimport { x } from '../lib/core/x.js'"),
-    ...importsOf('index.ts', "export * from './client/index.js'")
+    ...importsOf('index.ts', "export * from './client/index.js'"),
+    ...importsOf('lib/testing/runs.ts', "import { MemoryRunStore } from '../stores/memory-runs.js'\nimport type { RunStore } from '../stores/types.js'\nimport { x } from '../runs/x.js'"),
+    ...importsOf('lib/stores/memory.ts', "import { newRun } from '../testing/runs.js'"),
+    ...importsOf('index.ts', "export * from './lib/testing/index.js'")
   ]
   t.same(violations(edges), [
     'lib/core/x.ts -> plugins/core.ts (core may not import plugins)',
@@ -155,7 +166,11 @@ t.test('the check fails on a forbidden import', async (t) => {
     'schemas/x.ts -> lib/runs/run.ts (schemas may not import runs)',
     'client/index.ts -> schemas/runs.ts (client/ imports types only from schemas/)',
     'client/index.ts -> lib/core/x.ts (client may not import core)',
-    'index.ts -> client/index.ts (index may not import client)'
+    'index.ts -> client/index.ts (index may not import client)',
+    'lib/testing/runs.ts -> lib/stores/memory-runs.ts (lib/testing imports types only from lib/stores)',
+    'lib/testing/runs.ts -> lib/runs/x.ts (testing may not import runs)',
+    'lib/stores/memory.ts -> lib/testing/runs.ts (stores may not import testing)',
+    'index.ts -> lib/testing/index.ts (index may not import testing)'
   ])
 })
 

@@ -40,6 +40,9 @@ import agentService, {
 import type { AgentServiceOptions, PgPool, RedisClient, RunResult, SqliteDatabase } from 'fastify-agents'
 import { AgentsClientError, createClient } from 'fastify-agents/client'
 import type { RunStreamEvent } from 'fastify-agents/client'
+import { test } from 'node:test'
+import { factoriesOf, runStoreConformance, storeConformance } from 'fastify-agents/testing'
+import type { RunStoreFactories } from 'fastify-agents/testing'
 
 const echo = defineAgent({
   description: 'echo',
@@ -77,6 +80,12 @@ export async function main (): Promise<RunResult | undefined> {
   return undefined
 }
 
+// the store suites under node:test, as a user checks a backend of their own
+export function suites (runs: RunStoreFactories<unknown>): void {
+  storeConformance(test, factoriesOf(() => memoryStores()))
+  runStoreConformance(test, runs)
+}
+
 export async function client (): Promise<string> {
   const agents = createClient({ baseUrl: 'http://127.0.0.1:3000', apiKey: 'k' })
   let text = ''
@@ -110,7 +119,8 @@ const tsconfig = {
 const runtimeCheck = `
 const api = await import('fastify-agents')
 const clientApi = await import('fastify-agents/client')
-const results = { loaded: typeof api.createAgentService === 'function', client: typeof clientApi.createClient === 'function' }
+const testingApi = await import('fastify-agents/testing')
+const results = { loaded: typeof api.createAgentService === 'function', client: typeof clientApi.createClient === 'function', testing: typeof testingApi.storeConformance === 'function' }
 for (const [name, make] of [['sqliteStores', () => api.sqliteStores('./data.db')], ['postgresStores', () => api.postgresStores('postgres://localhost/db')], ['redisStores', () => api.redisStores('redis://localhost')]]) {
   try { make(); results[name] = 'no error' } catch (error) { results[name] = error.message }
 }
@@ -131,6 +141,7 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   t.ok(files.includes('dist/lib/console/assets.js') && files.includes('dist/lib/console/script.js'), 'the operator console ships in the package (no CDN)')
   t.ok(files.includes('docs/runs.md'), "the README's docs pages ship with it (its links are relative)")
   t.ok(files.includes('dist/client/index.js') && files.includes('dist/client/index.d.ts'), 'fastify-agents/client ships with it')
+  t.ok(files.includes('dist/lib/testing/index.js') && files.includes('dist/lib/testing/index.d.ts'), 'fastify-agents/testing ships with it')
   t.notOk(files.some((f) => f.endsWith('.tsbuildinfo') || f.startsWith('test/') || f.endsWith('.ts') && !f.endsWith('.d.ts')), 'and nothing else of the tree')
 
   const consumer = join(dir, 'consumer')
@@ -156,12 +167,13 @@ t.test('npm pack: the declarations type-check for a user without the drivers or 
   t.same(results, {
     loaded: true,
     client: true,
+    testing: true,
     sqliteStores: 'sqliteStores() needs the optional dependency better-sqlite3: npm install better-sqlite3@12',
     postgresStores: 'postgresStores() needs the optional dependency pg: npm install pg',
     redisStores: 'redisStores() needs the optional dependency ioredis: npm install ioredis',
     pg: 'absent',
     ioredis: 'absent',
     'better-sqlite3': 'absent'
-  }, 'the package loads without the drivers; each factory names the one to install')
+  }, 'the package and its store suites load without the drivers (nor tap); each factory names the one to install')
   t.comment(`packed, installed and checked in ${Date.now() - started} ms`)
 })

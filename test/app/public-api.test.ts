@@ -21,3 +21,12 @@ t.test('index.ts exports exactly the public names', async (t) => {
   ])
   t.equal(api.default, api.fastifyAgents)
 })
+
+t.test('fastify-agents/testing exports exactly the store suites', async (t) => {
+  const testing = await import('../../lib/testing/index.js')
+  t.same(Object.keys(testing).sort(), [
+    'approvalStoreConformance', 'auditStoreConformance', 'checkpointStoreConformance', 'factoriesOf',
+    'idempotencyStoreConformance', 'quotaStoreConformance', 'runStoreConformance', 'sessionStoreConformance',
+    'storeConformance', 'webhookStoreConformance'
+  ])
+})

@@ -196,6 +196,7 @@ t.test('every TypeScript example type-checks against the package\'s declarations
       'fastify-agents/ai-sdk': [join(root, '.build/adapters/ai-sdk.d.ts')],
       'fastify-agents/langchain': [join(root, '.build/adapters/langchain.d.ts')],
       'fastify-agents/client': [join(root, '.build/client/index.d.ts')],
+      'fastify-agents/testing': [join(root, '.build/lib/testing/index.d.ts')],
       // a model provider the AI SDK example names, not installed here: any model will do
       '@ai-sdk/openai': [join(dir, 'ai-sdk-openai.d.ts')]
     }

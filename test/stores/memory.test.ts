@@ -1,14 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import {
   DEFAULT_AUDIT_CAPACITY, DEFAULT_MAX_SESSIONS, MemoryAuditStore, MemoryIdempotencyStore, MemorySessionStore, memoryStores
 } from '../../lib/stores/memory.js'
 import { DEFAULT_MAX_RETAINED_RUNS, MemoryRunStore } from '../../lib/stores/memory-runs.js'
-import { auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { event, newRun, runStoreConformance } from './run-conformance.js'
+import { auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
+import { event, newRun, runStoreConformance } from '../../lib/testing/runs.js'
 
-storeConformance(t, factoriesOf(() => memoryStores()))
-runStoreConformance(t, { store: () => new MemoryRunStore() })
+storeConformance(tapTest(t), factoriesOf(() => memoryStores()))
+runStoreConformance(tapTest(t), { store: () => new MemoryRunStore() })
 
 t.test('memoryStores gives the six stores, spreadable into the options', async (t) => {
   const stores = memoryStores({ auditCapacity: 2, maxRetainedRuns: 3 })

@@ -7,11 +7,11 @@ import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { eventually, percentile } from '../helper.js'
+import { eventually, percentile, tapTest } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
-import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
+import { approval, auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
 
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/test'
 
@@ -53,11 +53,11 @@ if (await requirePg(t)) {
   const shared = new pg.Pool({ connectionString: pgUrl(), max: 10 })
   t.teardown(() => shared.end())
 
-  storeConformance(t, factoriesOf((t) => postgresStores(shared, { schema: withPgSchema(t, shared) })))
+  storeConformance(tapTest(t), factoriesOf((t) => postgresStores(shared, { schema: withPgSchema(t, shared) })))
 
   // the twin is another instance: a pool of its own on the same schema. The tables are made before a test
   // starts: a lease of a few ms would lapse while they are.
-  runStoreConformance(t, {
+  runStoreConformance(tapTest(t), {
     store: async (t) => {
       const store = postgresStores(shared, { schema: withPgSchema(t, shared) }).runStore!
       await store.get('warm-up')

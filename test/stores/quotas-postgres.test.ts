@@ -2,11 +2,12 @@
 // on its own pool, and two instances of the service on one schema enforcing one principal's quota between them.
 import pg from 'pg'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { PostgresQuotaStore } from '../../lib/stores/postgres-quotas.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
-import { quotaStoreConformance } from './quota-conformance.js'
+import { quotaStoreConformance } from '../../lib/testing/quotas.js'
 import { quotasAcrossInstances } from './quota-instances.js'
 
 if (await requirePg(t)) {
@@ -14,7 +15,7 @@ if (await requirePg(t)) {
   t.teardown(() => shared.end())
 
   // the twin is another instance: a pool of its own on the same schema
-  quotaStoreConformance(t, {
+  quotaStoreConformance(tapTest(t), {
     store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).quotaStore,
     twin: (_t, first) => new PostgresQuotaStore({ connectionString: pgUrl(), max: 5 }, { schema: (first as PostgresQuotaStore).schema })
   })

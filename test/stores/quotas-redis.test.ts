@@ -3,11 +3,12 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { RedisQuotaStore } from '../../lib/stores/redis-quotas.js'
 import { redisStores } from '../../lib/stores/redis.js'
 import { redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
-import { quotaStoreConformance } from './quota-conformance.js'
+import { quotaStoreConformance } from '../../lib/testing/quotas.js'
 import { quotasAcrossInstances } from './quota-instances.js'
 
 if (await requireRedis(t)) {
@@ -15,7 +16,7 @@ if (await requireRedis(t)) {
   t.teardown(() => shared.quit())
 
   // the twin is another instance: a client of its own on the same prefix
-  quotaStoreConformance(t, {
+  quotaStoreConformance(tapTest(t), {
     store: (t) => redisStores(shared, { prefix: withRedisPrefix(t, shared) }).quotaStore,
     twin: (t, first) => {
       const client = new Redis(redisUrl())

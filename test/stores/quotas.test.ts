@@ -3,17 +3,18 @@
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { MemoryQuotaStore } from '../../lib/stores/memory-quotas.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { SqliteQuotaStore } from '../../lib/stores/sqlite-quotas.js'
 import { sqliteStores } from '../../lib/stores/sqlite.js'
-import { quotaStoreConformance } from './quota-conformance.js'
+import { quotaStoreConformance } from '../../lib/testing/quotas.js'
 
-quotaStoreConformance(t, { store: () => new MemoryQuotaStore() })
+quotaStoreConformance(tapTest(t), { store: () => new MemoryQuotaStore() })
 
 // the twin opens the same file through a connection of its own, as another process would
 const files = new WeakMap<object, string>()
-quotaStoreConformance(t, {
+quotaStoreConformance(tapTest(t), {
   store: (t) => {
     const file = join(t.testdir(), 'quotas.db')
     const store = sqliteStores(file).quotaStore

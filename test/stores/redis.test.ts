@@ -7,9 +7,9 @@ import type { Test } from 'tap'
 import { RedisConnection, RedisIdempotencyStore, RedisSessionStore, redisStores } from '../../lib/stores/redis.js'
 import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
-import { idempotencyStoreConformance, sessionStoreConformance } from './conformance.js'
-import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
-import { eventually, percentile } from '../helper.js'
+import { idempotencyStoreConformance, sessionStoreConformance } from '../../lib/testing/conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
+import { eventually, percentile, tapTest } from '../helper.js'
 import type { NewRun, RunEnd } from '../../lib/stores/types.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
@@ -23,10 +23,10 @@ if (await requireRedis(t)) {
   t.teardown(() => shared.quit())
 
   const stores = (t: Test) => redisStores(shared, { prefix: withRedisPrefix(t, shared) })
-  sessionStoreConformance(t, (t) => stores(t).sessionStore)
-  idempotencyStoreConformance(t, (t) => stores(t).idempotency.store)
+  sessionStoreConformance(tapTest(t), (t) => stores(t).sessionStore)
+  idempotencyStoreConformance(tapTest(t), (t) => stores(t).idempotency.store)
   // the twin is another instance: a client of its own on the same prefix
-  runStoreConformance(t, {
+  runStoreConformance(tapTest(t), {
     store: (t) => stores(t).runStore,
     twin: (t, first) => {
       const client = new Redis(redisUrl())

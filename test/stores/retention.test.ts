@@ -8,7 +8,7 @@ import { sqliteStores } from '../../lib/stores/sqlite.js'
 import type { ApprovalStore, AuditStore, StoreSet } from '../../lib/stores/types.js'
 import { build, echo, eventually } from '../helper.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
-import { approval, auditEntry } from './conformance.js'
+import { approval, auditEntry } from '../../lib/testing/conformance.js'
 
 const DAY = 24 * 60 * 60_000
 

@@ -16,7 +16,7 @@ import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import type { RunStore, StoredEvent } from '../../lib/stores/types.js'
 import { eventually } from '../helper.js'
 import { pgUrl, pgReachable, redisReachable, redisUrl } from '../helpers/services.js'
-import { OTHER, OWNER, event, lease, newRun } from './run-conformance.js'
+import { OTHER, OWNER, event, lease, newRun } from '../../lib/testing/runs.js'
 
 /** A store, a second one on the same data (another instance), and what its driver was asked. */
 interface Opened {

@@ -8,10 +8,10 @@ import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteIdempotencyStore, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { NewRun, RunEnd, RunRecord, StoreSet } from '../../lib/stores/types.js'
-import { build, eventually } from '../helper.js'
+import { build, eventually, tapTest } from '../helper.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
-import { approval, auditEntry, factoriesOf, storeConformance } from './conformance.js'
-import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from './run-conformance.js'
+import { approval, auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
+import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
 
 function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   return Promise.all([
@@ -20,11 +20,11 @@ function closeAll (stores: Required<StoreSet>): Promise<unknown> {
   ])
 }
 
-storeConformance(t, factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db'))))
+storeConformance(tapTest(t), factoriesOf((t) => sqliteStores(join(t.testdir(), 'stores.db'))))
 
 // the twin opens the same file through a connection of its own, as another process would
 const files = new WeakMap<object, string>()
-runStoreConformance(t, {
+runStoreConformance(tapTest(t), {
   store: async (t) => {
     const file = join(t.testdir(), 'runs.db')
     const store = sqliteStores(file).runStore

@@ -2,10 +2,11 @@
 // two instances of the service sharing it.
 import pg from 'pg'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { PostgresWebhookStore } from '../../lib/stores/postgres-webhooks.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
-import { attemptOf, delivery, webhookStoreConformance } from './webhook-conformance.js'
+import { attemptOf, delivery, webhookStoreConformance } from '../../lib/testing/webhooks.js'
 import { deliveredOnceAcrossInstances } from './webhook-instances.js'
 
 if (await requirePg(t)) {
@@ -13,7 +14,7 @@ if (await requirePg(t)) {
   t.teardown(() => shared.end())
 
   // the twin is another instance: a pool of its own on the same schema
-  webhookStoreConformance(t, {
+  webhookStoreConformance(tapTest(t), {
     store: (t) => postgresStores(shared, { schema: withPgSchema(t, shared) }).webhookStore,
     twin: (_t, first) => new PostgresWebhookStore({ connectionString: pgUrl(), max: 3 }, { schema: (first as PostgresWebhookStore).schema })
   })

@@ -3,10 +3,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { Redis } from 'ioredis'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { RedisWebhookStore } from '../../lib/stores/redis-webhooks.js'
 import { redisStores } from '../../lib/stores/redis.js'
 import { redisUrl, requireRedis, withRedisPrefix } from '../helpers/services.js'
-import { attemptOf, delivery, webhookStoreConformance } from './webhook-conformance.js'
+import { attemptOf, delivery, webhookStoreConformance } from '../../lib/testing/webhooks.js'
 import { deliveredOnceAcrossInstances } from './webhook-instances.js'
 
 if (await requireRedis(t)) {
@@ -14,7 +15,7 @@ if (await requireRedis(t)) {
   t.teardown(() => shared.quit())
 
   // the twin is another instance: a client of its own on the same prefix
-  webhookStoreConformance(t, {
+  webhookStoreConformance(tapTest(t), {
     store: (t) => redisStores(shared, { prefix: withRedisPrefix(t, shared) }).webhookStore,
     twin: (t, first) => {
       const client = new Redis(redisUrl())

@@ -2,17 +2,18 @@
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import t from 'tap'
+import { tapTest } from '../helper.js'
 import { DEFAULT_MAX_RETAINED_DELIVERIES, MemoryWebhookStore } from '../../lib/stores/memory-webhooks.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { SqliteWebhookStore } from '../../lib/stores/sqlite-webhooks.js'
 import { sqliteStores } from '../../lib/stores/sqlite.js'
-import { attemptOf, delivery, webhookStoreConformance } from './webhook-conformance.js'
+import { attemptOf, delivery, webhookStoreConformance } from '../../lib/testing/webhooks.js'
 
-webhookStoreConformance(t, { store: () => new MemoryWebhookStore() })
+webhookStoreConformance(tapTest(t), { store: () => new MemoryWebhookStore() })
 
 // the twin opens the same file through a connection of its own, as another process would
 const files = new WeakMap<object, string>()
-webhookStoreConformance(t, {
+webhookStoreConformance(tapTest(t), {
   store: (t) => {
     const file = join(t.testdir(), 'webhooks.db')
     const store = sqliteStores(file).webhookStore

@@ -1,31 +1,31 @@
 // The behaviour every quota store (docs/auth-and-traffic.md) must have, run by each backend's test file against a factory that
 // makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on the
 // same data, as another instance would have.
-import type { Test } from 'tap'
-import type { QuotaStore } from '../../lib/stores/types.js'
-import type { StoreFactory } from './conformance.js'
+import type { QuotaStore } from '../stores/types.js'
+import { type Check, type Registrar, type StoreFactory, checked } from './check.js'
 
-export interface QuotaStoreFactories {
-  store: StoreFactory<QuotaStore>
+export interface QuotaStoreFactories<C = unknown> {
+  store: StoreFactory<QuotaStore, C>
   /** a second store on the same data (another instance); absent for an in-process store */
-  twin?: (t: Test, first: QuotaStore) => QuotaStore | Promise<QuotaStore>
+  twin?: (context: C, first: QuotaStore) => QuotaStore | Promise<QuotaStore>
 }
 
 const T0 = 1_700_000_000_000
 const MINUTE = 60_000
 
-async function open (t: Test, factory: StoreFactory<QuotaStore>): Promise<QuotaStore> {
-  const store = await factory(t)
+async function open<C> (t: Check<C>, factory: StoreFactory<QuotaStore, C>): Promise<QuotaStore> {
+  const store = await factory(t.context)
   t.teardown(async () => { await store.close?.() })
   return store
 }
 
 const slot = (slotId: string, principal = 'alice'): { principal: string, slotId: string } => ({ principal, slotId })
 
-export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories): void {
+export function quotaStoreConformance<C> (registrar: Registrar<C>, factories: QuotaStoreFactories<C>): void {
+  const test = checked(registrar)
   const { store: factory, twin } = factories
 
-  t.test('quotas: slots up to max; a slot held is extended whatever the count; principals apart; a release frees', async (t) => {
+  test('quotas: slots up to max; a slot held is extended whatever the count; principals apart; a release frees', async (t) => {
     const store = await open(t, factory)
     t.equal(await store.acquire(slot('r1'), 2, T0, T0 + MINUTE), true)
     t.equal(await store.acquire(slot('r2'), 2, T0, T0 + MINUTE), true)
@@ -45,7 +45,7 @@ export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories):
     t.equal(await store.acquire(slot('r6'), 2, T0 + MINUTE + 1, T0 + 3 * MINUTE), true, 'r4 expired meanwhile: not counted')
   })
 
-  t.test('quotas: expired slots are not counted; renew extends the slots still held and names them', async (t) => {
+  test('quotas: expired slots are not counted; renew extends the slots still held and names them', async (t) => {
     const store = await open(t, factory)
     for (const id of ['a', 'b', 'c']) t.equal(await store.acquire(slot(id), 3, T0, T0 + 1_000), true)
     t.equal(await store.acquire(slot('d'), 3, T0 + 999, T0 + 2_000), false)
@@ -57,9 +57,9 @@ export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories):
     t.equal(await store.acquire(slot('e'), 3, T0 + 5_000, T0 + 9_000), true, 'a and b expire at their renewed until')
   })
 
-  t.test('quotas: 20 acquires at once with max 3 admit exactly 3', async (t) => {
+  test('quotas: 20 acquires at once with max 3 admit exactly 3', async (t) => {
     const store = await open(t, factory)
-    const other = twin === undefined ? store : await twin(t, store)
+    const other = twin === undefined ? store : await twin(t.context, store)
     if (other !== store) t.teardown(async () => { await other.close?.() })
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? store : other).acquire(slot(`r${i}`), 3, T0, T0 + MINUTE)))
     t.equal(results.filter(Boolean).length, 3)
@@ -67,7 +67,7 @@ export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories):
     t.same((await other.renew(Array.from({ length: 20 }, (_, i) => slot(`r${i}`)), T0 + MINUTE)).sort(), held.sort(), 'exactly those are held')
   })
 
-  t.test('quotas: tokens per principal per window, added up; other windows and principals apart', async (t) => {
+  test('quotas: tokens per principal per window, added up; other windows and principals apart', async (t) => {
     const store = await open(t, factory)
     const window = { start: T0, end: T0 + MINUTE }
     t.equal(await store.tokens('alice', T0), 0)
@@ -81,7 +81,7 @@ export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories):
     t.equal(await store.tokens('bob', T0 + MINUTE), 5)
   })
 
-  t.test('quotas: purge deletes expired slots and ended windows, at most a batch at a time', async (t) => {
+  test('quotas: purge deletes expired slots and ended windows, at most a batch at a time', async (t) => {
     const store = await open(t, factory)
     for (const id of ['a', 'b', 'c']) await store.acquire(slot(id, `p-${id}`), 1, T0, T0 + 1_000)
     await store.acquire(slot('live', 'p-live'), 1, T0, T0 + MINUTE)
@@ -98,9 +98,9 @@ export function quotaStoreConformance (t: Test, factories: QuotaStoreFactories):
   })
 
   if (twin !== undefined) {
-    t.test('quotas: twin stores (two instances on the same data) share the counts', async (t) => {
+    test('quotas: twin stores (two instances on the same data) share the counts', async (t) => {
       const store = await open(t, factory)
-      const other = await twin(t, store)
+      const other = await twin(t.context, store)
       t.teardown(async () => { await other.close?.() })
       t.equal(await store.acquire(slot('r1'), 1, T0, T0 + MINUTE), true)
       t.equal(await other.acquire(slot('r2'), 1, T0, T0 + MINUTE), false)

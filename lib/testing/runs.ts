@@ -2,15 +2,13 @@
 // makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second store on
 // the same data, as another instance would have: what one writes, the other sees and hears.
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Test } from 'tap'
-import type { NewRun, RunChange, RunEnd, RunLease, RunRecord, RunStore, StoredEvent } from '../../lib/stores/types.js'
-import type { StoreFactory } from './conformance.js'
-import { eventually } from '../helper.js'
+import type { NewRun, RunChange, RunEnd, RunLease, RunRecord, RunStore, StoredEvent } from '../stores/types.js'
+import { type Check, type Registrar, type StoreFactory, checked, eventually } from './check.js'
 
-export interface RunStoreFactories {
-  store: StoreFactory<RunStore>
+export interface RunStoreFactories<C = unknown> {
+  store: StoreFactory<RunStore, C>
   /** a second store on the same data (another instance); absent for an in-process store */
-  twin?: (t: Test, first: RunStore) => RunStore | Promise<RunStore>
+  twin?: (context: C, first: RunStore) => RunStore | Promise<RunStore>
 }
 
 const HOUR = 3_600_000
@@ -67,8 +65,8 @@ function completed (record: RunRecord): RunEnd {
 
 const cancelled = (): RunEnd => ({ status: 'cancelled', endedAt: new Date().toISOString(), error: { code: 'CANCELLED', message: 'The run was cancelled' } })
 
-async function open (t: Test, factory: StoreFactory<RunStore>): Promise<RunStore> {
-  const store = await factory(t)
+async function open<C> (t: Check<C>, factory: StoreFactory<RunStore, C>): Promise<RunStore> {
+  const store = await factory(t.context)
   t.teardown(async () => { await store.close?.() })
   return store
 }
@@ -80,10 +78,11 @@ function watcher (store: RunStore, runId: string): { changes: RunChange[], stop:
   return { changes, stop }
 }
 
-export function runStoreConformance (t: Test, factories: RunStoreFactories): void {
+export function runStoreConformance<C> (registrar: Registrar<C>, factories: RunStoreFactories<C>): void {
+  const test = checked(registrar)
   const factory = factories.store
 
-  t.test('runs: create, get and spec; unknown runs are null', async (t) => {
+  test('runs: create, get and spec; unknown runs are null', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     t.same(await store.create(run, { exclusive: false }), { outcome: 'created' })
@@ -97,7 +96,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.events('nope', 0, 10), [])
   })
 
-  t.test('runs: events are appended in order, read after a cursor, in pages; a gap is refused', async (t) => {
+  test('runs: events are appended in order, read after a cursor, in pages; a gap is refused', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     await store.create(run, { exclusive: false })
@@ -118,7 +117,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.events(id, 4, 10), [odd])
   })
 
-  t.test('runs: finish stores the last events and the end in one step, once', async (t) => {
+  test('runs: finish stores the last events and the end in one step, once', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     await store.create(run, { exclusive: true })
@@ -139,7 +138,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.finish(failed.record.runId, [event(1, 'run.failed')], end2, HOUR, OWNER), { status: 'failed', error: end2.error })
   })
 
-  t.test('runs: a write tried again after its answer was lost is idempotent by seq: held events acknowledged, the rest stored', async (t) => {
+  test('runs: a write tried again after its answer was lost is idempotent by seq: held events acknowledged, the rest stored', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     await store.create(run, { exclusive: true })
@@ -177,7 +176,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.get(conflicted.record.runId), { status: 'running', lastSeq: 2 }, 'a refused finish changes nothing')
   })
 
-  t.test('runs: cancel and finish are one compare-and-set: a finish after a requested cancel ends the run cancelled', async (t) => {
+  test('runs: cancel and finish are one compare-and-set: a finish after a requested cancel ends the run cancelled', async (t) => {
     const store = await open(t, factory)
     const traceId = 'e'.repeat(32)
     const cancelledEvent = (seq: number): StoredEvent => event(seq, 'run.failed', { error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId })
@@ -228,7 +227,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.events(lapsing.record.runId, 0, 10), [cancelledEvent(1)])
   })
 
-  t.test('runs: of a cancel and a finish at once, the one the store takes first decides how the run ends', async (t) => {
+  test('runs: of a cancel and a finish at once, the one the store takes first decides how the run ends', async (t) => {
     const store = await open(t, factory)
     const outcomes = { requested: 0, ended: 0 }
     await Promise.all(Array.from({ length: 20 }, async (_, i) => {
@@ -256,7 +255,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.comment(`cancel first: ${outcomes.requested}, finish first: ${outcomes.ended}`)
   })
 
-  t.test('runs: an exclusive run holds its session until it ends', async (t) => {
+  test('runs: an exclusive run holds its session until it ends', async (t) => {
     const store = await open(t, factory)
     const first = newRun({ sessionId: 'shared-session' })
     const second = newRun({ sessionId: 'shared-session' })
@@ -269,7 +268,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(newRun({ sessionId: null }), { exclusive: true }), { outcome: 'created' }, 'no session, nothing to hold')
   })
 
-  t.test('runs: of 20 concurrent exclusive creates on one session, exactly one wins', async (t) => {
+  test('runs: of 20 concurrent exclusive creates on one session, exactly one wins', async (t) => {
     const store = await open(t, factory)
     const runs = Array.from({ length: 20 }, () => newRun({ sessionId: 'contested' }))
     const results = await Promise.all(runs.map((run) => store.create(run, { exclusive: true })))
@@ -279,7 +278,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     for (const r of results) if (r.outcome === 'session_busy') t.equal(r.holder, winner.record.runId)
   })
 
-  t.test('runs: a queued run starts when its session is free', async (t) => {
+  test('runs: a queued run starts when its session is free', async (t) => {
     const store = await open(t, factory)
     const holder = newRun({ sessionId: 'q-session' })
     const queued = newRun({ sessionId: 'q-session', status: 'queued' })
@@ -304,7 +303,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.start(lone.record.runId, startedAt, lease()), { outcome: 'started' })
   })
 
-  t.test('runs: a resumed run reopens its record: its next attempt, its log going on after a run.requeued RESUMED, its session taken', async (t) => {
+  test('runs: a resumed run reopens its record: its next attempt, its log going on after a run.requeued RESUMED, its session taken', async (t) => {
     const store = await open(t, factory)
     const run = newRun({ sessionId: 'resumed-session' })
     const id = run.record.runId
@@ -338,7 +337,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.reopen(newRun({ runId: 'never-stored' }), { exclusive: true }), { outcome: 'not_found' })
   })
 
-  t.test('runs: cancel ends a queued run at once, asks a running one, leaves an ended one', async (t) => {
+  test('runs: cancel ends a queued run at once, asks a running one, leaves an ended one', async (t) => {
     const store = await open(t, factory)
     t.same(await store.cancel('nope', cancelled(), HOUR), { outcome: 'not_found' })
     const queued = newRun({ status: 'queued', traceId: 'b'.repeat(32) })
@@ -360,7 +359,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.cancel(running.record.runId, cancelled(), HOUR), { outcome: 'ended', record: { status: 'cancelled' } })
   })
 
-  t.test('runs: watchers hear new events, once each, and stop hearing when they stop', async (t) => {
+  test('runs: watchers hear new events, once each, and stop hearing when they stop', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     await store.create(run, { exclusive: false })
@@ -382,7 +381,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(heard.changes.length, before, 'another run is not heard')
   })
 
-  t.test('runs: a session\'s runs and every run, most recent first, by cursor, with filters', async (t) => {
+  test('runs: a session\'s runs and every run, most recent first, by cursor, with filters', async (t) => {
     const store = await open(t, factory)
     const mine = Array.from({ length: 5 }, () => newRun({ sessionId: 'listed' }))
     for (const run of mine) await store.create(run, { exclusive: false })
@@ -418,7 +417,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     await t.rejects(store.listBySession('listed', { limit: 501 }), RangeError)
   })
 
-  t.test('runs: runs created in the same millisecond list in the order they were created', async (t) => {
+  test('runs: runs created in the same millisecond list in the order they were created', async (t) => {
     const store = await open(t, factory)
     const at = new Date().toISOString()
     const runs = ['b', 'a', 'c'].map((name) => newRun({ runId: `${name}-${Math.random().toString(36).slice(2, 8)}`, sessionId: 'same-ms', createdAt: at }))
@@ -429,7 +428,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.listBySession('same-ms', { limit: 10, cursor: first.nextCursor! })).runs.map((r) => r.runId), expected.slice(1))
   })
 
-  t.test('runs: an ended run is kept for its retention, then gone, and purged in batches', async (t) => {
+  test('runs: an ended run is kept for its retention, then gone, and purged in batches', async (t) => {
     const store = await open(t, factory)
     const short = newRun()
     const long = newRun()
@@ -452,7 +451,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.get(long.record.runId), null)
   })
 
-  t.test('runs: delete removes an ended run\'s record and log at once; a run in progress, an unknown one stay as they are', async (t) => {
+  test('runs: delete removes an ended run\'s record and log at once; a run in progress, an unknown one stay as they are', async (t) => {
     const store = await open(t, factory)
     const ended = newRun()
     const running = newRun()
@@ -479,7 +478,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.delete(past.record.runId), false, 'past its retention: not there to delete')
   })
 
-  t.test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
+  test('runs: a reopen without exclusive leaves the session lock as it is', async (t) => {
     const store = await open(t, factory)
     const run = newRun({ sessionId: 'reopen-shared' })
     await store.create(run, { exclusive: true })
@@ -492,7 +491,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(newRun({ sessionId: 'reopen-shared' }), { exclusive: true }), { outcome: 'session_busy', holder: holder.record.runId })
   })
 
-  t.test('runs: a run created under the id of one past its retention starts a new record and log', async (t) => {
+  test('runs: a run created under the id of one past its retention starts a new record and log', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     const id = run.record.runId
@@ -511,7 +510,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.finish(id, [event(2, 'run.completed')], completed(again.record), HOUR, OWNER), { status: 'completed', lastSeq: 2 })
   })
 
-  t.test('runs: a refused finish changes nothing; only a running run finishes', async (t) => {
+  test('runs: a refused finish changes nothing; only a running run finishes', async (t) => {
     const store = await open(t, factory)
     const run = newRun({ sessionId: 'finish-gap' })
     const id = run.record.runId
@@ -530,7 +529,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.match(await store.get(queued.record.runId), { status: 'queued', lastSeq: 0 })
   })
 
-  t.test('runs: a batch of 5,000 events goes in one call and reads back in pages', async (t) => {
+  test('runs: a batch of 5,000 events goes in one call and reads back in pages', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     const id = run.record.runId
@@ -544,7 +543,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.events(id, 4_999, 1_000), [batch[4_999]])
   })
 
-  t.test('runs: pages stay stable while runs are created', async (t) => {
+  test('runs: pages stay stable while runs are created', async (t) => {
     const store = await open(t, factory)
     const base = Date.parse('2030-01-01T00:00:00.000Z')
     const at = (ms: number): Partial<RunRecord> => ({ sessionId: 'paged', createdAt: new Date(ms).toISOString(), startedAt: new Date(ms).toISOString() })
@@ -567,7 +566,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(all.runs[0]!.runId, `paged-new-${later - 1}`)
   })
 
-  t.test('runs: a string a store cannot keep as it is is refused (FA_UNSTORABLE_TEXT, 400), or kept faithfully', async (t) => {
+  test('runs: a string a store cannot keep as it is is refused (FA_UNSTORABLE_TEXT, 400), or kept faithfully', async (t) => {
     const store = await open(t, factory)
     const odd = ['nul\u0000inside', 'lone \ud800 surrogate', 'lone \udc00 low']
     for (const value of odd) {
@@ -611,7 +610,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     }
   })
 
-  t.test('runs: only the lease\'s owner writes a running run\'s log; renew keeps what it still holds', async (t) => {
+  test('runs: only the lease\'s owner writes a running run\'s log; renew keeps what it still holds', async (t) => {
     const store = await open(t, factory)
     const run = newRun()
     const id = run.record.runId
@@ -630,7 +629,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.finish(other.record.runId, [event(2)], completed(other.record), HOUR, OTHER), null, 'an ended run: nothing to refuse')
   })
 
-  t.test('runs: lapsed leases are found; requeue and abandon are compare-and-sets on the lapse (or the owner)', async (t) => {
+  test('runs: lapsed leases are found; requeue and abandon are compare-and-sets on the lapse (or the owner)', async (t) => {
     const store = await open(t, factory)
     // leases end at chosen times and the clock is passed in: no sleep, whatever the machine's load
     const lapsing = newRun({ sessionId: 'lapse-session', traceId: 'd'.repeat(32) })
@@ -680,7 +679,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same(await store.create(newRun({ sessionId: 'lapse-session' }), { exclusive: true }), { outcome: 'created' }, 'its session is free again')
   })
 
-  t.test('runs: a requeue of a run whose cancel was asked for ends it cancelled instead (a drain\'s hand-off, recovery)', async (t) => {
+  test('runs: a requeue of a run whose cancel was asked for ends it cancelled instead (a drain\'s hand-off, recovery)', async (t) => {
     const store = await open(t, factory)
     const traceId = 'f'.repeat(32)
     const cancelledEvent = (seq: number): StoredEvent => event(seq, 'run.failed', { error: { code: 'CANCELLED', message: 'The run was cancelled' }, traceId })
@@ -718,7 +717,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.equal(await store.get(id), null)
   })
 
-  t.test('runs: claim takes queued detachable runs, oldest first, whose session is free; each goes to one claimer', async (t) => {
+  test('runs: claim takes queued detachable runs, oldest first, whose session is free; each goes to one claimer', async (t) => {
     const store = await open(t, factory)
     const queued = (extra: Partial<RunRecord> = {}): NewRun => {
       const run = newRun({ status: 'queued', background: true, ...extra })
@@ -751,7 +750,7 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
     t.same((await store.claim(lease(), new Date().toISOString(), 5)).map((r) => r.runId), [blocked.record.runId], 'once its session is free')
   })
 
-  t.test('runs: queued runs are claimed oldest first: one at a time, in the order they were created', async (t) => {
+  test('runs: queued runs are claimed oldest first: one at a time, in the order they were created', async (t) => {
     const store = await open(t, factory)
     const ids: string[] = []
     for (let i = 0; i < 6; i++) {
@@ -770,9 +769,9 @@ export function runStoreConformance (t: Test, factories: RunStoreFactories): voi
   if (factories.twin !== undefined) {
     const makeTwin = factories.twin
 
-    t.test('runs: another instance sees the records and hears the events, cancels and freed sessions', async (t) => {
+    test('runs: another instance sees the records and hears the events, cancels and freed sessions', async (t) => {
       const a = await open(t, factory)
-      const b = await makeTwin(t, a)
+      const b = await makeTwin(t.context, a)
       t.teardown(async () => { await b.close?.() })
       const run = newRun({ sessionId: 'across' })
       await a.create(run, { exclusive: true })

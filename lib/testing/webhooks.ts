@@ -1,14 +1,13 @@
 // The behaviour every webhook store (the outbox, docs/webhooks.md) must have, run by each backend's test file against a
 // factory that makes a fresh, empty store for a subtest (closed in teardown). `twin` (shared backends) makes a second
 // store on the same data, as another instance would have.
-import type { Test } from 'tap'
-import type { NewWebhookDelivery, WebhookAttempt, WebhookOutcome, WebhookStore } from '../../lib/stores/types.js'
-import type { StoreFactory } from './conformance.js'
+import type { NewWebhookDelivery, WebhookAttempt, WebhookOutcome, WebhookStore } from '../stores/types.js'
+import { type Check, type Registrar, type StoreFactory, checked } from './check.js'
 
-export interface WebhookStoreFactories {
-  store: StoreFactory<WebhookStore>
+export interface WebhookStoreFactories<C = unknown> {
+  store: StoreFactory<WebhookStore, C>
   /** a second store on the same data (another instance); absent for an in-process store */
-  twin?: (t: Test, first: WebhookStore) => WebhookStore | Promise<WebhookStore>
+  twin?: (context: C, first: WebhookStore) => WebhookStore | Promise<WebhookStore>
 }
 
 const T0 = 1_700_000_000_000
@@ -48,16 +47,17 @@ export function attemptOf (claimed: { id: string, type: string, runId: string, a
 const lease = (owner: string, until = T0 + 100 * HOUR): { owner: string, until: number } => ({ owner, until })
 const keep = { dueAt: T0, retentionMs: HOUR }
 
-async function open (t: Test, factory: StoreFactory<WebhookStore>): Promise<WebhookStore> {
-  const store = await factory(t)
+async function open<C> (t: Check<C>, factory: StoreFactory<WebhookStore, C>): Promise<WebhookStore> {
+  const store = await factory(t.context)
   t.teardown(async () => { await store.close?.() })
   return store
 }
 
-export function webhookStoreConformance (t: Test, factories: WebhookStoreFactories): void {
+export function webhookStoreConformance<C> (registrar: Registrar<C>, factories: WebhookStoreFactories<C>): void {
+  const test = checked(registrar)
   const { store: factory, twin } = factories
 
-  t.test('webhooks: claims what is due, soonest first, each field as enqueued', async (t) => {
+  test('webhooks: claims what is due, soonest first, each field as enqueued', async (t) => {
     const store = await open(t, factory)
     const later = delivery({ dueAt: T0 + 500 })
     const first = delivery({ dueAt: T0 - 100 })
@@ -72,7 +72,7 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     t.same((await store.claim(lease('a'), T0 + HOUR, 10)).map((d) => d.id), [future.id], 'the future one once due')
   })
 
-  t.test('webhooks: at most `limit` per claim', async (t) => {
+  test('webhooks: at most `limit` per claim', async (t) => {
     const store = await open(t, factory)
     const all = Array.from({ length: 5 }, (_, i) => delivery({ dueAt: T0 + i }))
     await store.enqueue(all)
@@ -82,7 +82,7 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     await store.enqueue([])
   })
 
-  t.test('webhooks: enqueuing the same id again changes nothing', async (t) => {
+  test('webhooks: enqueuing the same id again changes nothing', async (t) => {
     const store = await open(t, factory)
     const one = delivery()
     await store.enqueue([one, { ...one, payload: '{"changed":true}' }])
@@ -97,7 +97,7 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     t.same(await store.claim(lease('a'), T0 + 2 * HOUR, 10), [], 'nor once delivered')
   })
 
-  t.test('webhooks: a lease that runs out makes the delivery due again, for its next attempt', async (t) => {
+  test('webhooks: a lease that runs out makes the delivery due again, for its next attempt', async (t) => {
     const store = await open(t, factory)
     const one = delivery()
     await store.enqueue([one])
@@ -123,7 +123,7 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
       [[3, 'failed'], [3, 'failed'], [3, 'failed'], [2, 'delivered'], [2, 'retried'], [1, 'delivered']], 'every attempt of a delivery there is, most recent first')
   })
 
-  t.test('webhooks: attempts page by cursor, most recent first, with filters', async (t) => {
+  test('webhooks: attempts page by cursor, most recent first, with filters', async (t) => {
     const store = await open(t, factory)
     const a = delivery({ runId: 'run-a', type: 'run.completed' })
     const b = delivery({ runId: 'run-b', type: 'approval.requested' })
@@ -168,7 +168,7 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     await t.rejects(async () => store.attempts({ limit: 501 }), RangeError)
   })
 
-  t.test('webhooks: ended deliveries go after their retention, with their attempts, in bounded batches', async (t) => {
+  test('webhooks: ended deliveries go after their retention, with their attempts, in bounded batches', async (t) => {
     const store = await open(t, factory)
     const ended = Array.from({ length: 3 }, () => delivery({ runId: 'run-ended' }))
     const pending = delivery({ runId: 'run-pending' })
@@ -192,9 +192,9 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
     t.equal(await store.purge(Date.now() + 2 * HOUR, 10), 1, 'the failed one after its own retention')
   })
 
-  t.test('webhooks: claimers at once each get different deliveries', async (t) => {
+  test('webhooks: claimers at once each get different deliveries', async (t) => {
     const store = await open(t, factory)
-    const others = twin === undefined ? [store] : [store, await twin(t, store)]
+    const others = twin === undefined ? [store] : [store, await twin(t.context, store)]
     if (twin !== undefined) t.teardown(async () => { await others[1]!.close?.() })
     const all = Array.from({ length: 30 }, (_, i) => delivery({ dueAt: T0 + i }))
     await store.enqueue(all)
@@ -206,9 +206,9 @@ export function webhookStoreConformance (t: Test, factories: WebhookStoreFactori
   })
 
   if (twin !== undefined) {
-    t.test('webhooks: what one store enqueues and records, its twin sees', async (t) => {
+    test('webhooks: what one store enqueues and records, its twin sees', async (t) => {
       const store = await open(t, factory)
-      const other = await twin(t, store)
+      const other = await twin(t.context, store)
       t.teardown(async () => { await other.close?.() })
       const one = delivery()
       await store.enqueue([one])

@@ -1,35 +1,33 @@
 // The behaviour every store backend must have, one function per interface, run by each backend's test file
 // against a factory that makes a fresh, empty store for a subtest (and cleans up after it in teardown).
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Test } from 'tap'
 import type {
   ApprovalDecision, ApprovalRecord, ApprovalStore, AuditEntry, AuditStore, CheckpointStore, IdempotencyStore,
   Message, SessionRecord, SessionStore, StoreSet
-} from '../../lib/stores/types.js'
+} from '../stores/types.js'
+import { type Check, type Registrar, type StoreFactory, checked } from './check.js'
 
-export type StoreFactory<S> = (t: Test) => S | Promise<S>
-
-export interface ConformanceFactories {
-  audit?: StoreFactory<AuditStore>
-  session?: StoreFactory<SessionStore>
-  approval?: StoreFactory<ApprovalStore>
-  checkpoint?: StoreFactory<CheckpointStore>
-  idempotency?: StoreFactory<IdempotencyStore>
+export interface ConformanceFactories<C = unknown> {
+  audit?: StoreFactory<AuditStore, C>
+  session?: StoreFactory<SessionStore, C>
+  approval?: StoreFactory<ApprovalStore, C>
+  checkpoint?: StoreFactory<CheckpointStore, C>
+  idempotency?: StoreFactory<IdempotencyStore, C>
 }
 
 /** Runs the suite of every interface a factory is given for. */
-export function storeConformance (t: Test, factories: ConformanceFactories): void {
-  if (factories.audit !== undefined) auditStoreConformance(t, factories.audit)
-  if (factories.session !== undefined) sessionStoreConformance(t, factories.session)
-  if (factories.approval !== undefined) approvalStoreConformance(t, factories.approval)
-  if (factories.checkpoint !== undefined) checkpointStoreConformance(t, factories.checkpoint)
-  if (factories.idempotency !== undefined) idempotencyStoreConformance(t, factories.idempotency)
+export function storeConformance<C> (registrar: Registrar<C>, factories: ConformanceFactories<C>): void {
+  if (factories.audit !== undefined) auditStoreConformance(registrar, factories.audit)
+  if (factories.session !== undefined) sessionStoreConformance(registrar, factories.session)
+  if (factories.approval !== undefined) approvalStoreConformance(registrar, factories.approval)
+  if (factories.checkpoint !== undefined) checkpointStoreConformance(registrar, factories.checkpoint)
+  if (factories.idempotency !== undefined) idempotencyStoreConformance(registrar, factories.idempotency)
 }
 
 /** Factories from a store set factory such as `memoryStores` (a new set per subtest). */
-export function factoriesOf (make: (t: Test) => StoreSet | Promise<StoreSet>): ConformanceFactories {
-  const pick = <S>(choose: (set: StoreSet) => S | undefined): StoreFactory<S> => async (t) => {
-    const store = choose(await make(t))
+export function factoriesOf<C> (make: (context: C) => StoreSet | Promise<StoreSet>): ConformanceFactories<C> {
+  const pick = <S>(choose: (set: StoreSet) => S | undefined): StoreFactory<S, C> => async (context) => {
+    const store = choose(await make(context))
     if (store === undefined) throw new Error('the store set lacks this store')
     return store
   }
@@ -43,14 +41,14 @@ export function factoriesOf (make: (t: Test) => StoreSet | Promise<StoreSet>): C
 }
 
 /** For tests about timing: the first call may create tables, which must not eat into a 50 ms ttl. */
-async function warm<S extends { close?: () => Promise<void>, get?: (id: string) => Promise<unknown> }> (t: Test, factory: StoreFactory<S>): Promise<S> {
+async function warm<S extends { close?: () => Promise<void>, get?: (id: string) => Promise<unknown> }, C> (t: Check<C>, factory: StoreFactory<S, C>): Promise<S> {
   const store = await open(t, factory)
   await store.get?.('warm-up')
   return store
 }
 
-async function open<S extends { close?: () => Promise<void> }> (t: Test, factory: StoreFactory<S>): Promise<S> {
-  const store = await factory(t)
+async function open<S extends { close?: () => Promise<void> }, C> (t: Check<C>, factory: StoreFactory<S, C>): Promise<S> {
+  const store = await factory(t.context)
   t.teardown(async () => { await store.close?.() })
   return store
 }
@@ -84,15 +82,16 @@ function range (from: number, to: number): number[] {
   return out
 }
 
-export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore>): void {
-  t.test('audit: an empty store', async (t) => {
+export function auditStoreConformance<C> (registrar: Registrar<C>, factory: StoreFactory<AuditStore, C>): void {
+  const test = checked(registrar)
+  test('audit: an empty store', async (t) => {
     const store = await open(t, factory)
     t.same(await store.query({ limit: 10 }), { entries: [], nextCursor: null })
     await store.append([])
     t.equal(await store.count(), 0)
   })
 
-  t.test('audit: entries come back whole, most recent first', async (t) => {
+  test('audit: entries come back whole, most recent first', async (t) => {
     const store = await open(t, factory)
     const full = auditEntry(2, {
       agent: 'echo', runId: 'run-1', sessionId: 'ses-1', traceId: 'a'.repeat(32), idempotencyKey: 'key-1',
@@ -109,7 +108,7 @@ export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore
     t.equal(await store.count(), 4)
   })
 
-  t.test('audit: cursor pages have no duplicates and no gaps while entries are appended', async (t) => {
+  test('audit: cursor pages have no duplicates and no gaps while entries are appended', async (t) => {
     const store = await open(t, factory)
     await store.append(range(0, 24).map((i) => auditEntry(i)))
     const seen: string[] = []
@@ -136,7 +135,7 @@ export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore
     t.equal(last.nextCursor, null)
   })
 
-  t.test('audit: filters by agent and status range, also across pages', async (t) => {
+  test('audit: filters by agent and status range, also across pages', async (t) => {
     const store = await open(t, factory)
     const statuses = [200, 404, 500, 429, 201, 404, 400, 499, 503, 404]
     await store.append(statuses.map((status, i) => auditEntry(i, { status, agent: i % 2 === 0 ? 'alpha' : 'beta' })))
@@ -161,7 +160,7 @@ export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore
     t.same(seen, ['entry-9', 'entry-7', 'entry-5', 'entry-3', 'entry-1'])
   })
 
-  t.test('audit: a large batch keeps its order', async (t) => {
+  test('audit: a large batch keeps its order', async (t) => {
     const store = await open(t, factory)
     await store.append(range(0, 299).map((i) => auditEntry(i, { agent: `agent-${i % 3}` })))
     t.equal(await store.count(), 300)
@@ -169,7 +168,7 @@ export function auditStoreConformance (t: Test, factory: StoreFactory<AuditStore
     t.same(ids(page.entries), range(0, 299).reverse().map((i) => `entry-${i}`))
   })
 
-  t.test('audit: rejects a malformed cursor and a limit out of 1..500', async (t) => {
+  test('audit: rejects a malformed cursor and a limit out of 1..500', async (t) => {
     const store = await open(t, factory)
     await store.append([auditEntry(0)])
     await t.rejects(store.query({ limit: 10, cursor: 'not a cursor!' }), { code: 'FA_INVALID_CURSOR', statusCode: 400 })
@@ -194,8 +193,9 @@ function newSession (id: string, extra: Partial<{ agent: string | null, principa
   return { id, agent: 'echo', principal: 'key_abc', metadata: {}, ...extra }
 }
 
-export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionStore>): void {
-  t.test('sessions: create and get', async (t) => {
+export function sessionStoreConformance<C> (registrar: Registrar<C>, factory: StoreFactory<SessionStore, C>): void {
+  const test = checked(registrar)
+  test('sessions: create and get', async (t) => {
     const store = await open(t, factory)
     const before = Date.now()
     const created = await store.create(newSession('s1', { metadata: { tier: 'gold', nested: { n: 1 } } }), LONG)
@@ -210,7 +210,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.equal(await store.get('nope'), null)
   })
 
-  t.test('sessions: appendTurn adds messages in order, counts turns and touches', async (t) => {
+  test('sessions: appendTurn adds messages in order, counts turns and touches', async (t) => {
     const store = await open(t, factory)
     const created = await store.create(newSession('s1'), LONG)
     await sleep(5)
@@ -228,7 +228,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.equal(await store.get('nope'), null)
   })
 
-  t.test('sessions: touch and delete', async (t) => {
+  test('sessions: touch and delete', async (t) => {
     const store = await open(t, factory)
     const created = await store.create(newSession('s1'), LONG)
     await sleep(5)
@@ -242,7 +242,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same((await store.list({ limit: 10 })).sessions, [])
   })
 
-  t.test('sessions: creating an existing id starts it afresh', async (t) => {
+  test('sessions: creating an existing id starts it afresh', async (t) => {
     const store = await open(t, factory)
     await store.create(newSession('s1'), LONG)
     await store.appendTurn('s1', [message('user', 'hi')], LONG)
@@ -250,7 +250,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.match(await store.get('s1'), { principal: 'other', turns: 0, messages: [], metadata: { v: 2 } })
   })
 
-  t.test('sessions: expire after ttl of inactivity', async (t) => {
+  test('sessions: expire after ttl of inactivity', async (t) => {
     const store = await warm(t, factory)
     await store.create(newSession('short'), 50)
     await store.create(newSession('unread'), 50)
@@ -263,7 +263,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id), ['long'], 'list() leaves out those never read again')
   })
 
-  t.test('sessions: every write sets a new ttl', async (t) => {
+  test('sessions: every write sets a new ttl', async (t) => {
     const store = await warm(t, factory)
     // Shortened by a write: expiry is what can be asserted however slow the machine is.
     for (const id of ['touched', 'appended', 'kept']) await store.create(newSession(id), LONG)
@@ -282,7 +282,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same((await store.list({ limit: 10 })).sessions.map((s) => s.id).sort(), extended ? ['extended', 'kept'] : ['kept'])
   })
 
-  t.test('sessions: list is most recently active first and pages by cursor', async (t) => {
+  test('sessions: list is most recently active first and pages by cursor', async (t) => {
     const store = await open(t, factory)
     for (const id of ['s1', 's2', 's3', 's4', 's5']) {
       await store.create(newSession(id), LONG)
@@ -307,7 +307,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same(pages, [['s4', 's2'], ['s5', 's3'], ['s1']])
   })
 
-  t.test('sessions: paging is complete when several sessions share a lastActiveAt', async (t) => {
+  test('sessions: paging is complete when several sessions share a lastActiveAt', async (t) => {
     const store = await open(t, factory)
     const created = await Promise.all(['a', 'b', 'c', 'd', 'e', 'f'].map((id) => store.create(newSession(id), LONG)))
     const seen: SessionRecord[] = []
@@ -321,7 +321,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     for (let i = 1; i < seen.length; i++) t.ok(seen[i - 1].lastActiveAt >= seen[i].lastActiveAt)
   })
 
-  t.test('sessions: listByPrincipal lists one principal\'s own, of one agent when asked, and pages by cursor', async (t) => {
+  test('sessions: listByPrincipal lists one principal\'s own, of one agent when asked, and pages by cursor', async (t) => {
     const store = await open(t, factory)
     const mine = ['m1', 'm2', 'm3', 'm4']
     for (const id of mine) {
@@ -351,7 +351,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same(pages, [['m1', 'm4'], ['m2']])
   })
 
-  t.test('sessions: listByPrincipal forgets deleted, expired and re-created sessions', async (t) => {
+  test('sessions: listByPrincipal forgets deleted, expired and re-created sessions', async (t) => {
     const store = await warm(t, factory)
     await store.create(newSession('gone'), LONG)
     await store.create(newSession('short'), 50)
@@ -367,7 +367,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     t.same((await store.listByPrincipal('someone-else', { limit: 10, agent: 'echo' })).sessions, [])
   })
 
-  t.test('sessions: listByPrincipal pages completely when several sessions share a lastActiveAt', async (t) => {
+  test('sessions: listByPrincipal pages completely when several sessions share a lastActiveAt', async (t) => {
     const store = await open(t, factory)
     const created = await Promise.all(['a', 'b', 'c', 'd', 'e'].map((id) => store.create(newSession(id), LONG)))
     const seen: SessionRecord[] = []
@@ -381,7 +381,7 @@ export function sessionStoreConformance (t: Test, factory: StoreFactory<SessionS
     for (let i = 1; i < seen.length; i++) t.ok(seen[i - 1].lastActiveAt >= seen[i].lastActiveAt)
   })
 
-  t.test('sessions: reject bad input', async (t) => {
+  test('sessions: reject bad input', async (t) => {
     const store = await open(t, factory)
     await t.rejects(store.list({ limit: 10, cursor: 'garbage' }), { code: 'FA_INVALID_CURSOR' })
     await t.rejects(store.list({ limit: 10, cursor: Buffer.from('[1]').toString('base64url') }), { code: 'FA_INVALID_CURSOR' })
@@ -419,8 +419,9 @@ function decision (approved: boolean, decidedBy = 'alice'): ApprovalDecision {
   return { approved, comment: approved ? 'fine' : null, decidedBy, decidedAt: new Date().toISOString() }
 }
 
-export function approvalStoreConformance (t: Test, factory: StoreFactory<ApprovalStore>): void {
-  t.test('approvals: create and get', async (t) => {
+export function approvalStoreConformance<C> (registrar: Registrar<C>, factory: StoreFactory<ApprovalStore, C>): void {
+  const test = checked(registrar)
+  test('approvals: create and get', async (t) => {
     const store = await open(t, factory)
     const record = approval('a1', { reason: 'large amount' })
     await store.create(record)
@@ -435,7 +436,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.strictSame(await store.get('a4'), decided)
   })
 
-  t.test('approvals: decide is a compare-and-set, 20 concurrent callers, one winner', async (t) => {
+  test('approvals: decide is a compare-and-set, 20 concurrent callers, one winner', async (t) => {
     const store = await open(t, factory)
     await store.create(approval('a1'))
     const decisions = range(0, 19).map((i) => decision(i % 2 === 0, `user-${i}`))
@@ -453,7 +454,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     }
   })
 
-  t.test('approvals: rejected, not found, already decided', async (t) => {
+  test('approvals: rejected, not found, already decided', async (t) => {
     const store = await open(t, factory)
     await store.create(approval('a1'))
     const rejected = decision(false)
@@ -465,7 +466,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.strictSame(await store.decide('nope', decision(true)), { outcome: 'not_found' })
   })
 
-  t.test('approvals: past expiresAt a pending approval is expired', async (t) => {
+  test('approvals: past expiresAt a pending approval is expired', async (t) => {
     const store = await warm(t, factory)
     await store.create(approval('soon', { expiresAt: new Date(Date.now() + 50).toISOString() }))
     await store.create(approval('past', { expiresAt: new Date(Date.now() - 1000).toISOString() }))
@@ -482,7 +483,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.same(await store.listPending(), [])
   })
 
-  t.test('approvals: expire and cancel only change a pending approval', async (t) => {
+  test('approvals: expire and cancel only change a pending approval', async (t) => {
     const store = await open(t, factory)
     for (const id of ['a1', 'a2', 'a3']) await store.create(approval(id))
     t.match(await store.expire('a1'), { id: 'a1', status: 'expired' })
@@ -502,7 +503,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.equal(await store.cancel('nope'), null)
   })
 
-  t.test('approvals: listPending is oldest first and filters by agent and run', async (t) => {
+  test('approvals: listPending is oldest first and filters by agent and run', async (t) => {
     const store = await open(t, factory)
     const at = (ms: number): string => new Date(Date.now() - ms).toISOString()
     // created out of order: the list is ordered by requestedAt, not by insertion
@@ -522,7 +523,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.strictSame(middle, await store.get('middle'))
   })
 
-  t.test('approvals: waitForDecision is woken by decide, cancel and expire', async (t) => {
+  test('approvals: waitForDecision is woken by decide, cancel and expire', async (t) => {
     const store = await open(t, factory)
     for (const id of ['a1', 'a2', 'a3']) await store.create(approval(id))
     const signal = new AbortController().signal
@@ -545,7 +546,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.match(await store.waitForDecision('a1', signal), { status: 'approved' })
   })
 
-  t.test('approvals: waitForDecision does not expire by itself', async (t) => {
+  test('approvals: waitForDecision does not expire by itself', async (t) => {
     const store = await warm(t, factory)
     await store.create(approval('a1', { expiresAt: new Date(Date.now() + 30).toISOString() }))
     const controller = new AbortController()
@@ -558,7 +559,7 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.match(await waiting, { status: 'expired' })
   })
 
-  t.test('approvals: waitForDecision rejects on abort and for an unknown id', async (t) => {
+  test('approvals: waitForDecision rejects on abort and for an unknown id', async (t) => {
     const store = await open(t, factory)
     await store.create(approval('a1'))
     const controller = new AbortController()
@@ -573,8 +574,8 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
     t.match(await store.decide('a1', decision(true)), { outcome: 'decided' })
   })
 
-  t.test('approvals: close rejects the waiters left', async (t) => {
-    const store = await factory(t)
+  test('approvals: close rejects the waiters left', async (t) => {
+    const store = await factory(t.context)
     await store.create(approval('a1'))
     const waiting = store.waitForDecision('a1', new AbortController().signal)
     await sleep(10)
@@ -587,8 +588,9 @@ export function approvalStoreConformance (t: Test, factory: StoreFactory<Approva
 // ---------------------------------------------------------------------------------------------------------
 // checkpoints
 
-export function checkpointStoreConformance (t: Test, factory: StoreFactory<CheckpointStore>): void {
-  t.test('checkpoints: steps count from 1, load returns the latest state', async (t) => {
+export function checkpointStoreConformance<C> (registrar: Registrar<C>, factory: StoreFactory<CheckpointStore, C>): void {
+  const test = checked(registrar)
+  test('checkpoints: steps count from 1, load returns the latest state', async (t) => {
     const store = await open(t, factory)
     const first = await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: { n: 1 } })
     t.match(first, { runId: 'r1', agent: 'echo', sessionId: 's1', step: 1, state: { n: 1 } })
@@ -605,7 +607,7 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
     t.equal(await store.load('nope'), null)
   })
 
-  t.test('checkpoints: the state is a snapshot, undefined is null', async (t) => {
+  test('checkpoints: the state is a snapshot, undefined is null', async (t) => {
     const store = await open(t, factory)
     const state = { items: [1] }
     await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state })
@@ -618,7 +620,7 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
     t.equal((await store.load('r3'))?.state, 'just text')
   })
 
-  t.test('checkpoints: delete', async (t) => {
+  test('checkpoints: delete', async (t) => {
     const store = await open(t, factory)
     await store.save({ runId: 'r1', agent: 'echo', sessionId: 's1', state: 1 })
     await store.delete('r1')
@@ -629,7 +631,7 @@ export function checkpointStoreConformance (t: Test, factory: StoreFactory<Check
     t.equal(again.step, 1, 'a deleted run starts over')
   })
 
-  t.test('checkpoints: list is most recently updated first, with bytes and without state', async (t) => {
+  test('checkpoints: list is most recently updated first, with bytes and without state', async (t) => {
     const store = await open(t, factory)
     t.same(await store.list(), [])
     const states: Record<string, unknown> = { r1: { text: 'héllo 👋' }, r2: [1, 2, 3], r3: 'x' }
@@ -661,14 +663,15 @@ const OPTIONS = { ttlMs: LONG, leaseMs: LONG }
 const RESPONSE = { status: 201, body: '{"ok":true,"text":"é"}', contentType: 'application/json; charset=utf-8', location: '/v1/runs/r-1' }
 
 /** Reserves a key that must be free, and resolves with the reservation's token. */
-async function reserved (t: Test, store: IdempotencyStore, key: string, fingerprint: string, options = OPTIONS): Promise<string> {
+async function reserved<C> (t: Check<C>, store: IdempotencyStore, key: string, fingerprint: string, options = OPTIONS): Promise<string> {
   const result = await store.reserve(key, fingerprint, options)
   t.equal(result.outcome, 'reserved', `${key} reserved`)
   return (result as { token: string }).token
 }
 
-export function idempotencyStoreConformance (t: Test, factory: StoreFactory<IdempotencyStore>): void {
-  t.test('idempotency: reserve, then the holder is reported', async (t) => {
+export function idempotencyStoreConformance<C> (registrar: Registrar<C>, factory: StoreFactory<IdempotencyStore, C>): void {
+  const test = checked(registrar)
+  test('idempotency: reserve, then the holder is reported', async (t) => {
     const store = await open(t, factory)
     const before = Date.now()
     const result = await store.reserve('k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
@@ -687,7 +690,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.equal(await store.get('nope'), null)
   })
 
-  t.test('idempotency: 20 concurrent reservers, exactly one wins', async (t) => {
+  test('idempotency: 20 concurrent reservers, exactly one wins', async (t) => {
     const store = await open(t, factory)
     const results = await Promise.all(range(0, 19).map((i) => store.reserve('k1', `fp-${i}`, OPTIONS)))
     t.equal(results.filter((r) => r.outcome === 'reserved').length, 1)
@@ -697,7 +700,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     }
   })
 
-  t.test('idempotency: a completed record is replayed', async (t) => {
+  test('idempotency: a completed record is replayed', async (t) => {
     const store = await open(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1')
     t.equal(await store.complete('k1', token, RESPONSE, LONG), true)
@@ -710,7 +713,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.match(await store.get('k1'), { state: 'completed', response: RESPONSE })
   })
 
-  t.test('idempotency: release makes the key reservable again', async (t) => {
+  test('idempotency: release makes the key reservable again', async (t) => {
     const store = await open(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1')
     t.equal(await store.release('k1', token), true)
@@ -721,13 +724,13 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.equal(await store.release('nope', token), false)
   })
 
-  t.test('idempotency: complete of an unknown key stores nothing', async (t) => {
+  test('idempotency: complete of an unknown key stores nothing', async (t) => {
     const store = await open(t, factory)
     t.equal(await store.complete('nope', 'token', RESPONSE, LONG), false)
     t.equal(await store.get('nope'), null)
   })
 
-  t.test('idempotency: only the holder of the token completes, renews or releases', async (t) => {
+  test('idempotency: only the holder of the token completes, renews or releases', async (t) => {
     const store = await open(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 5000 })
     const held = await store.get('k1')
@@ -743,7 +746,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.equal(await store.complete('k1', token, RESPONSE, LONG), true)
   })
 
-  t.test('idempotency: a lease that ran out is taken over (under a new token); a completed record is not', async (t) => {
+  test('idempotency: a lease that ran out is taken over (under a new token); a completed record is not', async (t) => {
     const store = await warm(t, factory)
     const dead = await reserved(t, store, 'dead', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
     const done = await reserved(t, store, 'done', 'fp-1', { ttlMs: LONG, leaseMs: 50 })
@@ -763,7 +766,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.match(await store.reserve('done', 'fp-2', OPTIONS), { outcome: 'existing', record: { state: 'completed' } })
   })
 
-  t.test('idempotency: the holder completes past its lease while nobody took the key over', async (t) => {
+  test('idempotency: the holder completes past its lease while nobody took the key over', async (t) => {
     const store = await warm(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
     await sleep(50)
@@ -775,7 +778,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.equal(await store.get('k2'), null)
   })
 
-  t.test('idempotency: an expired record is absent', async (t) => {
+  test('idempotency: an expired record is absent', async (t) => {
     const store = await warm(t, factory)
     const k1 = await reserved(t, store, 'k1', 'fp-1')
     await store.complete('k1', k1, RESPONSE, 50)
@@ -791,7 +794,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.match(await store.get('k1'), { state: 'in_progress', fingerprint: 'fp-2' })
   })
 
-  t.test('idempotency: renew keeps an in_progress record from being taken over past its original lease', async (t) => {
+  test('idempotency: renew keeps an in_progress record from being taken over past its original lease', async (t) => {
     const store = await warm(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 100 })
     await sleep(40)
@@ -813,7 +816,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     await reserved(t, store, 'k1', 'fp-2')
   })
 
-  t.test('idempotency: renew of a lease that ran out but was not taken over keeps it', async (t) => {
+  test('idempotency: renew of a lease that ran out but was not taken over keeps it', async (t) => {
     const store = await warm(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: LONG, leaseMs: 30 })
     await sleep(50)
@@ -821,7 +824,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.match(await store.reserve('k1', 'fp-2', OPTIONS), { outcome: 'existing', record: { fingerprint: 'fp-1', state: 'in_progress' } })
   })
 
-  t.test('idempotency: renew moves the expiry of a record that would expire before its new lease', async (t) => {
+  test('idempotency: renew moves the expiry of a record that would expire before its new lease', async (t) => {
     const store = await warm(t, factory)
     const token = await reserved(t, store, 'k1', 'fp-1', { ttlMs: 200, leaseMs: 200 })
     t.equal(await store.renew('k1', token, 800), true)
@@ -837,7 +840,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     t.equal((await store.get('k2'))!.expiresAt, long!.expiresAt)
   })
 
-  t.test('idempotency: renew of a completed, released, absent, expired or taken-over record is false and changes nothing', async (t) => {
+  test('idempotency: renew of a completed, released, absent, expired or taken-over record is false and changes nothing', async (t) => {
     const store = await warm(t, factory)
     t.equal(await store.renew('absent', 'token', LONG), false)
     t.equal(await store.get('absent'), null, 'an absent record is not created')
@@ -866,7 +869,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     await reserved(t, store, 'expired', 'fp-2')
   })
 
-  t.test('idempotency: renew and a takeover racing: exactly one of them wins', async (t) => {
+  test('idempotency: renew and a takeover racing: exactly one of them wins', async (t) => {
     const store = await warm(t, factory)
     const keys = range(0, 9).map((i) => `race-${i}`)
     const tokens: string[] = []
@@ -879,7 +882,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     }
   })
 
-  t.test('idempotency: complete and a takeover racing: the late holder never overwrites the new one', async (t) => {
+  test('idempotency: complete and a takeover racing: the late holder never overwrites the new one', async (t) => {
     const store = await warm(t, factory)
     const keys = range(0, 9).map((i) => `late-${i}`)
     const tokens: string[] = []
@@ -892,7 +895,7 @@ export function idempotencyStoreConformance (t: Test, factory: StoreFactory<Idem
     }
   })
 
-  t.test('idempotency: rejects bad durations', async (t) => {
+  test('idempotency: rejects bad durations', async (t) => {
     const store = await open(t, factory)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 0, leaseMs: 10 }), RangeError)
     await t.rejects(store.reserve('k1', 'fp', { ttlMs: 10, leaseMs: -1 }), RangeError)
