@@ -18,7 +18,7 @@ function asking (request: Parameters<RunContext['requestApproval']>[0]): Agent {
 }
 
 async function pendingApproval (app: FastifyInstance): Promise<ApprovalRecord> {
-  return eventually(async () => (await app.inject({ url: '/v1/approvals' })).json().approvals[0] as ApprovalRecord)
+  return eventually(async () => (await app.inject({ url: '/v1/approvals' })).json().approvals[0] as ApprovalRecord, 20_000)
 }
 
 const Transfer = Type.Object({ to: Type.String(), amount: Type.Integer({ maximum: 100 }) }, { additionalProperties: false })
