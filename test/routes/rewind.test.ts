@@ -118,6 +118,9 @@ t.test('replay: a failed run again from its checkpoint in a fork of its session,
   const echoed = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 1, stream: true } })).body)
   t.match((await app.inject({ method: 'POST', url: `/v1/runs/${(echoed[0]!.data as { runId: string }).runId}/replay` })).json(), { statusCode: 409, code: 'NO_CHECKPOINT' })
   t.match((await app.inject({ method: 'POST', url: '/v1/runs/nope/replay' })).json(), { statusCode: 404, code: 'RUN_NOT_FOUND' })
+  // its session deleted: nothing to fork
+  await app.inject({ method: 'DELETE', url: `/v1/sessions/${ok.sessionId}` })
+  t.match((await app.inject({ method: 'POST', url: `/v1/runs/${failedId}/replay` })).json(), { statusCode: 404, code: 'SESSION_NOT_FOUND' })
   t.match((await app.inject({ method: 'POST', url: `/v1/runs/${failedId}/replay`, payload: { sessionId: 'x' } })).json(), { statusCode: 400, code: 'FST_ERR_VALIDATION' })
 })
 
