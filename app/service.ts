@@ -11,6 +11,7 @@ import { HeadersTooLargeError, MalformedRequestError, RequestTimeoutError } from
 import { earlyContextOf, genRequestId } from '../lib/core/request-context.js'
 import { randomId } from '../lib/core/ids.js'
 import { newTraceId } from '../lib/core/trace-context.js'
+import { buildSharedSerializer } from '../lib/core/serializers.js'
 import { resolveSettings } from '../lib/service/settings.js'
 import type { Settings } from '../lib/service/settings.js'
 import type { AgentServiceOptions } from '../lib/core/types.js'
@@ -61,6 +62,8 @@ export function createAgentService (options: AgentServiceOptions): AgentService 
     bodyLimit: settings.bodyLimit,
     // the longest id a route takes (a chat id, 128 characters); Fastify's default, 100, would leave some unreachable
     routerOptions: { maxParamLength: 128 },
+    // each response schema compiled once per process, however many services it starts (lib/core/serializers.ts)
+    schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer } },
     trustProxy: settings.trustProxy,
     // Our own drain answers requests that arrive while closing (503 SHUTDOWN, X-Request-ID, our shape).
     return503OnClosing: false,

@@ -13,6 +13,9 @@ import { routePluginScope } from '../lib/service/composition.js'
 
 export type RunsPluginOptions = Record<never, never>
 
+// made once, not per service: its serializer is compiled once per process (lib/core/serializers.ts)
+const eventStream = { type: 'string' }
+
 const ended = (record: RunRecord): boolean => record.status !== 'queued' && record.status !== 'running'
 
 /**
@@ -55,7 +58,7 @@ const runs: FastifyPluginAsyncTypebox<RunsPluginOptions> = async (fastify) => {
       params: RunParams,
       querystring: RunEventsQuery,
       response: {
-        200: { description: 'The run\'s events', content: { 'text/event-stream': { schema: { type: 'string' } } } },
+        200: { description: 'The run\'s events', content: { 'text/event-stream': { schema: eventStream } } },
         ...errorResponses(400, 401, 403, 404, 429, 503)
       }
     }

@@ -14,6 +14,8 @@ import { routePluginScope } from '../lib/service/composition.js'
 
 const DEFAULT_SESSION_RUNS_LIMIT = 20
 const DEFAULT_SESSIONS_LIMIT = 20
+// made once, not per service: its serializer is compiled once per process (lib/core/serializers.ts)
+const deleted = { type: 'null', description: 'Deleted' }
 
 export type SessionsPluginOptions = Record<never, never>
 
@@ -128,7 +130,7 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
       summary: 'Delete a session',
       tags: ['sessions'],
       params: SessionParams,
-      response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 403, 404, 429, 503) }
+      response: { 204: deleted, ...errorResponses(400, 401, 403, 404, 429, 503) }
     }
   }, async (request, reply) => {
     const session = await callersSession(request, request.params.id)

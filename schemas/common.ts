@@ -49,11 +49,20 @@ const errorDescriptions: Record<number, string> = {
   504: 'Agent timed out'
 }
 
+// one schema object per status, whichever route or service documents it: Fastify compiles a response schema's
+// serializer once per object in a process (lib/core/serializers.ts)
+const errorSchemas = new Map<number, TSchema>()
+
 /** `{ [status]: ErrorResponse }` for the given statuses: every route documents its error statuses. */
 export function errorResponses (...statuses: number[]): Record<number, TSchema> {
   const out: Record<number, TSchema> = {}
   for (const status of statuses) {
-    out[status] = Type.Composite([ErrorResponse], { title: 'ErrorResponse', description: errorDescriptions[status] })
+    let schema = errorSchemas.get(status)
+    if (schema === undefined) {
+      schema = Type.Composite([ErrorResponse], { title: 'ErrorResponse', description: errorDescriptions[status] })
+      errorSchemas.set(status, schema)
+    }
+    out[status] = schema
   }
   return out
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger } from 'fastify'
-import { cancelledFinish, iso } from '../stores/common.js'
+import { iso } from '../stores/common.js'
+import { cancelledFinish } from '../stores/run-policy.js'
 import { isUnavailable } from '../stores/deadline.js'
 import { RunLeaseLostError, StoreUnavailableError } from '../core/errors.js'
 import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'

@@ -5,7 +5,7 @@ import type {
 import type { Message } from '../stores/types.js'
 import { startRunTrace } from '../core/tracing.js'
 import type { RunTrace } from '../core/tracing.js'
-import { CANCELLED_ERROR } from '../stores/common.js'
+import { CANCELLED_ERROR } from '../stores/run-policy.js'
 import { agentEventProblem } from './events.js'
 import { STEP_COMPLETED, stepNameProblem } from './steps.js'
 import type { JournalSource, JournaledStep } from './steps.js'

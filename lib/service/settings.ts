@@ -140,7 +140,8 @@ function validators (): Validators {
   if (compiled !== null) return compiled
   // required here, not imported: the package's import loads no Ajv either
   const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
-  const ajv = new AjvClass({ allErrors: true, strict: false })
+  // unoptimized code: the options are checked once per service, and this halves the compile (every process pays it)
+  const ajv = new AjvClass({ allErrors: true, strict: false, code: { optimize: false } })
   ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
   compiled = {
     options: ajv.compile(OptionsSchema),

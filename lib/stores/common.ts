@@ -1,8 +1,6 @@
 // Internal helpers shared by the store backends. Not part of the public API (index.ts does not export it).
-import {
-  RunLogConflictError, RunLogGapError, StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError
-} from '../core/errors.js'
-import type { ApprovalRecord, ApprovalStatus, DecideResult, RunEnd, StoredEvent } from './types.js'
+import { StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError } from '../core/errors.js'
+import type { ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
 
 export function storeClosedError (): Error {
   return new StoreClosedError()
@@ -266,79 +264,4 @@ export function unrefInterval (fn: () => void, ms: number): NodeJS.Timeout {
   const timer = setInterval(fn, ms)
   timer.unref()
   return timer
-}
-
-/** The one event of a run that ended before it started (cancelled while queued): what a run would have sent. */
-export function endedBeforeStartEvent (record: { lastSeq: number, traceId: string }, end: { error?: { code: string, message: string } }): { seq: number, type: string, data: string } {
-  return { seq: record.lastSeq + 1, type: 'run.failed', data: JSON.stringify({ error: end.error, traceId: record.traceId }) }
-}
-
-/**
- * What a requeued run's log says: the attempt about to start and why (`SHUTDOWN`, `INSTANCE_LOST`; `RESUMED` for a
- * run resumed with `resumeRunId`, whose next attempt follows its last one's terminal event).
- */
-export function requeuedEvent (record: { lastSeq: number }, attempt: number, reason: string): { seq: number, type: string, data: string } {
-  return { seq: record.lastSeq + 1, type: 'run.requeued', data: JSON.stringify({ attempt, reason }) }
-}
-
-/** The error a cancelled run ends with (its record's, and its `run.failed` event's). */
-export const CANCELLED_ERROR: { readonly code: 'CANCELLED', readonly message: string } = { code: 'CANCELLED', message: 'The run was cancelled' }
-
-/**
- * A cancel answered "requested" (202) promises that the run ends CANCELLED: a finish that comes after it ends the
- * run so, whatever the run came to. Its last event, the terminal one, becomes `run.failed` CANCELLED (as the run
- * itself would have sent it), and its end the cancelled one. Stores apply it in the write that ends the run, so that
- * cancel and finish are one compare-and-set; the run's log makes the same event to send its client.
- */
-export function cancelledFinish (traceId: string, events: readonly StoredEvent[], end: RunEnd): { events: StoredEvent[], end: RunEnd } {
-  const cancelled = events.slice()
-  const last = cancelled.pop()
-  if (last !== undefined) cancelled.push({ seq: last.seq, type: 'run.failed', data: JSON.stringify({ error: CANCELLED_ERROR, traceId }) })
-  return { events: cancelled, end: { status: 'cancelled', endedAt: end.endedAt, error: { ...CANCELLED_ERROR } } }
-}
-
-/**
- * How a write that ends a running run (its finish, or its abandon once its lease lapsed) ends it: as it says, or
- * cancelled when a cancel was asked for first (see cancelledFinish).
- */
-export function runningEnd (cancelRequested: boolean, traceId: string, events: readonly StoredEvent[], end: RunEnd): { events: readonly StoredEvent[], end: RunEnd } {
-  return cancelRequested && end.status !== 'cancelled' ? cancelledFinish(traceId, events, end) : { events, end }
-}
-
-/**
- * How a requeue (a hand-off at a drain, recovery once a lease lapsed) ends a run whose cancel was asked for first:
- * a 202 on cancel promises that the run ends CANCELLED, so instead of going back to the queue (where nothing would
- * remember the cancel) it ends so, its last event `run.failed` CANCELLED. null: the requeue goes on. Stores apply it
- * in the requeue's own compare-and-set, as they apply runningEnd in a finish.
- */
-export function cancelledRequeue (cancelRequested: boolean, record: { lastSeq: number, traceId: string }, end: RunEnd): { events: StoredEvent[], end: RunEnd } | null {
-  return cancelRequested ? cancelledFinish(record.traceId, [endedBeforeStartEvent(record, end)], end) : null
-}
-
-/**
- * How many of a batch's events (seqs from `first`, in order) the log holds already, given its `lastSeq`: those a
- * retried write brings again.
- */
-export function heldCount (first: number, count: number, lastSeq: number): number {
-  return Math.max(0, Math.min(count, lastSeq - first + 1))
-}
-
-/**
- * The events of a batch that the log does not hold yet. A write whose answer was lost (past its deadline, though
- * the store applied it) is retried with the same events: those the log holds already at the same seqs (the same
- * type and data) are acknowledged again, not stored twice, and the rest must follow the log. `held` is what the log
- * holds from the batch's first seq (heldCount of them). Throws FA_RUN_LOG_CONFLICT for a held seq with another
- * event, FA_RUN_LOG_GAP when the rest does not follow `lastSeq`.
- */
-export function unheldEvents (runId: string, lastSeq: number, events: readonly StoredEvent[], held: readonly StoredEvent[]): readonly StoredEvent[] {
-  if (events.length === 0) return events
-  const count = heldCount(events[0]!.seq, events.length, lastSeq)
-  for (let i = 0; i < count; i++) {
-    const event = events[i]!
-    const kept = held[i]
-    if (kept === undefined || kept.seq !== event.seq || kept.type !== event.type || kept.data !== event.data) throw new RunLogConflictError(runId, event.seq)
-  }
-  const rest = count === 0 ? events : events.slice(count)
-  if (rest.length > 0 && rest[0]!.seq !== lastSeq + 1) throw new RunLogGapError(runId, lastSeq + 1, rest[0]!.seq)
-  return rest
 }

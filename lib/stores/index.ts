@@ -4,6 +4,11 @@ export {
   MemorySessionStore, memoryStores
 } from './memory.js'
 export { DEFAULT_MAX_RETAINED_RUNS, MemoryRunStore } from './memory-runs.js'
+export { BackedRunStore } from './run-store.js'
+export type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
+export type { LeaseCondition, RunCondition, StoredRun, TextKind } from './run-policy.js'
+export { RunSignals } from './run-watch.js'
+export type { RunState, RunWatchHubOptions } from './run-watch.js'
 export type { MemoryRunStoreOptions } from './memory-runs.js'
 export type { MemoryAuditStoreOptions, MemorySessionStoreOptions, MemoryStoresOptions } from './memory.js'
 export {

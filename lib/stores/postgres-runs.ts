@@ -5,29 +5,24 @@
 // `pollIntervalMs` makes up for what it missed (the queue's watchers have the worker's own poll instead).
 import { createHash, randomBytes } from 'node:crypto'
 import type { Pool, PoolClient } from 'pg'
-import { RunLeaseLostError } from '../core/errors.js'
-import {
-  cancelledRequeue, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
-  requeuedEvent, runningEnd, toMs, unheldEvents
-} from './common.js'
-import { MAX_RUN_LIST_LIMIT, RUN_POLL_MS, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
-import { RunWatchHub } from './run-watch.js'
+import { checkTtl, iso, toMs } from './common.js'
+import { RUN_POLL_MS, isEnded, storable } from './run-policy.js'
+import type { RunCondition, StoredRun } from './run-policy.js'
+import { BackedRunStore } from './run-store.js'
+import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
+import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { PostgresStore } from './postgres-connection.js'
 import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
-import type {
-  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
-  RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
-} from './types.js'
+import type { NewRun, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, StoredEvent } from './types.js'
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
   /** how often watchers poll for what a lost notification did not tell them (default 1,000 ms) */
   pollIntervalMs?: number
 }
 
-const BACKEND = 'PostgreSQL'
 /** pg's escapeLiteral, without loading pg for it (the channel is plain ASCII). */
 const literal = (value: string): string => `'${value.replace(/'/g, "''")}'`
 /** How many times a session lock is tried while its holder changes under the attempt (a race, not a wait). */
@@ -96,6 +91,8 @@ interface Appending {
   runId: string
   events: readonly StoredEvent[]
   owner: string
+  /** the log's lastSeq the batch follows */
+  lastSeq: number
 }
 
 /**
@@ -115,23 +112,41 @@ function lockRaceError (sessionId: string): Error {
   return new Error(`session ${JSON.stringify(sessionId)}: its lock changed hands ${TAKE_ATTEMPTS} times during one call`)
 }
 
-export class PostgresRunStore extends PostgresStore implements RunStore {
+/** The condition of a write (see RunCondition), as parameters $from.. of its statement: status, lastSeq, owner, lapse, cancel. */
+function conditionValues (condition: RunCondition): unknown[] {
+  return [
+    condition.status, condition.lastSeq ?? null, condition.owner ?? null,
+    condition.lapsedBefore === undefined ? null : new Date(condition.lapsedBefore), condition.cancelRequested ?? null
+  ]
+}
+
+function toState (row: LeasedRow): StoredRun {
+  return {
+    record: toRecord(row),
+    detachable: row.detachable,
+    cancelRequested: row.cancel_requested,
+    lease: row.status === 'running' && row.owner !== null && row.lease_until !== null ? { owner: row.owner, until: row.lease_until.getTime() } : null
+  }
+}
+
+class PostgresRunBackend extends PostgresStore implements RunBackend {
+  readonly name = 'PostgreSQL'
+  readonly text = 'utf8-no-nul'
   /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes). */
   readonly channel: string
-  readonly #hub: RunWatchHub
+  readonly signals: RunSignals
   readonly #runs: string
   readonly #events: string
   readonly #sessions: string
   readonly #sql: ReturnType<typeof statements>
   readonly #listener: PgListener
-  readonly #queueWatchers = new Set<() => void>()
   /** Names this store in its queue notifications: it tells its own watchers at once, and ignores its echo. */
   readonly #nonce = randomBytes(6).toString('hex')
   /**
    * The appends that come while one is in flight go together in the next one, every run's in one statement (and
    * one NOTIFY): see docs/stores.md, "Group commit".
    */
-  readonly #appends = new GroupCommit<Appending, number | null>({
+  readonly appends = new GroupCommit<Appending, number | null>({
     write: async (items) => this.#appendGroup(items),
     key: (item) => item.runId,
     weigh: notifyWeight,
@@ -147,17 +162,17 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     this.#events = this.table('run_events')
     this.#sessions = this.table('run_sessions')
     this.#sql = statements(this.#runs, this.#events, this.#sessions, literal(this.channel), literal(`q:${this.#nonce}`))
-    this.#hub = new RunWatchHub({
+    this.signals = new RunSignals({
       poll: async (runIds) => this.#pollRuns(runIds),
       pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
       pollIntervalMs,
       // the server is away: the next tick tries again, and listens again
       onPollError: noop
     })
-    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.#heard(payload), () => {
+    this.#listener = new PgListener(async () => this.pool(), this.channel, (payload) => this.signals.heard(payload, this.#nonce), () => {
       // what was written before LISTEN took effect was not notified: the watchers catch up now
-      void this.#hub.refresh()
-      this.#notifyQueue()
+      void this.signals.refresh()
+      this.signals.queue()
     })
   }
 
@@ -184,6 +199,14 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
       CREATE TABLE IF NOT EXISTS ${this.#sessions} (session_id text PRIMARY KEY, run_id text NOT NULL);`
   }
 
+  override check (): void {
+    super.check()
+  }
+
+  listen (): void {
+    this.#listener.listen().catch(noop)
+  }
+
   /** The pool, as the pg Pool it is. */
   async #pool (): Promise<Pool> {
     return await this.pool() as unknown as Pool
@@ -191,22 +214,6 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
 
   async #transaction<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
     return transaction(await this.#pool(), 'BEGIN', fn)
-  }
-
-  /**
-   * A transaction whose refusals (a lost lease, a gap) are thrown once it has ended: thrown inside, they would drop
-   * its connection with the run's row still locked for a while (a claim meanwhile would skip the run).
-   */
-  async #refusing<T> (fn: (client: PoolClient) => Promise<T>): Promise<T> {
-    const done = await this.#transaction(async (client): Promise<{ value: T } | { refused: unknown }> => {
-      try {
-        return { value: await fn(client) }
-      } catch (refused) {
-        return { refused }
-      }
-    })
-    if ('refused' in done) throw done.refused
-    return done.value
   }
 
   async #holder (q: Queryable, sessionId: string): Promise<Holder | undefined> {
@@ -237,8 +244,7 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     throw lockRaceError(sessionId)
   }
 
-  async create (run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult> {
-    checkNewRun(BACKEND, false, run)
+  async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
     const { record } = run
     const values = [
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
@@ -246,75 +252,123 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
       record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
     ]
-    if (!options.exclusive || record.sessionId === null) {
+    if (!takeSession) {
       await this.sql(this.#sql.create, values)
-      return this.#created(run)
+      return null
     }
     const pool = await this.#pool()
     for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
       const { rowCount } = await pool.query(this.#sql.createExclusive, values)
-      if (rowCount === 1) return this.#created(run)
-      const holder = await this.#busy(pool, record.sessionId)
-      if (holder !== null) return { outcome: 'session_busy', holder }
+      if (rowCount === 1) return null
+      const holder = await this.#busy(pool, record.sessionId!)
+      if (holder !== null) return holder
     }
     /* c8 ignore next 2: the lock changed hands under every attempt, a race no test provokes on purpose */
-    throw lockRaceError(record.sessionId)
+    throw lockRaceError(record.sessionId!)
   }
 
-  #created (run: NewRun): CreateRunResult {
-    if (run.record.status === 'queued' && run.detachable) this.#notifyQueue()
-    return { outcome: 'created' }
+  async read (runId: string): Promise<StoredRun | null> {
+    const [row] = await this.sql<LeasedRow>(this.#sql.read, [runId, new Date()])
+    return row === undefined ? null : toState(row)
   }
 
-  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
-    this.check()
-    const { record } = run
-    if (!storable(record.runId, false)) return { outcome: 'not_found' }
-    checkText(BACKEND, false, 'requestId', record.requestId)
-    checkText(BACKEND, false, 'traceId', record.traceId)
-    const startedAt = new Date(toMs('startedAt', record.startedAt!))
-    const result = await this.#transaction(async (client): Promise<ReopenRunResult> => {
-      const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [record.runId, new Date()])
-      if (row === undefined) return { outcome: 'not_found' }
-      if (!isEnded(row.status)) return { outcome: 'in_progress' }
-      if (options.exclusive && row.session_id !== null) {
-        const holder = await this.#takeSession(client, row.session_id, record.runId)
-        if (holder !== null) return { outcome: 'session_busy', holder }
+  async spec (runId: string): Promise<RunSpec | null> {
+    const [row] = await this.sql<{ spec: string }>(this.#sql.spec, [runId, new Date()])
+    return row === undefined ? null : JSON.parse(row.spec) as RunSpec
+  }
+
+  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+    return this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
+  }
+
+  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
+    return this.appends.add({ runId, events, owner, lastSeq })
+  }
+
+  /**
+   * Appends each batch that follows the log of a run its owner runs, all in one statement: each one's new lastSeq,
+   * null for one that does not.
+   */
+  async #appendGroup (items: readonly Appending[]): Promise<Array<number | null>> {
+    const pool = await this.#pool()
+    const runIds: string[] = []
+    const counts: number[] = []
+    const afters: number[] = []
+    const owners: string[] = []
+    const eventRuns: string[] = []
+    const seqs: number[] = []
+    const types: string[] = []
+    const data: string[] = []
+    for (const { runId, events, owner, lastSeq } of items) {
+      runIds.push(runId)
+      counts.push(events.length)
+      afters.push(lastSeq)
+      owners.push(owner)
+      for (const event of events) {
+        eventRuns.push(runId)
+        seqs.push(event.seq)
+        types.push(event.type)
+        data.push(event.data)
       }
-      // its next attempt follows its last one's terminal event, after the event that says so (a follower reads on)
-      const marker = requeuedEvent(toRecord(row), row.attempt + 1, 'RESUMED')
-      const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
-        record.runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec), run.detachable, ...leaseValues(run.lease),
-        marker.seq, marker.type, marker.data
-      ])
-      return { outcome: 'reopened', record: toRecord(reopened!) }
-    })
-    if (result.outcome === 'reopened') this.#hub.events(record.runId, result.record.lastSeq)
-    return result
+    }
+    const { rows } = await pool.query(this.#sql.appendGroup, [runIds, counts, afters, owners, eventRuns, seqs, types, data]) as { rows: Array<{ run_id: string, last_seq: number }> }
+    const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
+    return items.map((item) => appended.get(item.runId) ?? null)
   }
 
-  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
+  async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {
+    const [ended] = await this.sql<Ended>(this.#sql.end, [
+      runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
+      end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length,
+      events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), ...conditionValues(condition)
+    ])
+    return ended === undefined ? null : { record: toRecord(ended), freed: ended.freed, queueWaits: ended.queue_waits }
+  }
+
+  async start (runId: string, startedAt: string, lease: RunLease): Promise<Taken | null> {
     const startedMs = toMs('startedAt', startedAt)
-    this.check()
-    if (!storable(runId, false)) return { outcome: 'gone' }
-    return this.#transaction(async (client): Promise<StartRunResult> => {
+    return this.#transaction(async (client): Promise<Taken | null> => {
       const { rows: [run] } = await client.query<{ session_id: string | null, status: RunStatus }>(this.#sql.lockRun, [runId, new Date()])
-      if (run === undefined || run.status !== 'queued') return { outcome: 'gone' }
+      if (run === undefined || run.status !== 'queued') return null
       if (run.session_id !== null) {
         const holder = await this.#takeSession(client, run.session_id, runId)
-        if (holder !== null) return { outcome: 'session_busy', holder }
+        if (holder !== null) return { holder }
       }
       const { rows: [started] } = await client.query<RunRow>(this.#sql.start, [[runId], new Date(startedMs), ...leaseValues(lease)])
-      return { outcome: 'started', record: toRecord(started!) }
+      return { record: toRecord(started!) }
     })
+  }
+
+  async requeue (runId: string, condition: RunCondition, event: StoredEvent): Promise<RunRecord | null> {
+    const [row] = await this.sql<RunRow>(this.#sql.requeue, [runId, event.seq, event.type, event.data, ...conditionValues(condition)])
+    return row === undefined ? null : toRecord(row)
+  }
+
+  async reopen (runId: string, condition: RunCondition, event: StoredEvent, run: NewRun, takeSession: boolean): Promise<Taken | null> {
+    const { record } = run
+    const startedAt = new Date(toMs('startedAt', record.startedAt!))
+    return this.#transaction(async (client): Promise<Taken | null> => {
+      const { rows: [row] } = await client.query<LeasedRow>(this.#sql.lockLeased, [runId, new Date(), ...conditionValues(condition)])
+      if (row === undefined) return null
+      if (takeSession && row.session_id !== null) {
+        const holder = await this.#takeSession(client, row.session_id, runId)
+        if (holder !== null) return { holder }
+      }
+      const { rows: [reopened] } = await client.query<RunRow>(this.#sql.reopen, [
+        runId, startedAt, record.requestId, record.traceId, JSON.stringify(run.spec), run.detachable, ...leaseValues(run.lease),
+        event.seq, event.type, event.data
+      ])
+      return { record: toRecord(reopened!) }
+    })
+  }
+
+  async requestCancel (runId: string): Promise<RunRecord | null> {
+    const [row] = await this.sql<RunRow>(this.#sql.requestCancel, [runId])
+    return row === undefined ? null : toRecord(row)
   }
 
   async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
     const startedMs = toMs('startedAt', startedAt)
-    this.check()
-    // the worker claims on a timer too: a queue watcher whose listening connection dropped listens again here
-    if (this.#queueWatchers.size > 0) this.#listener.listen().catch(noop)
-    if (limit < 1) return []
     return this.#transaction(async (client): Promise<RunRecord[]> => {
       // locked rows are another claimer's: skipped, never waited for, so that claimers at once share the queue
       const { rows: candidates } = await client.query<{ run_id: string, session_id: string | null }>(this.#sql.claimable, [new Date(), limit])
@@ -330,266 +384,23 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
   }
 
   async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
-    this.check()
-    const ids = runIds.filter((id) => storable(id, false))
-    if (ids.length === 0) return []
-    const rows = await this.sql<{ run_id: string }>(this.#sql.renew, [owner, ids, new Date(until)])
+    const rows = await this.sql<{ run_id: string }>(this.#sql.renew, [owner, runIds, new Date(until)])
     return rows.map((row) => row.run_id)
   }
 
-  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
-    this.check()
-    if (limit < 1) return []
+  async lapsed (now: number, limit: number): Promise<StoredRun[]> {
     const rows = await this.sql<LeasedRow>(this.#sql.lapsed, [new Date(now), limit])
-    return rows.map((row) => ({ record: toRecord(row), detachable: row.detachable, cancelRequested: row.cancel_requested }))
+    return rows.map(toState)
   }
 
-  /** The run, locked, if it runs under the lease `condition` names: its owner's, or lapsed before then. */
-  async #leased (client: PoolClient, runId: string, condition: { owner: string } | { lapsedBefore: number }): Promise<LeasedRow | null> {
-    const row = await this.#lockRun(client, runId)
-    if (row === undefined || row.status !== 'running' || row.lease_until === null) return null
-    const held = 'owner' in condition ? row.owner === condition.owner : row.lease_until.getTime() < condition.lapsedBefore
-    return held ? row : null
-  }
-
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    this.check()
-    if (!storable(runId, false)) return null
-    const requeued = await this.#transaction(async (client): Promise<RunRow | { ended: Ended } | null> => {
-      const row = await this.#leased(client, runId, condition)
-      if (row === null) return null
-      // read under the run's lock: a cancel asked for now waits for the transaction, and finds the run requeued
-      const ending = cancelledRequeue(row.cancel_requested, toRecord(row), cancelled)
-      // (locked and running, with its events following its log: it ends)
-      if (ending !== null) return { ended: (await this.#end(client, runId, 'running', ending.events, ending.end, retentionMs, null))! }
-      const event = requeuedEvent(toRecord(row), row.attempt + 1, reason)
-      const { rows: [requeued] } = await client.query<RunRow>(this.#sql.requeue, [runId, event.seq, event.type, event.data])
-      return requeued!
-    })
-    if (requeued === null) return null
-    if ('ended' in requeued) return this.#ended(requeued.ended)
-    this.#hub.events(runId, requeued.last_seq)
-    this.#notifyQueue()
-    return toRecord(requeued)
-  }
-
-  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    this.check()
-    if (!storable(runId, false)) return null
-    const ended = await this.#transaction(async (client) => {
-      const row = await this.#leased(client, runId, { lapsedBefore })
-      if (row === null) return null
-      const ending = runningEnd(row.cancel_requested, row.trace_id, [endedBeforeStartEvent(toRecord(row), end)], end)
-      return this.#end(client, runId, 'running', ending.events, ending.end, retentionMs, null)
-    })
-    return ended === null ? null : this.#ended(ended)
-  }
-
-  watchQueue (listener: () => void): () => void {
-    this.#listener.listen().catch(noop)
-    this.#queueWatchers.add(listener)
-    return () => { this.#queueWatchers.delete(listener) }
-  }
-
-  #notifyQueue (): void {
-    for (const listener of [...this.#queueWatchers]) listener()
-  }
-
-  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
-    this.check()
-    if (events.length === 0 || !storable(runId, false)) return
-    checkBatch(runId, events)
-    checkEvents(BACKEND, false, events)
-    const appended = await this.#appends.add({ runId, events, owner })
-    if (appended !== null) {
-      this.#hub.events(runId, appended)
-      return
-    }
-    // Not appended at once: the run is unknown or ended (nothing to do), not this owner's, or the batch does not
-    // simply follow its log — a retry bringing events the log holds already, or a gap. Told apart under the run's lock.
-    const lastSeq = await this.#refusing(async (client) => {
-      const row = await this.#lockRun(client, runId)
-      if (row === undefined || isEnded(row.status)) return null
-      if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(runId)
-      const rest = await this.#unheld(client, row, events)
-      return rest.length === 0 ? null : this.#append(client, runId, rest, owner)
-    })
-    if (lastSeq !== null) this.#hub.events(runId, lastSeq)
-  }
-
-  /** Groups of appends written so far (each one statement): what the tests and the bench count. */
-  get groupWrites (): number {
-    return this.#appends.writes
-  }
-
-  /**
-   * Appends each batch that follows the log of a run its owner runs, all in one statement: each one's new lastSeq,
-   * null for one that does not (the caller tells why under the run's lock).
-   */
-  async #appendGroup (items: readonly Appending[]): Promise<Array<number | null>> {
-    const pool = await this.#pool()
-    const runIds: string[] = []
-    const counts: number[] = []
-    const afters: number[] = []
-    const owners: string[] = []
-    const eventRuns: string[] = []
-    const seqs: number[] = []
-    const types: string[] = []
-    const data: string[] = []
-    for (const { runId, events, owner } of items) {
-      runIds.push(runId)
-      counts.push(events.length)
-      afters.push(events[0]!.seq - 1)
-      owners.push(owner)
-      for (const event of events) {
-        eventRuns.push(runId)
-        seqs.push(event.seq)
-        types.push(event.type)
-        data.push(event.data)
-      }
-    }
-    const { rows } = await pool.query(this.#sql.appendGroup, [runIds, counts, afters, owners, eventRuns, seqs, types, data]) as { rows: Array<{ run_id: string, last_seq: number }> }
-    const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
-    return items.map((item) => appended.get(item.runId) ?? null)
-  }
-
-  /** Appends a batch that follows the log of a run `owner` runs (checked under its lock), in one statement: its new lastSeq. */
-  async #append (q: Queryable, runId: string, events: readonly StoredEvent[], owner: string): Promise<number> {
-    const { rows: [appended] } = await q.query<{ last_seq: number }>(this.#sql.append, [
-      runId, events.length, events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner
-    ])
-    return appended!.last_seq
-  }
-
-  /** The run, locked; undefined when it is unknown (or past its retention). */
-  async #lockRun (client: PoolClient, runId: string): Promise<LeasedRow | undefined> {
-    const { rows: [row] } = await client.query<LeasedRow>(this.#sql.lockLeased, [runId, new Date()])
-    return row
-  }
-
-  /** What a batch brings that the run's log does not hold yet (see unheldEvents), read under the run's lock. */
-  async #unheld (client: PoolClient, row: LeasedRow, events: readonly StoredEvent[]): Promise<readonly StoredEvent[]> {
-    const first = events[0]?.seq ?? 0
-    const count = heldCount(first, events.length, row.last_seq)
-    const held = count === 0 ? [] : (await client.query<StoredEvent>(this.#sql.held, [row.run_id, first, count])).rows
-    return unheldEvents(row.run_id, row.last_seq, events, held)
-  }
-
-  /**
-   * Ends a run whose status is `from` (and whose lease is `owner`'s, when named) with its last events, in one
-   * statement; null when it is not. The caller tells the watchers (`#ended`) once the transaction has committed.
-   */
-  async #end (
-    q: Queryable, runId: string, from: RunStatus, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string | null,
-    uncancelled = false
-  ): Promise<Ended | null> {
-    const endedMs = toMs('endedAt', end.endedAt)
-    const { rows: [ended] } = await q.query<Ended>(this.#sql.end, [
-      runId, end.status, new Date(endedMs), end.result === undefined ? null : JSON.stringify(end.result),
-      end.error === undefined ? null : JSON.stringify(end.error), new Date(endedMs + retentionMs), events.length, from,
-      events.length === 0 ? 0 : events[0]!.seq - 1, events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), owner,
-      uncancelled
-    ])
-    return ended ?? null
-  }
-
-  #ended (ended: Ended): RunRecord {
-    this.#hub.events(ended.run_id, ended.last_seq)
-    if (ended.freed !== null) this.#hub.sessionFree(ended.freed)
-    if (ended.queue_waits) this.#notifyQueue()
-    return toRecord(ended)
-  }
-
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
-    this.check()
-    if (!storable(runId, false)) return null
-    checkBatch(runId, events)
-    checkEvents(BACKEND, false, events)
-    // at once when no cancel was asked for and the batch follows the log
-    const ended = await this.#end(await this.#pool(), runId, 'running', events, end, retentionMs, owner, true)
-    if (ended !== null) return this.#ended(ended)
-    // Not ended at once: the run is not running (null: a queued run too, requeued under an old owner), not this
-    // owner's, its cancel was asked for (cancel and finish are one compare-and-set: the cancel wins), or the batch
-    // brings events the log holds already (a retry), or a gap. Told apart under the run's lock.
-    const slow = await this.#refusing(async (client) => {
-      const row = await this.#lockRun(client, runId)
-      if (row?.status !== 'running') return null
-      if (row.owner !== owner) throw new RunLeaseLostError(runId)
-      const ending = runningEnd(row.cancel_requested, row.trace_id, events, end)
-      return this.#end(client, runId, 'running', await this.#unheld(client, row, ending.events), ending.end, retentionMs, owner)
-    })
-    return slow === null ? null : this.#ended(slow)
-  }
-
-  async get (runId: string): Promise<RunRecord | null> {
-    this.check()
-    if (!storable(runId, false)) return null
-    const [row] = await this.sql<RunRow>(this.#sql.get, [runId, new Date()])
-    return row === undefined ? null : toRecord(row)
-  }
-
-  async spec (runId: string): Promise<RunSpec | null> {
-    this.check()
-    if (!storable(runId, false)) return null
-    const [row] = await this.sql<{ spec: string }>(this.#sql.spec, [runId, new Date()])
-    return row === undefined ? null : JSON.parse(row.spec) as RunSpec
-  }
-
-  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
-    this.check()
-    if (!storable(runId, false)) return []
-    return this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
-  }
-
-  async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
-    this.check()
-    if (!storable(runId, false)) return { outcome: 'not_found' }
-    const result = await this.#transaction(async (client): Promise<CancelRunResult | Ended> => {
-      const { rows: [row] } = await client.query<RunRow>(this.#sql.lockRun, [runId, new Date()])
-      if (row === undefined) return { outcome: 'not_found' }
-      if (isEnded(row.status)) return { outcome: 'ended', record: toRecord(row) }
-      if (row.status === 'queued') {
-        return (await this.#end(client, runId, 'queued', [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs, null))!
-      }
-      const { rows: [requested] } = await client.query<RunRow>(this.#sql.requestCancel, [runId])
-      return { outcome: 'requested', record: toRecord(requested!) }
-    })
-    // committed: now the watchers on this instance may read what they are told of
-    if ('run_id' in result) return { outcome: 'cancelled', record: this.#ended(result) }
-    if (result.outcome === 'requested') this.#hub.cancel(runId)
-    return result
-  }
-
-  watch (runId: string, listener: (change: RunChange) => void): () => void {
-    this.#listener.listen().catch(noop)
-    return this.#hub.watch(runId, listener)
-  }
-
-  watchSession (sessionId: string, listener: () => void): () => void {
-    this.#listener.listen().catch(noop)
-    return this.#hub.watchSession(sessionId, listener)
-  }
-
-  async listBySession (sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage> {
-    return this.#page({ session_id: sessionId }, query.limit, query.cursor)
-  }
-
-  async list (query: RunListQuery): Promise<RunPage> {
-    return this.#page({ session_id: query.sessionId, agent: query.agent, status: query.status, principal: query.principal }, query.limit, query.cursor)
-  }
-
-  async #page (filters: Record<string, string | undefined>, limitOption: number, cursor: string | undefined): Promise<RunPage> {
-    this.check()
-    const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
-    const before = cursor === undefined ? null : decodeSeqCursor(cursor)
-    const values: unknown[] = [new Date(), limit + 1]
+  async page (filters: RunFilters, before: string | null, limit: number): Promise<Array<{ record: RunRecord, place: string }>> {
+    const values: unknown[] = [new Date(), limit]
     let where = ''
-    for (const [column, value] of Object.entries(filters)) {
+    const columns = { sessionId: 'session_id', agent: 'agent', status: 'status', principal: 'principal' } as const
+    for (const [name, value] of Object.entries(filters) as Array<[keyof RunFilters, string | undefined]>) {
       if (value === undefined) continue
-      // nothing stored can match what cannot be stored
-      if (!storable(value, false)) return { runs: [], nextCursor: null }
       values.push(value)
-      where += ` AND ${column} = $${values.length}`
+      where += ` AND ${columns[name]} = $${values.length}`
     }
     if (before !== null) {
       values.push(before)
@@ -598,65 +409,66 @@ export class PostgresRunStore extends PostgresStore implements RunStore {
     const rows = await this.sql<RunRow & { created_seq: string }>(`
       SELECT ${COLUMNS}, created_seq FROM ${this.#runs} WHERE (expires_at IS NULL OR expires_at > $1)${where}
       ORDER BY created_seq DESC LIMIT $2`, values)
-    const page = rows.slice(0, limit)
-    const last = page.at(-1)
-    return {
-      runs: page.map(toRecord),
-      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
-    }
+    return rows.map((row) => ({ record: toRecord(row), place: row.created_seq }))
   }
 
-  async delete (runId: string): Promise<boolean> {
-    this.check()
-    if (!storable(runId, false)) return false
+  async remove (runId: string): Promise<boolean> {
     const [row] = await this.sql<{ deleted: number }>(this.#sql.deleteEnded, [runId, new Date()])
     return row!.deleted === 1
   }
 
   async purge (now: number, batch: number): Promise<number> {
-    this.check()
-    if (batch < 1) return 0
     const [row] = await this.sql<{ purged: number }>(this.#sql.purge, [new Date(now), batch])
     return row!.purged
   }
 
   protected override async stop (): Promise<void> {
-    this.#hub.close()
-    this.#queueWatchers.clear()
+    this.signals.close()
     await this.#listener.stop()
   }
 
   async #pollRuns (runIds: string[]): Promise<RunState[]> {
     this.#listener.listen().catch(noop)
     const rows = await this.sql<{ run_id: string, last_seq: number, cancel_requested: boolean }>(
-      this.#sql.poll, [runIds.filter((id) => storable(id, false))])
+      this.#sql.poll, [runIds.filter((id) => storable(id, this.text))])
     return rows.map((row) => ({ runId: row.run_id, lastSeq: row.last_seq, cancelRequested: row.cancel_requested }))
   }
 
   async #pollSessions (sessionIds: string[]): Promise<string[]> {
-    const rows = await this.sql<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, false))])
+    const rows = await this.sql<{ id: string }>(this.#sql.freeSessions, [sessionIds.filter((id) => storable(id, this.text))])
     return rows.map((row) => row.id)
   }
+}
 
-  /** `e:<runId>:<lastSeq>`, `g:[[runId, lastSeq], …]`, `c:<runId>`, `s:<sessionId>` or `q:<nonce>` (a run to claim), from the statements below. */
-  #heard (payload: string): void {
-    const body = payload.slice(2)
-    switch (payload[0]) {
-      case 'e': {
-        const cut = body.lastIndexOf(':')
-        this.#hub.events(body.slice(0, cut), Number(body.slice(cut + 1)))
-        break
-      }
-      case 'g': {
-        // a group of appends: [runId, lastSeq] pairs
-        for (const [runId, lastSeq] of JSON.parse(body) as Array<[string, number]>) this.#hub.events(runId, lastSeq)
-        break
-      }
-      case 'c': this.#hub.cancel(body); break
-      // its own were told at once
-      case 'q': if (body !== this.#nonce) this.#notifyQueue(); break
-      default: this.#hub.sessionFree(body)
-    }
+export class PostgresRunStore extends BackedRunStore {
+  readonly #pg: PostgresRunBackend
+
+  constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
+    const backend = new PostgresRunBackend(source, options)
+    super(backend)
+    this.#pg = backend
+  }
+
+  /** NOTIFY channel shared by every instance using this schema and prefix. */
+  get channel (): string {
+    return this.#pg.channel
+  }
+
+  get schema (): string {
+    return this.#pg.schema
+  }
+
+  /** Groups of appends written so far (each one statement): what the tests and the bench count. */
+  get groupWrites (): number {
+    return this.#pg.appends.writes
+  }
+
+  get ownsConnection (): boolean {
+    return this.#pg.ownsConnection
+  }
+
+  async probe (): Promise<void> {
+    await this.#pg.probe()
   }
 }
 
@@ -692,6 +504,11 @@ function statements (runs: string, events: string, sessions: string, channel: st
       OR EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id AND r.status IN ('completed', 'failed', 'cancelled'))
     RETURNING session_id`
   const live = '(expires_at IS NULL OR expires_at > $2)'
+  // a write's condition (see RunCondition) from parameter $n on: status, lastSeq, owner, lapsed before, cancel asked
+  const condition = (n: number): string => `status = $${n}::text AND ($${n + 1}::integer IS NULL OR last_seq = $${n + 1})
+    AND ($${n + 2}::text IS NULL OR owner = $${n + 2}) AND ($${n + 3}::timestamptz IS NULL OR lease_until < $${n + 3})
+    AND ($${n + 4}::boolean IS NULL OR cancel_requested = $${n + 4})`
+  const leased = `${COLUMNS}, owner, lease_until, detachable, cancel_requested`
   const addEvents = (seqs: number, types: number, data: number, when: string): string => `
     INSERT INTO ${events} (run_id, seq, type, data)
     SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
@@ -707,10 +524,10 @@ function statements (runs: string, events: string, sessions: string, channel: st
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,
-    get: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live}`,
+    read: `SELECT ${leased} FROM ${runs} WHERE run_id = $1 AND ${live}`,
     spec: `SELECT spec FROM ${runs} WHERE run_id = $1 AND ${live}`,
     lockRun: `SELECT ${COLUMNS} FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
-    lockLeased: `SELECT ${COLUMNS}, owner, lease_until, cancel_requested FROM ${runs} WHERE run_id = $1 AND ${live} FOR UPDATE`,
+    lockLeased: `SELECT ${leased} FROM ${runs} WHERE run_id = $1 AND ${live} AND ${condition(3)} FOR UPDATE`,
     start: `
       UPDATE ${runs} SET status = 'running', started_at = $2, owner = $3, lease_until = $4 WHERE run_id = ANY($1::text[])
       RETURNING ${COLUMNS}, created_seq`,
@@ -726,14 +543,14 @@ function statements (runs: string, events: string, sessions: string, channel: st
     renew: `
       UPDATE ${runs} SET lease_until = $3 WHERE run_id = ANY($2::text[]) AND status = 'running' AND owner = $1 RETURNING run_id`,
     lapsed: `
-      SELECT ${COLUMNS}, detachable, cancel_requested FROM ${runs} WHERE status = 'running' AND lease_until < $1
+      SELECT ${leased} FROM ${runs} WHERE status = 'running' AND lease_until < $1
       ORDER BY lease_until LIMIT $2`,
-    // back to the queue for its next attempt, with the event saying so (the caller holds the row's lock)
+    // back to the queue for its next attempt, with the event saying so, if the run is as read
     requeue: `
       WITH requeued AS (
         UPDATE ${runs} SET status = 'queued', attempt = attempt + 1, last_seq = $2, started_at = NULL, owner = NULL,
           lease_until = NULL, detachable = true, cancel_requested = false
-        WHERE run_id = $1 RETURNING ${COLUMNS}),
+        WHERE run_id = $1 AND ${condition(5)} RETURNING ${COLUMNS}),
       added AS (INSERT INTO ${events} (run_id, seq, type, data) SELECT $1, $2, $3, $4 FROM requeued)
       SELECT requeued.*, pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
         pg_notify(${channel}, ${queued}) AS notified_queue
@@ -747,13 +564,6 @@ function statements (runs: string, events: string, sessions: string, channel: st
         WHERE run_id = $1 RETURNING ${COLUMNS}),
       added AS (INSERT INTO ${events} (run_id, seq, type, data) SELECT $1, $9, $10, $11 FROM reopened)
       SELECT reopened.*, pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified FROM reopened`,
-    // the batch goes in only if it follows the log, and the run is the owner's: checked and moved in one statement
-    append: `
-      WITH run AS (
-        UPDATE ${runs} SET last_seq = last_seq + $2 WHERE run_id = $1 AND last_seq = $3 AND status = 'running' AND owner = $7
-        RETURNING last_seq),
-      added AS (${addEvents(4, 5, 6, 'run')})
-      SELECT last_seq, pg_notify(${channel}, 'e:' || $1 || ':' || last_seq) AS notified FROM run`,
     // every run's batch of a group, as \`append\`: each goes in only if it follows its log and is its run owner's; one
     // NOTIFY names them all
     appendGroup: `
@@ -770,16 +580,15 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT run_id, last_seq,
         (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
       FROM run`,
-    // The last events, the end and the session given back, in one statement (by the lease's owner, when named):
+    // The last events, the end and the session given back, in one statement, if the run is as the condition says:
     // a queued detachable run waiting for that session is news for the claimers.
     end: `
       WITH ended AS (
         UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
           owner = NULL, lease_until = NULL
-        WHERE run_id = $1 AND status = $8 AND ($7 = 0 OR last_seq = $9) AND ($13::text IS NULL OR owner = $13)
-          AND NOT ($14::boolean AND cancel_requested)
+        WHERE run_id = $1 AND ${condition(11)}
         RETURNING ${COLUMNS}),
-      added AS (${addEvents(10, 11, 12, 'ended')}),
+      added AS (${addEvents(8, 9, 10, 'ended')}),
       freed AS (
         DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
         RETURNING h.session_id),
@@ -792,13 +601,12 @@ function statements (runs: string, events: string, sessions: string, channel: st
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
       FROM ended, waits`,
     requestCancel: `
-      WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 RETURNING ${COLUMNS})
+      WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,
     events: `
       SELECT seq, type, data FROM ${events}
       WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
       ORDER BY seq LIMIT $3`,
-    held: `SELECT seq, type, data FROM ${events} WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
     poll: `SELECT run_id, last_seq, cancel_requested FROM ${runs} WHERE run_id = ANY($1::text[])`,
     freeSessions: `
       SELECT s.id FROM unnest($1::text[]) AS s (id)

@@ -139,3 +139,50 @@ export class RunWatchHub {
     }
   }
 }
+
+/** A backend's watchers in this process: the hub, and those who wait for runs to claim. */
+export class RunSignals extends RunWatchHub {
+  readonly #queue = new Set<() => void>()
+
+  get queueWatched (): boolean {
+    return this.#queue.size > 0
+  }
+
+  watchQueue (listener: () => void): () => void {
+    this.#queue.add(listener)
+    return () => { this.#queue.delete(listener) }
+  }
+
+  /** A detachable run was queued, or a session freed that one waits for. */
+  queue (): void {
+    for (const listener of [...this.#queue]) listener()
+  }
+
+  /**
+   * A notification from another instance (NOTIFY, PUBLISH), as the backends' writes word it: `e:<runId>:<lastSeq>`,
+   * `g:[[runId, lastSeq], …]` (a group of appends), `c:<runId>`, `s:<sessionId>` or `q:<tag>` (a run to claim;
+   * `own`: this store's tag, whose watchers were told at once).
+   */
+  heard (message: string, own: string): void {
+    const body = message.slice(2)
+    switch (message[0]) {
+      case 'e': {
+        const cut = body.lastIndexOf(':')
+        this.events(body.slice(0, cut), Number(body.slice(cut + 1)))
+        break
+      }
+      case 'g': {
+        for (const [runId, lastSeq] of JSON.parse(body) as Array<[string, number]>) this.events(runId, lastSeq)
+        break
+      }
+      case 'c': this.cancel(body); break
+      case 'q': if (body !== own) this.queue(); break
+      default: this.sessionFree(body)
+    }
+  }
+
+  override close (): void {
+    super.close()
+    this.#queue.clear()
+  }
+}

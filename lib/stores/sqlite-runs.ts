@@ -3,21 +3,17 @@
 // writes at once; writes made through another connection (another process on the same file) are only found by
 // polling, every `pollIntervalMs`: SQLite has no notifications across connections.
 import type Database from 'better-sqlite3'
-import { RunLeaseLostError } from '../core/errors.js'
-import {
-  cancelledRequeue, checkLimit, checkTtl, decodeSeqCursor, encodeSeqCursor, endedBeforeStartEvent, heldCount, iso,
-  requeuedEvent, runningEnd, toMs, unheldEvents, unrefInterval
-} from './common.js'
-import { MAX_RUN_LIST_LIMIT, checkBatch, checkEvents, checkNewRun, checkText, isEnded, storable } from './run-common.js'
-import { RunWatchHub } from './run-watch.js'
+import { checkTtl, iso, toMs, unrefInterval } from './common.js'
+import { isEnded, meets } from './run-policy.js'
+import type { RunCondition, StoredRun } from './run-policy.js'
+import { BackedRunStore } from './run-store.js'
+import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
+import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { GroupCommit } from './group-commit.js'
 import { SqliteStore } from './sqlite-connection.js'
 import type { SqliteSource, SqliteStoreOptions } from './sqlite-connection.js'
-import type {
-  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord, RunSpec,
-  RunStatus, RunStore, StartRunResult, StoredEvent
-} from './types.js'
+import type { NewRun, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, StoredEvent } from './types.js'
 
 type Db = Database.Database
 
@@ -26,7 +22,6 @@ export interface SqliteRunStoreOptions extends SqliteStoreOptions {
   pollIntervalMs?: number
 }
 
-const BACKEND = 'SQLite'
 const POLL_MS = 250
 /** Queued runs read per step of a claim, at least (runs whose session is busy are stepped over). */
 const CLAIM_PAGE = 32
@@ -80,8 +75,6 @@ function toRecord (row: RunRow): RunRecord {
   if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
   return record
 }
-
-interface ListFilters { sessionId?: string | undefined, agent?: string | undefined, status?: RunStatus | undefined, principal?: string | undefined }
 
 function runStatements (db: Db, prefix: string) {
   const runs = `"${prefix}runs"`
@@ -168,8 +161,6 @@ function runStatements (db: Db, prefix: string) {
       WHERE run_id = @runId RETURNING ${COLUMNS}`),
     requestCancel: db.prepare<[string], RunRow>(`UPDATE ${runs} SET cancel_requested = 1 WHERE run_id = ? RETURNING ${COLUMNS}`),
     events: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
-    // what the log holds from a seq on (a retried write's events)
-    held: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`),
     state: db.prepare<[string], { last_seq: number, cancel_requested: number }>(`SELECT last_seq, cancel_requested FROM ${runs} WHERE run_id = ?`),
     doomed: db.prepare<[number, number], string>(`SELECT run_id FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
     deleteRun: db.prepare<[string]>(`DELETE FROM ${runs} WHERE run_id = ?`),
@@ -185,7 +176,7 @@ function runStatements (db: Db, prefix: string) {
         }
       }
     },
-    list (filters: ListFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
+    list (filters: RunFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
       const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}${filters.principal !== undefined}`
       let statement = lists.get(key)
       if (statement === undefined) {
@@ -212,52 +203,54 @@ interface Prepared {
   statements: Statements
   /** runs its callback in an IMMEDIATE transaction: the write lock first, so no other connection writes in between */
   write: <T>(fn: (statements: Statements, now: number) => T) => T
-  /** inside a write: runs its callback in a savepoint, undone alone when it throws */
-  savepoint: <T>(fn: () => T) => T
 }
 
 function prepare (db: Db, prefix: string): Prepared {
   const statements = runStatements(db, prefix)
   const transaction = db.transaction((fn: (statements: Statements, now: number) => unknown) => fn(statements, Date.now()))
-  // called inside a transaction, a better-sqlite3 transaction function is a savepoint
-  const savepoint = db.transaction((fn: () => unknown) => fn())
   return {
     statements,
-    write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T,
-    savepoint: <T>(fn: () => T): T => savepoint(fn) as T
+    write: <T>(fn: (statements: Statements, now: number) => T): T => transaction.immediate(fn) as T
   }
+}
+
+function toState (row: RunRow): StoredRun {
+  return {
+    record: toRecord(row),
+    detachable: row.detachable === 1,
+    cancelRequested: row.cancel_requested === 1,
+    lease: row.status === 'running' && row.owner !== null && row.lease_until !== null ? { owner: row.owner, until: row.lease_until } : null
+  }
+}
+
+function rowMeets (row: RunRow | undefined, condition: RunCondition): row is RunRow {
+  return row !== undefined && meets({
+    status: row.status, lastSeq: row.last_seq, owner: row.owner, leaseUntil: row.lease_until, cancelRequested: row.cancel_requested === 1
+  }, condition)
 }
 
 /** A log write of one run waiting for its group: what it does inside the group's transaction. */
 interface Grouped {
   runId: string
-  write: (statements: Statements, now: number) => { value: unknown, heard?: Heard }
+  /** its value, and the queue counter when the write gave claimers something new */
+  write: (statements: Statements, now: number) => { value: unknown, queue?: number }
 }
 
-/** What a write tells the watchers once it has committed. */
-interface Heard {
-  runId: string
-  lastSeq?: number
-  cancel?: boolean
-  freed?: string | null
-  /** the queue counter, when the write gave claimers something new (a queued detachable run, a session it waits for) */
-  queue?: number
-}
-
-export class SqliteRunStore extends SqliteStore implements RunStore {
-  readonly #hub: RunWatchHub
+class SqliteRunBackend extends SqliteStore implements RunBackend {
+  readonly name = 'SQLite'
+  readonly text = 'utf8'
+  readonly signals: RunSignals
   readonly #pollMs: number
-  readonly #queueWatchers = new Set<() => void>()
   #queueTimer: NodeJS.Timeout | null = null
   /** the queue counter as last seen (null: not read yet) */
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
   /**
-   * The log's writes (append, finish), every run's, go in one transaction (each in a savepoint of its own) every
+   * The log's writes (append, end), every run's, go in one transaction every
    * GROUP_WINDOW_MS, a run's end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in
    * flight to gather behind, and each commit writes every page it changed to the WAL (one per run's log at least).
    */
-  readonly #group = new GroupCommit<Grouped, unknown>({
+  readonly group = new GroupCommit<Grouped, unknown>({
     write: (items) => this.#writeGroup(items),
     key: (item) => item.runId,
     start: 'tick',
@@ -267,7 +260,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
     super(source, options)
     this.#pollMs = options.pollIntervalMs === undefined ? POLL_MS : checkTtl('pollIntervalMs', options.pollIntervalMs)
-    this.#hub = new RunWatchHub({
+    this.signals = new RunSignals({
       poll: async (runIds) => this.#pollRuns(runIds),
       pollSessions: async (sessionIds) => this.#pollSessions(sessionIds),
       pollIntervalMs: this.#pollMs,
@@ -289,54 +282,39 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     return this.#use().write(fn)
   }
 
-  /** Groups written so far (each one transaction): what the tests and the bench count. */
-  get groupWrites (): number {
-    return this.#group.writes
+  check (): void {
+    this.#use()
   }
 
   #writeGroup (items: readonly Grouped[]): Array<unknown> {
-    const { savepoint } = this.#use()
-    const done = this.#write((statements, now) => items.map((item) => {
-      try {
-        return savepoint(() => item.write(statements, now))
-      } catch (error) {
-        return error as Error
-      }
-    }))
-    // committed: now the watchers may read what they are told of
+    // each write checks its own condition (none throws for a run's sake): what throws, throws for the whole group
+    const done = this.#write((statements, now) => items.map((item) => item.write(statements, now)))
     return done.map((result) => {
-      if (result instanceof Error) return result
-      if (result.heard !== undefined) this.#tell(result.heard)
+      if (result.queue !== undefined) this.#queued(result.queue)
       return result.value
     })
   }
 
   /** One run's log write, in the next group's transaction (`urgent`: at the end of this turn). */
-  async #grouped<T> (runId: string, write: (statements: Statements, now: number) => { value: T, heard?: Heard }, urgent = false): Promise<T> {
-    return await this.#group.add({ runId, write }, urgent) as T
+  async #grouped<T> (runId: string, write: (statements: Statements, now: number) => { value: T, queue?: number }, urgent = false): Promise<T> {
+    return await this.group.add({ runId, write }, urgent) as T
   }
 
-  #tell (heard: Heard): void {
-    if (heard.cancel === true) this.#hub.cancel(heard.runId)
-    if (heard.lastSeq !== undefined) this.#hub.events(heard.runId, heard.lastSeq)
-    if (heard.freed !== undefined && heard.freed !== null) this.#hub.sessionFree(heard.freed)
-    if (heard.queue !== undefined) {
-      // heard here at once: the poll need not tell it again (a change by another process since is covered too)
-      this.#queueSeen = heard.queue
-      this.#notifyQueue()
-    }
+  /** The queue counter a committed write moved: heard here at once, so the poll need not tell it again. */
+  #queued (version: number): void {
+    this.#queueSeen = version
   }
 
   /** The session for `runId`, unless another run that has not ended holds it: then that run's id. */
-  #take (statements: Statements, sessionId: string, runId: string): string | null {
+  #take (statements: Statements, sessionId: string | null, runId: string): string | null {
+    if (sessionId === null) return null
     const holder = statements.holder.get(sessionId)
     if (holder !== undefined && holder.run_id !== runId && holder.status !== null && !isEnded(holder.status)) return holder.run_id
     statements.take.run(sessionId, runId)
     return null
   }
 
-  async create (run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult> {
-    checkNewRun(BACKEND, true, run)
+  insert (run: NewRun, takeSession: boolean): string | null {
     const { record } = run
     const values = {
       runId: record.runId,
@@ -357,9 +335,8 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       leaseUntil: run.lease?.until ?? null,
       detachable: run.detachable ? 1 : 0
     }
-    const queued = record.status === 'queued' && run.detachable
     const done = this.#write((statements): { holder: string } | { queue?: number } => {
-      if (options.exclusive && record.sessionId !== null) {
+      if (takeSession) {
         const holder = this.#take(statements, record.sessionId, record.runId)
         if (holder !== null) return { holder }
       }
@@ -367,17 +344,90 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       // in the lists), empty log
       statements.clearEvents.run(record.runId)
       statements.insert.run(values)
-      return queued ? { queue: statements.queueChanged.get()! } : {}
+      return record.status === 'queued' && run.detachable ? { queue: statements.queueChanged.get()! } : {}
     })
-    if ('holder' in done) return { outcome: 'session_busy', holder: done.holder }
-    if (done.queue !== undefined) this.#tell({ runId: record.runId, queue: done.queue })
-    return { outcome: 'created' }
+    if ('holder' in done) return done.holder
+    if (done.queue !== undefined) this.#queued(done.queue)
+    return null
   }
 
-  async reopen (run: NewRun, options: { exclusive: boolean }): Promise<ReopenRunResult> {
+  read (runId: string): StoredRun | null {
+    const row = this.#statements().run.get({ runId, now: Date.now() })
+    return row === undefined ? null : toState(row)
+  }
+
+  spec (runId: string): RunSpec | null {
+    const spec = this.#statements().spec.get({ runId, now: Date.now() })
+    return spec === undefined ? null : JSON.parse(spec) as RunSpec
+  }
+
+  events (runId: string, afterSeq: number, limit: number): StoredEvent[] {
+    const statements = this.#statements()
+    if (statements.alive.get({ runId, now: Date.now() }) === undefined) return []
+    return statements.events.all(runId, afterSeq, limit)
+  }
+
+  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
+    this.#use()
+    return this.#grouped(runId, (statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (!rowMeets(row, { status: 'running', owner, lastSeq })) return { value: null }
+      statements.insertEvents(runId, events)
+      statements.lastSeq.run(lastSeq + events.length, runId)
+      return { value: lastSeq + events.length }
+    })
+  }
+
+  async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {
+    this.#use()
+    return this.#grouped(runId, (statements, now): { value: RunEnded | null, queue?: number } => {
+      const row = statements.run.get({ runId, now })
+      if (!rowMeets(row, condition)) return { value: null }
+      statements.insertEvents(runId, events)
+      const ended = statements.end.get({
+        runId,
+        status: end.status,
+        endedAt: toMs('endedAt', end.endedAt),
+        result: end.result === undefined ? null : JSON.stringify(end.result),
+        error: end.error === undefined ? null : JSON.stringify(end.error),
+        expiresAt,
+        lastSeq: row.last_seq + events.length
+      })!
+      const freed = row.session_id !== null && statements.release.run(row.session_id, runId).changes === 1 ? row.session_id : null
+      // a queued background run may have waited for this session
+      const queueWaits = freed !== null && statements.waiting.get(freed) !== undefined
+      const value = { record: toRecord(ended), freed, queueWaits }
+      return queueWaits ? { value, queue: statements.queueChanged.get()! } : { value }
+    }, true)
+  }
+
+  start (runId: string, startedAt: string, lease: RunLease): Taken | null {
+    const values = { runId, startedAt: toMs('startedAt', startedAt), owner: lease.owner, until: lease.until }
+    return this.#write((statements, now): Taken | null => {
+      const row = statements.run.get({ runId, now })
+      if (row === undefined || row.status !== 'queued') return null
+      const holder = this.#take(statements, row.session_id, runId)
+      return holder !== null ? { holder } : { record: toRecord(statements.start.get(values)!) }
+    })
+  }
+
+  requeue (runId: string, condition: RunCondition, event: StoredEvent): RunRecord | null {
+    const done = this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      if (!rowMeets(row, condition)) return null
+      statements.insertEvents(runId, [event])
+      const record = toRecord(statements.requeue.get(row.attempt + 1, row.last_seq + 1, runId)!)
+      return { record, queue: statements.queueChanged.get()! }
+    })
+    if (done === null) return null
+    this.#queued(done.queue)
+    return done.record
+  }
+
+  reopen (runId: string, condition: RunCondition, event: StoredEvent, run: NewRun, takeSession: boolean): Taken | null {
     const { record } = run
     const values = {
-      runId: record.runId,
+      runId,
       startedAt: toMs('startedAt', record.startedAt!),
       requestId: record.requestId,
       traceId: record.traceId,
@@ -386,44 +436,28 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       leaseUntil: run.lease?.until ?? null,
       detachable: run.detachable ? 1 : 0
     }
-    this.#use()
-    if (!storable(record.runId, true)) return { outcome: 'not_found' }
-    checkText(BACKEND, true, 'requestId', record.requestId)
-    checkText(BACKEND, true, 'traceId', record.traceId)
-    const done = this.#write((statements, now): ReopenRunResult => {
-      const row = statements.run.get({ runId: record.runId, now })
-      if (row === undefined) return { outcome: 'not_found' }
-      if (!isEnded(row.status)) return { outcome: 'in_progress' }
-      if (options.exclusive && row.session_id !== null) {
-        const holder = this.#take(statements, row.session_id, record.runId)
-        if (holder !== null) return { outcome: 'session_busy', holder }
-      }
-      // its next attempt follows its last one's terminal event, after the event that says so (a follower reads on)
-      statements.lastSeq.run(this.#append(statements, row, [requeuedEvent(toRecord(row), row.attempt + 1, 'RESUMED')]), record.runId)
-      return { outcome: 'reopened', record: toRecord(statements.reopen.get(values)!) }
-    })
-    if (done.outcome === 'reopened') this.#tell({ runId: record.runId, lastSeq: done.record.lastSeq })
-    return done
-  }
-
-  async start (runId: string, startedAt: string, lease: RunLease): Promise<StartRunResult> {
-    const values = { runId, startedAt: toMs('startedAt', startedAt), owner: lease.owner, until: lease.until }
-    if (!storable(runId, true)) return { outcome: 'gone' }
-    return this.#write((statements, now): StartRunResult => {
+    return this.#write((statements, now): Taken | null => {
       const row = statements.run.get({ runId, now })
-      if (row === undefined || row.status !== 'queued') return { outcome: 'gone' }
-      if (row.session_id !== null) {
+      if (!rowMeets(row, condition)) return null
+      if (takeSession) {
         const holder = this.#take(statements, row.session_id, runId)
-        if (holder !== null) return { outcome: 'session_busy', holder }
+        if (holder !== null) return { holder }
       }
-      return { outcome: 'started', record: toRecord(statements.start.get(values)!) }
+      statements.insertEvents(runId, [event])
+      statements.lastSeq.run(row.last_seq + 1, runId)
+      return { record: toRecord(statements.reopen.get(values)!) }
     })
   }
 
-  async claim (lease: RunLease, startedAt: string, limit: number): Promise<RunRecord[]> {
+  requestCancel (runId: string): RunRecord | null {
+    return this.#write((statements, now) => {
+      const row = statements.run.get({ runId, now })
+      return row?.status === 'running' ? toRecord(statements.requestCancel.get(runId)!) : null
+    })
+  }
+
+  claim (lease: RunLease, startedAt: string, limit: number): RunRecord[] {
     const startedMs = toMs('startedAt', startedAt)
-    this.#use()
-    if (limit < 1) return []
     // read in pages (better-sqlite3 runs no statement while another's rows are being read): most queued runs are
     // claimable, so one page is usually all it takes; runs whose session is busy are stepped over
     const page = Math.max(limit, CLAIM_PAGE)
@@ -433,7 +467,7 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
       for (;;) {
         const rows = statements.queued.all(after, page)
         for (const row of rows) {
-          if (row.session_id !== null && this.#take(statements, row.session_id, row.run_id) !== null) continue
+          if (this.#take(statements, row.session_id, row.run_id) !== null) continue
           claimed.push(toRecord(statements.start.get({ runId: row.run_id, startedAt: startedMs, owner: lease.owner, until: lease.until })!))
           if (claimed.length === limit) return claimed
         }
@@ -443,73 +477,49 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
     })
   }
 
-  async renew (owner: string, runIds: readonly string[], until: number): Promise<string[]> {
-    this.#use()
-    const ids = runIds.filter((runId) => storable(runId, true))
-    if (ids.length === 0) return []
-    return this.#write((statements) => ids.filter((runId) => statements.renew.run(until, runId, owner).changes === 1))
+  renew (owner: string, runIds: readonly string[], until: number): string[] {
+    return this.#write((statements) => runIds.filter((runId) => statements.renew.run(until, runId, owner).changes === 1))
   }
 
-  async lapsed (now: number, limit: number): Promise<LapsedRun[]> {
+  lapsed (now: number, limit: number): StoredRun[] {
+    return this.#statements().lapsed.all(now, limit).map(toState)
+  }
+
+  page (filters: RunFilters, before: string | null, limit: number): Array<{ record: RunRecord, place: number }> {
     const statements = this.#statements()
-    if (limit < 1) return []
-    return statements.lapsed.all(now, limit).map((row) => ({
-      record: toRecord(row), detachable: row.detachable === 1, cancelRequested: row.cancel_requested === 1
-    }))
+    const values: Record<string, unknown> = { now: Date.now(), before: before === null ? Number.MAX_SAFE_INTEGER : Number(before), limit }
+    for (const [name, value] of Object.entries(filters)) if (value !== undefined) values[name] = value
+    return statements.list(filters).all(values).map((row) => ({ record: toRecord(row), place: row.created_seq }))
   }
 
-  /** A running run under a lease that lapsed before `lapsedBefore`, or that `owner` holds. */
-  static #lapsedOrOwned (row: RunRow | undefined, condition: { owner: string } | { lapsedBefore: number }): row is RunRow {
-    if (row === undefined || row.status !== 'running' || row.lease_until === null) return false
-    return 'owner' in condition ? row.owner === condition.owner : row.lease_until < condition.lapsedBefore
-  }
-
-  async requeue (runId: string, condition: { owner: string } | { lapsedBefore: number }, reason: 'SHUTDOWN' | 'INSTANCE_LOST', cancelled: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    if (!storable(runId, true)) return null
-    const done = this.#write((statements, now) => {
-      const row = statements.run.get({ runId, now })
-      if (!SqliteRunStore.#lapsedOrOwned(row, condition)) return null
-      const ending = cancelledRequeue(row.cancel_requested === 1, toRecord(row), cancelled)
-      if (ending !== null) return this.#end(statements, row, ending.events, ending.end, retentionMs)
-      const attempt = row.attempt + 1
-      const lastSeq = this.#append(statements, row, [requeuedEvent(toRecord(row), attempt, reason)])
-      const record = toRecord(statements.requeue.get(attempt, lastSeq, runId)!)
-      return { record, heard: { runId, lastSeq, queue: statements.queueChanged.get()! } }
+  remove (runId: string): boolean {
+    return this.#write((statements) => {
+      if (statements.deleteEnded.run({ runId, now: Date.now() }).changes === 0) return false
+      statements.clearEvents.run(runId)
+      return true
     })
-    if (done === null) return null
-    this.#tell(done.heard)
-    return done.record
   }
 
-  async abandon (runId: string, lapsedBefore: number, end: RunEnd, retentionMs: number): Promise<RunRecord | null> {
-    if (!storable(runId, true)) return null
-    const done = this.#write((statements, now) => {
-      const row = statements.run.get({ runId, now })
-      if (!SqliteRunStore.#lapsedOrOwned(row, { lapsedBefore })) return null
-      const ending = runningEnd(row.cancel_requested === 1, row.trace_id, [endedBeforeStartEvent(toRecord(row), end)], end)
-      return this.#end(statements, row, ending.events, ending.end, retentionMs)
+  purge (now: number, batch: number): number {
+    return this.#write((statements) => {
+      const doomed = statements.doomed.all(now, batch)
+      for (const runId of doomed) {
+        statements.clearEvents.run(runId)
+        statements.deleteRun.run(runId)
+      }
+      return doomed.length
     })
-    if (done === null) return null
-    this.#tell(done.heard)
-    return done.record
   }
 
-  watchQueue (listener: () => void): () => void {
-    if (this.closed) return () => {}
-    this.#queueWatchers.add(listener)
-    if (this.#queueTimer === null) {
-      // read now, so that what another process queues from here on is heard at the next tick
-      this.#queueSeen = this.#queueVersion()
-      this.#queueTimer = unrefInterval(() => { this.#pollQueue() }, this.#pollMs)
-    }
-    return () => {
-      this.#queueWatchers.delete(listener)
-      this.#stopQueuePoll()
-    }
+  listen (): void {
+    if (this.closed || this.#queueTimer !== null || !this.signals.queueWatched) return
+    // read now, so that what another process queues from here on is heard at the next tick
+    this.#queueSeen = this.#queueVersion()
+    this.#queueTimer = unrefInterval(() => { this.#pollQueue() }, this.#pollMs)
   }
 
   #stopQueuePoll (): void {
-    if (this.#queueTimer === null || this.#queueWatchers.size > 0) return
+    if (this.#queueTimer === null) return
     clearInterval(this.#queueTimer)
     this.#queueTimer = null
   }
@@ -524,184 +534,15 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   }
 
   #pollQueue (): void {
+    if (!this.signals.queueWatched) {
+      this.#stopQueuePoll()
+      return
+    }
     const version = this.#queueVersion()
     if (version === null || version === this.#queueSeen) return
     // a first read after a failed one is told too: a wake-up too many costs one claim
     this.#queueSeen = version
-    this.#notifyQueue()
-  }
-
-  #notifyQueue (): void {
-    for (const listener of [...this.#queueWatchers]) listener()
-  }
-
-  /**
-   * Inserts what a batch brings that the log does not hold yet (see unheldEvents: a retried write is acknowledged
-   * again; the rest must follow the log); returns the new lastSeq (the caller stores it).
-   */
-  #append (statements: Statements, row: RunRow, batch: readonly StoredEvent[]): number {
-    const first = batch[0]?.seq ?? 0
-    const count = heldCount(first, batch.length, row.last_seq)
-    const events = unheldEvents(row.run_id, row.last_seq, batch, count === 0 ? [] : statements.held.all(row.run_id, first, count))
-    statements.insertEvents(row.run_id, events)
-    return row.last_seq + events.length
-  }
-
-  /** The run, unless it is gone or ended (nothing to write); throws, as the lease's loser's, unless `owner` runs it. */
-  static #owned (row: RunRow | undefined, owner: string): RunRow | undefined {
-    if (row === undefined || isEnded(row.status)) return undefined
-    if (row.status !== 'running' || row.owner !== owner) throw new RunLeaseLostError(row.run_id)
-    return row
-  }
-
-  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
-    if (!storable(runId, true)) return
-    checkBatch(runId, events)
-    checkEvents(BACKEND, true, events)
-    if (events.length === 0) {
-      // nothing to write, but a writer that lost its lease hears it all the same
-      SqliteRunStore.#owned(this.#statements().run.get({ runId, now: Date.now() }), owner)
-      return
-    }
-    this.#use()
-    await this.#grouped(runId, (statements, now) => {
-      const row = SqliteRunStore.#owned(statements.run.get({ runId, now }), owner)
-      if (row === undefined) return { value: undefined }
-      const lastSeq = this.#append(statements, row, events)
-      // all of it held already: a retry acknowledged, nothing new
-      if (lastSeq === row.last_seq) return { value: undefined }
-      statements.lastSeq.run(lastSeq, runId)
-      return { value: undefined, heard: { runId, lastSeq } }
-    })
-  }
-
-  /** Ends the run (its status checked by the caller) with its last events, and gives its session back: one transaction. */
-  #end (statements: Statements, row: RunRow, events: readonly StoredEvent[], end: RunEnd, retentionMs: number): { record: RunRecord, heard: Heard } {
-    const lastSeq = this.#append(statements, row, events)
-    const endedAt = toMs('endedAt', end.endedAt)
-    const ended = statements.end.get({
-      runId: row.run_id,
-      status: end.status,
-      endedAt,
-      result: end.result === undefined ? null : JSON.stringify(end.result),
-      error: end.error === undefined ? null : JSON.stringify(end.error),
-      expiresAt: endedAt + retentionMs,
-      lastSeq
-    })!
-    const freed = row.session_id !== null && statements.release.run(row.session_id, row.run_id).changes === 1 ? row.session_id : null
-    const heard: Heard = { runId: row.run_id, lastSeq, freed }
-    // a queued background run may have waited for this session
-    if (freed !== null && statements.waiting.get(freed) !== undefined) heard.queue = statements.queueChanged.get()!
-    return { record: toRecord(ended), heard }
-  }
-
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
-    if (!storable(runId, true)) return null
-    checkBatch(runId, events)
-    checkEvents(BACKEND, true, events)
-    this.#use()
-    return this.#grouped(runId, (statements, now) => {
-      const row = statements.run.get({ runId, now })
-      // a queued run has nothing to finish (an old owner's late finish after a requeue lands here too)
-      if (row === undefined || row.status === 'queued') return { value: null }
-      const owned = SqliteRunStore.#owned(row, owner)
-      if (owned === undefined) return { value: null }
-      // cancel and finish are one compare-and-set: a cancel requested first wins
-      const ending = runningEnd(owned.cancel_requested === 1, owned.trace_id, events, end)
-      const { record, heard } = this.#end(statements, owned, ending.events, ending.end, retentionMs)
-      return { value: record, heard }
-    }, true)
-  }
-
-  async get (runId: string): Promise<RunRecord | null> {
-    const statements = this.#statements()
-    if (!storable(runId, true)) return null
-    const row = statements.run.get({ runId, now: Date.now() })
-    return row === undefined ? null : toRecord(row)
-  }
-
-  async spec (runId: string): Promise<RunSpec | null> {
-    const statements = this.#statements()
-    if (!storable(runId, true)) return null
-    const spec = statements.spec.get({ runId, now: Date.now() })
-    return spec === undefined ? null : JSON.parse(spec) as RunSpec
-  }
-
-  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
-    const statements = this.#statements()
-    if (!storable(runId, true) || statements.alive.get({ runId, now: Date.now() }) === undefined) return []
-    return statements.events.all(runId, afterSeq, limit)
-  }
-
-  async cancel (runId: string, end: RunEnd, retentionMs: number): Promise<CancelRunResult> {
-    if (!storable(runId, true)) return { outcome: 'not_found' }
-    const result = this.#write((statements, now): { result: CancelRunResult, heard?: Heard } => {
-      const row = statements.run.get({ runId, now })
-      if (row === undefined) return { result: { outcome: 'not_found' } }
-      if (isEnded(row.status)) return { result: { outcome: 'ended', record: toRecord(row) } }
-      if (row.status === 'queued') {
-        const { record, heard } = this.#end(statements, row, [endedBeforeStartEvent(toRecord(row), end)], end, retentionMs)
-        return { result: { outcome: 'cancelled', record }, heard }
-      }
-      const record = toRecord(statements.requestCancel.get(runId)!)
-      return { result: { outcome: 'requested', record }, heard: { runId, cancel: true } }
-    })
-    if (result.heard !== undefined) this.#tell(result.heard)
-    return result.result
-  }
-
-  watch (runId: string, listener: (change: RunChange) => void): () => void {
-    return this.#hub.watch(runId, listener)
-  }
-
-  watchSession (sessionId: string, listener: () => void): () => void {
-    return this.#hub.watchSession(sessionId, listener)
-  }
-
-  async listBySession (sessionId: string, query: { limit: number, cursor?: string }): Promise<RunPage> {
-    return this.#page({ sessionId }, query.limit, query.cursor)
-  }
-
-  async list (query: RunListQuery): Promise<RunPage> {
-    return this.#page({ sessionId: query.sessionId, agent: query.agent, status: query.status, principal: query.principal }, query.limit, query.cursor)
-  }
-
-  #page (filters: ListFilters, limitOption: number, cursor: string | undefined): RunPage {
-    const statements = this.#statements()
-    const limit = checkLimit(limitOption, MAX_RUN_LIST_LIMIT)
-    const before = cursor === undefined ? Number.MAX_SAFE_INTEGER : Number(decodeSeqCursor(cursor))
-    const values: Record<string, unknown> = { now: Date.now(), before, limit: limit + 1 }
-    for (const [name, value] of Object.entries(filters)) if (value !== undefined) values[name] = value
-    const rows = statements.list(filters).all(values)
-    const page = rows.slice(0, limit)
-    const last = page.at(-1)
-    return {
-      runs: page.map(toRecord),
-      nextCursor: rows.length > limit && last !== undefined ? encodeSeqCursor(last.created_seq) : null
-    }
-  }
-
-  async delete (runId: string): Promise<boolean> {
-    this.#statements()
-    if (!storable(runId, true)) return false
-    return this.#write((statements) => {
-      if (statements.deleteEnded.run({ runId, now: Date.now() }).changes === 0) return false
-      statements.clearEvents.run(runId)
-      return true
-    })
-  }
-
-  async purge (now: number, batch: number): Promise<number> {
-    this.#statements()
-    if (batch < 1) return 0
-    return this.#write((statements) => {
-      const doomed = statements.doomed.all(now, batch)
-      for (const runId of doomed) {
-        statements.clearEvents.run(runId)
-        statements.deleteRun.run(runId)
-      }
-      return doomed.length
-    })
+    this.signals.queue()
   }
 
   #pollRuns (runIds: string[]): RunState[] {
@@ -729,9 +570,30 @@ export class SqliteRunStore extends SqliteStore implements RunStore {
   }
 
   protected override stop (): void {
-    this.#hub.close()
-    this.#queueWatchers.clear()
+    this.signals.close()
     this.#stopQueuePoll()
   }
 }
 
+export class SqliteRunStore extends BackedRunStore {
+  readonly #sqlite: SqliteRunBackend
+
+  constructor (source: SqliteSource, options: SqliteRunStoreOptions = {}) {
+    const backend = new SqliteRunBackend(source, options)
+    super(backend)
+    this.#sqlite = backend
+  }
+
+  /** Groups written so far (each one transaction): what the tests and the bench count. */
+  get groupWrites (): number {
+    return this.#sqlite.group.writes
+  }
+
+  get ownsConnection (): boolean {
+    return this.#sqlite.ownsConnection
+  }
+
+  async probe (): Promise<void> {
+    await this.#sqlite.probe()
+  }
+}

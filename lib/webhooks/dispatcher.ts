@@ -98,6 +98,8 @@ export class WebhookDispatcher {
   readonly #log: FastifyBaseLogger
   readonly #closing = new AbortController()
   readonly #inFlight = new Set<Promise<void>>()
+  /** the signals of the attempts on their way (see #attempt) */
+  readonly #signals = new Set<AbortSignal>()
   #backlog: NewWebhookDelivery[] = []
   #enqueuing: Promise<void> | null = null
   #claiming: Promise<void> | null = null
@@ -225,6 +227,10 @@ export class WebhookDispatcher {
     const at = new Date(started)
     let status: number | null = null
     let error: string | null = null
+    // held here for the attempt's life: undici holds the signal it is given weakly, and on some Node 20 releases a
+    // composite of AbortSignal.any() nothing else holds is collected before close aborts it (the attempt then hangs)
+    const signal = AbortSignal.any([AbortSignal.timeout(attemptTimeoutMs), this.#closing.signal])
+    this.#signals.add(signal)
     try {
       const response = await fetch(this.#settings.url, {
         method: 'POST',
@@ -238,12 +244,14 @@ export class WebhookDispatcher {
           'webhook-timestamp': String(Math.floor(started / 1000)),
           'webhook-signature': this.#signer.sign(delivery.id, at, delivery.payload)
         },
-        signal: AbortSignal.any([AbortSignal.timeout(attemptTimeoutMs), this.#closing.signal])
+        signal
       })
       status = response.status
       await response.body?.cancel()
     } catch (err) {
       error = this.#closing.signal.aborted ? 'the instance closed during the attempt' : describeFailure(err, attemptTimeoutMs)
+    } finally {
+      this.#signals.delete(signal)
     }
     const now = Date.now()
     const delivered = status !== null && status >= 200 && status < 300

@@ -6,12 +6,12 @@ import * as api from '../../index.js'
 t.test('index.ts exports exactly the public names', async (t) => {
   t.same(Object.keys(api).sort(), [
     'AgentError', 'AgentNotFoundError', 'AgentTimeoutError', 'ApprovalAlreadyDecidedError', 'ApprovalExpiredError',
-    'ApprovalNotFoundError', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
+    'ApprovalNotFoundError', 'BackedRunStore', 'DEFAULT_AUDIT_CAPACITY', 'DEFAULT_MAX_RETAINED_DELIVERIES', 'DEFAULT_MAX_RETAINED_RUNS', 'DEFAULT_MAX_SESSIONS', 'ForbiddenError', 'IdempotencyInProgressError',
     'IdempotencyKeyInvalidError', 'IdempotencyKeyReusedError', 'InvalidOptionsError', 'MemoryApprovalStore', 'MemoryAuditStore',
     'MemoryCheckpointStore', 'MemoryIdempotencyStore', 'MemoryQuotaStore', 'MemoryRunStore', 'MemorySessionStore', 'MemoryWebhookStore', 'MethodNotAllowedError', 'MissingPluginError', 'PostgresApprovalStore',
     'PostgresAuditStore', 'PostgresCheckpointStore', 'PostgresConnection', 'PostgresIdempotencyStore', 'PostgresQuotaStore', 'PostgresRunStore', 'PostgresSessionStore', 'PostgresWebhookStore',
     'QuotaExceededError', 'RateLimitedError', 'RedisConnection', 'RedisIdempotencyStore', 'RedisQuotaStore', 'RedisRunStore', 'RedisSessionStore', 'RedisWebhookStore', 'RouteNotFoundError', 'RunInProgressError',
-    'RunNotFoundError', 'RunSessionMismatchError', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
+    'RunNotFoundError', 'RunSessionMismatchError', 'RunSignals', 'SessionNotFoundError', 'ShutdownError', 'SqliteApprovalStore', 'SqliteAuditStore',
     'SqliteCheckpointStore', 'SqliteConnection', 'SqliteIdempotencyStore', 'SqliteQuotaStore', 'SqliteRunStore', 'SqliteSessionStore', 'SqliteWebhookStore', 'UnauthorizedError',
     'UpgradeRequiredError', 'a2aPlugin', 'adminApiPlugin', 'agUiPlugin', 'agentsPlugin', 'approvalsPlugin', 'auditPlugin', 'authPlugin',
     'buildOpenApiDocument', 'chatPlugin', 'corePlugin', 'corsPlugin', 'createAgentService', 'default', 'defineAgent', 'demoAgents', 'drainPlugin',

@@ -18,6 +18,8 @@ export type AgUiPluginOptions = Record<never, never>
 
 /** The stream's media type in the document (the route answers through a hijacked reply, never serialized). */
 const documentStream = documentAnswer({ description: 'The run as AG-UI events', stream: AgUiStreamDescription })
+// made once, not per service: its serializer is compiled once per process (lib/core/serializers.ts)
+const streamAnswer = { type: 'string', description: AgUiStreamDescription }
 
 const AG_UI: ConversationProtocol = { kind: 'ag-ui', headers: AG_UI_HEADERS, cancelOnClose: true }
 
@@ -91,7 +93,7 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
       tags: ['front ends'],
       params: AgentParams,
       body: RunAgentInput,
-      response: { 200: { type: 'string', description: AgUiStreamDescription }, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
+      response: { 200: streamAnswer, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const input = request.body

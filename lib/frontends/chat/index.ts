@@ -19,6 +19,9 @@ export type ChatPluginOptions = Record<never, never>
 
 /** The stream's media type in the document (the route answers through a hijacked reply, never serialized). */
 const documentStream = documentAnswer({ description: 'The run as an AI SDK UI message stream', stream: UiMessageStreamDescription })
+// response schemas made once, not per service: each object's serializer is compiled once per process (lib/core/serializers.ts)
+const streamAnswer = { type: 'string', description: UiMessageStreamDescription }
+const noRunAnswer = { type: 'null', description: 'The chat has no run in progress' }
 
 const CHAT: ConversationProtocol = { kind: 'chat', headers: UI_MESSAGE_STREAM_HEADERS, cancelOnClose: false }
 
@@ -107,7 +110,7 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
       tags: ['front ends'],
       params: ChatParams,
       body: ChatRequest,
-      response: { 200: { type: 'string', description: UiMessageStreamDescription }, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
+      response: { 200: streamAnswer, ...errorResponses(400, 401, 403, 404, 409, 413, 415, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const body = request.body
@@ -154,8 +157,8 @@ const chat: FastifyPluginAsyncTypebox<ChatPluginOptions> = async (fastify) => {
       params: ChatStreamParams,
       querystring: ChatStreamQuery,
       response: {
-        200: { type: 'string', description: UiMessageStreamDescription },
-        204: { type: 'null', description: 'The chat has no run in progress' },
+        200: streamAnswer,
+        204: noRunAnswer,
         ...errorResponses(400, 401, 403, 404, 429, 500, 503)
       }
     }

@@ -94,9 +94,19 @@ const errorDescriptions: Record<number, string> = {
   504: 'Agent timed out'
 }
 
+// one schema object per status for every route and service: its serializer is compiled once (lib/core/serializers.ts)
+const errorSchemas = new Map<number, typeof OpenAiError>()
+
 export function openAiErrors (...statuses: number[]): Record<number, typeof OpenAiError> {
   const out: Record<number, typeof OpenAiError> = {}
-  for (const status of statuses) out[status] = Type.Composite([OpenAiError], { title: 'OpenAiError', description: errorDescriptions[status] }) as unknown as typeof OpenAiError
+  for (const status of statuses) {
+    let schema = errorSchemas.get(status)
+    if (schema === undefined) {
+      schema = Type.Composite([OpenAiError], { title: 'OpenAiError', description: errorDescriptions[status] }) as unknown as typeof OpenAiError
+      errorSchemas.set(status, schema)
+    }
+    out[status] = schema
+  }
   return out
 }
 

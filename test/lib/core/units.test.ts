@@ -1,6 +1,7 @@
 import t from 'tap'
 import { AuditWriter } from '../../../lib/audit/writer.js'
 import { Histogram } from '../../../lib/core/histogram.js'
+import { buildSharedSerializer } from '../../../lib/core/serializers.js'
 import { SseHeartbeat, SseStream } from '../../../lib/runs/sse.js'
 import type { AuditEntry, AuditStore } from '../../../lib/stores/types.js'
 import { build, eventually, listen, sleep } from '../../helper.js'
@@ -20,6 +21,20 @@ t.test('histogram percentiles stay within the bucket width', async (t) => {
   edges.record(1e12)
   t.equal(edges.percentile(50), 0.05, 'tiny values land in the first bucket')
   t.ok(edges.percentile(100) >= 3_600_000, 'huge values land in the last bucket')
+})
+
+t.test('a response schema is compiled once per process, unless an app has shared schemas or serializer options of its own', async (t) => {
+  const schema = { type: 'object', properties: { a: { type: 'integer' } } }
+  const route = { schema, method: 'GET', url: '/x', httpStatus: '200' }
+  const first = buildSharedSerializer({}, {})(route)
+  t.equal(first({ a: 1, b: 2 }), '{"a":1}', 'fast-json-stringify\'s serializer of the schema')
+  t.equal(buildSharedSerializer(undefined, undefined)(route), first, 'another service: the same serializer')
+  t.not(buildSharedSerializer({}, {})({ ...route, schema: { ...schema } }), first, 'another object: compiled anew')
+  const shared = { shared: { $id: 'shared', type: 'string' } }
+  const withRef = buildSharedSerializer(shared, {})({ ...route, schema: { type: 'object', properties: { s: { $ref: 'shared#' } } } })
+  t.equal(withRef({ s: 'x' }), '{"s":"x"}', 'an app\'s shared schemas: its own serializer, resolving them')
+  t.not(buildSharedSerializer(shared, {})(route), first)
+  t.not(buildSharedSerializer({}, { rounding: 'ceil' })(route), first, 'serializer options: its own')
 })
 
 t.test('the audit writer batches, keeps order, and counts what a failing store loses', async (t) => {

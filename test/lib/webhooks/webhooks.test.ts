@@ -1,5 +1,7 @@
 // Webhooks (docs/webhooks.md) end to end: a real endpoint (test/helpers/webhook-receiver.ts) that verifies every
 // delivery with standardwebhooks' own Webhook.verify; the outbox in memory here (the shared ones: webhooks-*.test.ts).
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import type { Test } from 'tap'
 import { buildOpenApiDocument } from '../../../app/openapi.js'
@@ -263,6 +265,25 @@ t.test('close cuts an attempt on its way: recorded, and due again at once', asyn
   t.match((await store.attempts({ limit: 10 })).attempts, [{ attempt: 1, status: null, error: 'the instance closed during the attempt', outcome: 'retried' }])
   const [again] = await store.claim({ owner: 'test', until: Date.now() + 60_000 }, Date.now(), 10)
   t.equal(again!.attempt, 2)
+})
+
+t.test('close cuts an attempt on its way after a garbage collection: the attempt holds its signal (undici holds it weakly)', async (t) => {
+  setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  const hook = await receiver(t, () => 'hang')
+  const store = new MemoryWebhookStore()
+  const svc = service(t, hook, { webhookStore: store })
+  await svc.app.inject(run('echo'))
+  await eventually(() => hook.deliveries.length === 1, 10_000, 'the attempt on its way')
+  // collected, and its finalizers run, before the close that aborts it
+  for (let i = 0; i < 3; i++) {
+    gc()
+    await sleep(10)
+  }
+  const started = Date.now()
+  await svc.close(0)
+  t.ok(Date.now() - started < 5_000, 'close does not wait for the endpoint\'s 10 s')
+  t.match((await store.attempts({ limit: 10 })).attempts, [{ attempt: 1, status: null, error: 'the instance closed during the attempt', outcome: 'retried' }])
 })
 
 /** A memory outbox whose calls fail while `failing` says so. */
