@@ -123,3 +123,41 @@ t.test('ctx.step checks its arguments; an output that is not JSON fails the step
   t.same(log.filter((e) => e.event === 'step.completed').map((e) => e.data), [{ name: 'quick', index: 2, output: 'quick' }, { name: 'slow', index: 1, output: 'slow' }],
     'indexes count calls (the failed one included), in call order; events in completion order')
 })
+
+t.test('a step that returns nothing journals null; a step that ends after its run stopped is not journaled; ctx.step after the end throws', async (t) => {
+  let late: Promise<unknown> = Promise.resolve()
+  let after: Promise<unknown> = Promise.resolve()
+  const agents: Record<string, Agent> = {
+    empty: { async run (_input, ctx) { return { output: await ctx.step('nothing', () => undefined) } } },
+    // a step still running when the agent fails beside it
+    racing: {
+      async run (_input, ctx) {
+        late = ctx.step('slow', () => new Promise((resolve) => setTimeout(() => resolve('late'), 50))).catch((err: Error) => err.message)
+        throw new Error('failed first')
+      }
+    },
+    // a step running when the run times out, then another asked for
+    timed: {
+      async run (_input, ctx) {
+        late = ctx.step('slow', () => new Promise((resolve) => setTimeout(() => resolve('late'), 100))).catch((err: Error) => err.message)
+        await late
+        after = ctx.step('next', () => 'never').catch((err: Error) => err.message)
+        return { output: null }
+      }
+    }
+  }
+  const { app } = build(t, { agents, requestTimeoutMs: 30 })
+  const empty = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/empty/runs', payload: { input: null, stream: true } })).body)
+  t.same(empty.find((e) => e.event === 'step.completed')!.data, { name: 'nothing', index: 0, output: null })
+  t.equal((empty.at(-1)!.data as { output: unknown }).output, null)
+
+  const racing = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/racing/runs', payload: { input: null, stream: true } })).body)
+  t.equal(await late, 'The run was cancelled', 'the run had ended: the step is not this attempt\'s to journal')
+  t.notOk(racing.some((e) => e.event === 'step.completed'))
+
+  const timed = parseSse((await app.inject({ method: 'POST', url: '/v1/agents/timed/runs', payload: { input: null, stream: true } })).body)
+  t.match(timed.at(-1), { event: 'run.failed', data: { error: { code: 'AGENT_TIMEOUT' } } })
+  t.match(await late, /did not finish within 30 ms/)
+  await eventually(async () => await after !== undefined)
+  t.match(await after, /did not finish within 30 ms/, 'a step asked for after the run stopped throws why it stopped')
+})
