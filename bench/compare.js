@@ -1,4 +1,4 @@
-// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|sse-sqlite|idle ...]`
+// Two builds of the package, A/B, in one run: `node bench/compare.js <dir-a> <dir-b> [json|ephemeral|full|sse|sse-sqlite|sse-postgres|json-postgres|idle ...]`
 // Each dir holds a built package (dir/dist/index.js), e.g. `git archive <commit> | tar -x -C /tmp/a`,
 // `ln -s $PWD/node_modules /tmp/a/`, `(cd /tmp/a && npx tsc -p tsconfig.build.json)`.
 // The three servers (bare Fastify, or node:http for SSE; A; B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
@@ -24,6 +24,11 @@ const workloads = {
 }
 // the SSE run with its record and log in SQLite: a file of each build's own
 workloads['sse-sqlite'] = { preset: (build) => ({ name: 'runs-sqlite', file: join(tmpdir(), `fa-compare-${build}-${process.pid}.db`) }), request: workloads.sse.request }
+// the SSE run with its log in PostgreSQL, and the JSON run with every store on PostgreSQL: a schema of each build's
+// own, left behind (drop the fa_compare_* schemas after)
+const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
+workloads['sse-postgres'] = { preset: (build) => ({ name: 'runs-postgres', url: PG_URL, schema: `fa_compare_sse_${build}_${process.pid}` }), request: workloads.sse.request }
+workloads['json-postgres'] = { preset: (build) => ({ name: 'all-postgres', url: PG_URL, schema: `fa_compare_json_${build}_${process.pid}` }), request: workloads.json.request }
 
 const BURSTS = Number(process.env.BENCH_BURSTS ?? 12)
 const BURST = Number(process.env.BENCH_BURST ?? 1)

@@ -5,7 +5,7 @@
 //   a file under /tmp), sse (100-delta SSE run), bare (bare Fastify), or
 //   bare-schemas (bare Fastify validating and serializing with the service's schemas), raw-sse (the
 //   node:http SSE reference), raw-sse-generator (the same, fed by the ticker agent's generator), sse-continue (the sse
-//   run with onDisconnect 'continue'), sse-sqlite, sse-postgres, sse-redis (the sse run with its log in SQLite, PostgreSQL, Redis), responses and chat-completions (the ticker streamed as /v1/responses and
+//   run with onDisconnect 'continue'), sse-sqlite, sse-postgres, sse-redis (the sse run with its log in SQLite, PostgreSQL, Redis), all-postgres (the JSON run with every store on PostgreSQL), responses and chat-completions (the ticker streamed as /v1/responses and
 //   /v1/chat/completions), mcp (a tools/call of the ticker with progress on /v1/mcp), handwritten
 //   (the contract's work for a JSON run written by hand on bare Fastify: bench/presets.js)
 // Starts the server pinned to core 0, warms it up, then profiles it (the inspector's CPU profiler, as
@@ -35,6 +35,8 @@ const presets = {
   // the same with its log in PostgreSQL / Redis (a schema / prefix of the profile's own, left behind: drop it after)
   'sse-postgres': { spec: { kind: 'service', preset: { name: 'runs-postgres', url: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test', schema: `fa_profile_runs_${process.pid}` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
   'sse-redis': { spec: { kind: 'service', preset: { name: 'runs-redis', url: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', prefix: `fa-profile-runs-${process.pid}:` } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 } }) } },
+  // a JSON run with every store on PostgreSQL (issue 26; a schema of the profile's own, left behind: drop it after)
+  'all-postgres': { spec: { kind: 'service', preset: { name: 'all-postgres', url: process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test', schema: `fa_profile_all_${process.pid}` } }, request: { path: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: jsonBody(1024) } },
   'sse-continue': { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/agents/ticker/runs', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: 100 }, onDisconnect: 'continue' }) } },
   responses: { spec: { kind: 'service', preset: { name: 'default' } }, request: { path: '/v1/responses', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'ticker', input: 'go', stream: true }) } },
   mcp: {

@@ -2,7 +2,7 @@
 // field that is not listed here never leaves the process, whatever a store or the stats hand over.
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Cursor, Metadata, NextCursor } from './common.js'
+import { Cursor, Metadata, NextCursor, PageLimit } from './common.js'
 import { HealthChecks } from './health.js'
 import { Session } from './sessions.js'
 import { Approval } from './approvals.js'
@@ -10,7 +10,7 @@ import { RunRecord } from './runs.js'
 
 const Count = Type.Integer({ minimum: 0 })
 const DateTime = Type.String({ format: 'date-time' })
-const Limit = Type.Integer({ minimum: 1, maximum: 500, default: 50 })
+const Limit = PageLimit(500, 50)
 
 const Percentiles = Type.Object({ p50: Type.Number(), p95: Type.Number(), p99: Type.Number() }, { description: 'milliseconds' })
 const Tokens = Type.Object({ input: Count, output: Count, total: Count })

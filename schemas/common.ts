@@ -31,6 +31,9 @@ export const Id = Type.String({ minLength: 1, maxLength: 128 })
 export const Cursor = Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })
 export const NextCursor = Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' })
 
+/** A listing's page size, 1 to `max` (`fallback` when absent): out of range, fractional or not a number is a 400. */
+export const PageLimit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
+
 const errorDescriptions: Record<number, string> = {
   400: 'Invalid request',
   401: 'Missing or invalid credentials',

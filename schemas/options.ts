@@ -16,11 +16,11 @@ function withMethods<T> (methods: readonly string[], description: string): TUnsa
 
 // The methods a store must have, checked at registration; lib/stores/types.ts holds each list against its interface.
 export const storeMethods = {
-  auditStore: ['append', 'query', 'count'],
-  sessionStore: ['create', 'get', 'appendTurn', 'touch', 'delete', 'list', 'listByPrincipal'],
+  auditStore: ['append', 'query'],
+  sessionStore: ['create', 'get', 'appendTurn', 'delete', 'list', 'listByPrincipal'],
   approvalStore: ['create', 'get', 'listPending', 'decide', 'expire', 'cancel', 'waitForDecision'],
   checkpointStore: ['save', 'load', 'delete', 'list'],
-  idempotencyStore: ['reserve', 'renew', 'complete', 'release', 'get'],
+  idempotencyStore: ['reserve', 'renew', 'complete', 'release'],
   runStore: [
     'create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events',
     'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge', 'delete'

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Cursor, Id, Metadata, NextCursor, Usage } from './common.js'
+import { Cursor, Id, Metadata, NextCursor, PageLimit, Usage } from './common.js'
 
 export const OnDisconnect = Type.Union([Type.Literal('cancel'), Type.Literal('continue')], {
   description: 'what a client going away does to the run: cancel it (default), or let it go on (rejoin through /v1/runs/:runId/events)'
@@ -105,10 +105,8 @@ export const RunEventsQuery = Type.Object({
   after: Type.Optional(Type.String({ description: 'resume after this seq (a non-negative integer); Last-Event-ID wins' }))
 }, { additionalProperties: false })
 
-const Limit = (max: number, fallback: number) => Type.Integer({ minimum: 1, maximum: max, default: fallback })
-
 export const SessionRunsQuery = Type.Object({
-  limit: Type.Optional(Limit(100, 20)),
+  limit: Type.Optional(PageLimit(100, 20)),
   cursor: Type.Optional(Cursor)
 }, { additionalProperties: false })
 export type SessionRunsQuery = Static<typeof SessionRunsQuery>
@@ -120,7 +118,7 @@ export const RunPage = Type.Object({
 export type RunPage = Static<typeof RunPage>
 
 export const AdminRunsQuery = Type.Object({
-  limit: Type.Optional(Limit(500, 50)),
+  limit: Type.Optional(PageLimit(500, 50)),
   cursor: Type.Optional(Cursor),
   status: Type.Optional(RunStatus),
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
@@ -136,7 +134,7 @@ export const AdminRunPage = Type.Object({
 
 export const AdminRunEventsQuery = Type.Object({
   after: Type.Optional(Type.Integer({ minimum: 0, description: 'the events after this seq (default 0: from the first)' })),
-  limit: Type.Optional(Limit(500, 100))
+  limit: Type.Optional(PageLimit(500, 100))
 }, { additionalProperties: false })
 
 export const AdminRunEventsPage = Type.Object({

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { AgentNamePattern, Cursor, Id, Metadata, NextCursor } from './common.js'
+import { AgentNamePattern, Cursor, Id, Metadata, NextCursor, PageLimit } from './common.js'
 
 export const CreateSessionRequest = Type.Object({
   agent: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
@@ -47,7 +47,7 @@ export const ForkedSession = Type.Composite([SessionWithMessages, Type.Object({ 
 export type ForkedSession = Static<typeof ForkedSession>
 
 export const SessionListQuery = Type.Object({
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+  limit: Type.Optional(PageLimit(100, 20)),
   cursor: Type.Optional(Cursor),
   agent: Type.Optional(Type.String({ pattern: AgentNamePattern, description: 'only the sessions of this agent' }))
 }, { additionalProperties: false })

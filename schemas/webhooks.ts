@@ -1,7 +1,7 @@
 // Webhooks (docs/webhooks.md): the option, the body POSTed to the endpoint, and the Admin API's listing of attempts.
 import { Type } from '@sinclair/typebox'
 import type { Static } from '@sinclair/typebox'
-import { Id } from './common.js'
+import { Cursor, Id, PageLimit } from './common.js'
 
 export const WebhooksOptions = Type.Object({
   // the scheme (http or https) and the secret's form are checked by lib/webhooks/options.ts, each with its own message
@@ -51,8 +51,8 @@ export const WebhookAttempt = Type.Object({
 export type WebhookAttempt = Static<typeof WebhookAttempt>
 
 export const AdminWebhooksQuery = Type.Object({
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 500, default: 50 })),
-  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 512, description: 'opaque, from the previous page\'s nextCursor' })),
+  limit: Type.Optional(PageLimit(500, 50)),
+  cursor: Type.Optional(Cursor),
   outcome: Type.Optional(WebhookOutcome),
   event: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
   runId: Type.Optional(Id)

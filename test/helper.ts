@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { Test } from 'tap'
 import { requestContextOf } from '../lib/core/request-context.js'
-import type { AuditEntry, StoreSet } from '../lib/stores/types.js'
+import type { AuditEntry, AuditStore, IdempotencyRecord, IdempotencyStore, StoreSet } from '../lib/stores/types.js'
 import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
@@ -113,4 +113,14 @@ export async function closeStores (sets: StoreSet[]): Promise<void> {
       await store.close?.()
     }
   }
+}
+
+/** How many entries one of our audit stores holds: a read of our backends', not of the interface. */
+export function auditCount (store: AuditStore | undefined): Promise<number> {
+  return (store as unknown as { count: () => Promise<number> }).count()
+}
+
+/** The record one of our idempotency stores holds for a key (null: none, or expired): our backends' read, not the interface's. */
+export function idempotencyRecord (store: IdempotencyStore, key: string): Promise<IdempotencyRecord | null> {
+  return (store as unknown as { get: (key: string) => Promise<IdempotencyRecord | null> }).get(key)
 }

@@ -148,6 +148,15 @@ export class RunLog implements RunSink {
   }
 
   /**
+   * The run's result is in: its end follows once what the run leaves behind is persisted (a session's turn). A first
+   * write still waiting is left to the end, which takes its events (a quick run whose turn took longer than
+   * FIRST_WRITE_MS is one write, not two).
+   */
+  ending (): void {
+    this.#ending = true
+  }
+
+  /**
    * Stores the terminal event and the end, after everything before them, and resolves with the terminal event as
    * stored, the one to send: `event`, or the one the store ended the run with instead — cancelled (a cancel was
    * asked for first: see cancelledFinish), or by another instance once this one's lease lapsed. When there is none

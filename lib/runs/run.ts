@@ -49,6 +49,8 @@ export interface RunSink {
    * when it cannot: the run is another instance's now, or the store stayed away. A sink without it stores at once.
    */
   durable?(seq: number, lease: LeaseHolder): Promise<void>
+  /** The run's result is in and its end follows (`finish`, once what it leaves behind is persisted): told once. */
+  ending?(): void
 }
 
 export type { RunResult }
@@ -347,6 +349,7 @@ export class AgentRun {
       if (!isAgentResult(result)) throw new TypeError(`Agent "${this.agentName}" must resolve to { output }`)
       const runResult = this.#toRunResult(result)
       this.#finishing = true
+      this.options.sink?.ending?.()
       this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
     } catch (err) {
       // a result whose getters throw, a finish() that throws before returning its promise

@@ -193,9 +193,9 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     if (session === null) throw new SessionNotFoundError(sessionId)
     history = session.messages
   } else if (sessionId === null && !ephemeral) {
+    // made with the run, below
     sessionId = randomId()
     fresh = true
-    await settings.sessionStore.create({ id: sessionId, agent: name, principal: caller.principal, metadata: {} }, settings.sessionTtlMs)
   }
   if (auditedRequest !== undefined) service.audit.note(auditedRequest, { runId, sessionId: sessionId ?? undefined })
 
@@ -228,7 +228,16 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
   }
   if (resumed && !background && await reopened(service, newRun)) {
     // a resumed run goes on in the same record and log
-  } else if (sessionId === null || fresh) {
+  } else if (fresh) {
+    // the session and its first run in one write where the run store can (docs/stores.md, "Round trips"); else the
+    // session first: a run never names a session that is not there
+    const session = { id: sessionId!, agent: name, principal: caller.principal, metadata: {} }
+    const created = await settings.runStore.createWithSession?.(newRun, session, settings.sessionTtlMs, settings.sessionStore)
+    if (created === undefined) {
+      await settings.sessionStore.create(session, settings.sessionTtlMs)
+      await settings.runStore.create(newRun, { exclusive: true })
+    }
+  } else if (sessionId === null) {
     await settings.runStore.create(newRun, { exclusive: !ephemeral })
   } else {
     await takeSession(service, newRun, request.multitask ?? 'reject', options.signal)

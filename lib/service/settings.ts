@@ -324,7 +324,10 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     approvalStore: withDeadline(given.approvalStore, storeMethods.approvalStore.filter((m) => m !== 'waitForDecision'), 'approvalStore'),
     checkpointStore,
     // watch and watchSession answer at once (they only register a listener): no deadline
-    runStore: withDeadline(given.runStore, storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'), 'runStore'),
+    runStore: withDeadline(given.runStore, [
+      ...storeMethods.runStore.filter((m) => m !== 'watch' && m !== 'watchSession' && m !== 'watchQueue'),
+      ...(typeof given.runStore.createWithSession === 'function' ? ['createWithSession'] : [])
+    ], 'runStore'),
     runRetentionMs: options.runRetentionMs ?? DEFAULT_RUN_RETENTION_MS,
     auditRetentionMs: options.auditRetentionMs ?? DEFAULT_AUDIT_RETENTION_MS,
     approvalRetentionMs: options.approvalRetentionMs ?? DEFAULT_APPROVAL_RETENTION_MS,

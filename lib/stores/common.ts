@@ -1,6 +1,6 @@
 // Internal helpers shared by the store backends. Not part of the public API (index.ts does not export it).
 import { StoreApprovalExistsError, StoreApprovalNotFoundError, StoreClosedError } from '../core/errors.js'
-import type { ApprovalRecord, ApprovalStatus, DecideResult } from './types.js'
+import type { ApprovalRecord } from './types.js'
 
 export function storeClosedError (): Error {
   return new StoreClosedError()
@@ -75,17 +75,6 @@ export function toMs (name: string, value: string): number {
 /** JSON has no `undefined`: every backend stores it as null so that they all read back the same. */
 export function toJson (value: unknown): string {
   return JSON.stringify(value ?? null)
-}
-
-export function decidedStatus (approved: boolean): ApprovalStatus {
-  return approved ? 'approved' : 'rejected'
-}
-
-/** What a failed compare-and-set means, given the record as it now is (no longer pending). */
-export function failedDecision (record: ApprovalRecord): DecideResult {
-  return record.status === 'expired'
-    ? { outcome: 'expired', approval: record }
-    : { outcome: 'already_decided', approval: record }
 }
 
 interface Waiter {

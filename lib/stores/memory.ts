@@ -1,8 +1,10 @@
 // In-process stores: the defaults. Fast (they sit on every request) and lost on restart.
 import {
-  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decidedStatus, decodeKeyCursor,
-  decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso, storeClosedError, toJson, toMs
+  ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkCount, checkLimit, checkTtl, decodeKeyCursor,
+  decodeSeqCursor, encodeSeqCursor, iso, storeClosedError, toJson, toMs
 } from './common.js'
+import { approvalStatusAt, beforeKeyCursor, decide, idempotencyHeld, idempotencyLive, keyPage, nextCheckpoint, renewedLease, settledStatus } from './rules.js'
+import type { IdempotencyHold } from './rules.js'
 import { randomId } from '../core/ids.js'
 import { MemoryRunStore } from './memory-runs.js'
 import { MemoryWebhookStore } from './memory-webhooks.js'
@@ -173,15 +175,6 @@ export class MemorySessionStore implements SessionStore {
     return true
   }
 
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    const stored = this.#live(id, now)
-    if (stored === undefined) return false
-    this.#touch(stored, now, ttlMs)
-    return true
-  }
-
   async delete (id: string): Promise<boolean> {
     const stored = this.#sessions.get(id)
     if (stored === undefined) return false
@@ -207,15 +200,11 @@ export class MemorySessionStore implements SessionStore {
     for (const stored of sessions) {
       if (stored.expiresMs <= now) this.#remove(stored)
       else if (wanted !== undefined && !wanted(stored)) continue
-      else if (after === null || isBefore(stored.lastActiveMs, stored.id, after)) candidates.push(stored)
+      else if (beforeKeyCursor(stored.lastActiveMs, stored.id, after)) candidates.push(stored)
     }
     candidates.sort((a, b) => b.lastActiveMs - a.lastActiveMs || (a.id < b.id ? 1 : -1))
-    const page = candidates.slice(0, limit)
-    const last = page[page.length - 1]
-    return {
-      sessions: page.map(toSessionRecord),
-      nextCursor: candidates.length > limit ? encodeKeyCursor(last.lastActiveMs, last.id) : null
-    }
+    const { items, nextCursor } = keyPage(candidates, limit, (stored) => ({ ms: stored.lastActiveMs, id: stored.id }))
+    return { sessions: items.map(toSessionRecord), nextCursor }
   }
 
   async close (): Promise<void> {}
@@ -278,11 +267,6 @@ export class MemorySessionStore implements SessionStore {
   }
 }
 
-/** Order of list(): most recently active first, ties by id descending. */
-function isBefore (ms: number, id: string, cursor: { ms: number, id: string }): boolean {
-  return ms < cursor.ms || (ms === cursor.ms && id < cursor.id)
-}
-
 // Field by field: a spread followed by one more property (`{ ...record, lastActiveAt }`) takes a slow path
 // in V8, and this runs for every session a run creates.
 function toSessionRecord (stored: StoredSession): SessionRecord {
@@ -328,10 +312,9 @@ export class MemoryApprovalStore implements ApprovalStore {
   // No await between the read and the write: that is what makes it a compare-and-set.
   async decide (id: string, decision: ApprovalDecision): Promise<DecideResult> {
     const record = this.#current(id)
-    if (record === undefined) return { outcome: 'not_found' }
-    if (record.status !== 'pending') return failedDecision(copy(record))
-    record.decision = { ...decision }
-    return { outcome: 'decided', approval: copy(this.#set(record, decidedStatus(decision.approved))) }
+    const { decided, result } = decide(record === undefined ? null : copy(record), decision)
+    if (decided !== null) this.#store(copy(decided))
+    return result
   }
 
   async expire (id: string): Promise<ApprovalRecord | null> {
@@ -353,21 +336,24 @@ export class MemoryApprovalStore implements ApprovalStore {
     this.#waiters.rejectAll(storeClosedError())
   }
 
-  /** The stored record, expired first when it is pending past its expiry. */
+  /** The stored record as it now is: stored expired first when it is pending past its expiry. */
   #current (id: string): ApprovalRecord | undefined {
     const record = this.#approvals.get(id)
-    if (record?.status === 'pending' && Date.parse(record.expiresAt) <= Date.now()) this.#set(record, 'expired')
-    return record
+    if (record === undefined) return undefined
+    const status = approvalStatusAt(record, Date.now())
+    return status === record.status ? record : this.#store({ ...record, status })
   }
 
-  #transition (id: string, status: 'expired' | 'cancelled'): ApprovalRecord | null {
+  #transition (id: string, to: 'expired' | 'cancelled'): ApprovalRecord | null {
     const record = this.#approvals.get(id)
     if (record === undefined) return null
-    return copy(record.status === 'pending' ? this.#set(record, status) : record)
+    const status = settledStatus(record.status, to)
+    return copy(status === record.status ? record : this.#store({ ...record, status }))
   }
 
-  #set (record: ApprovalRecord, status: ApprovalRecord['status']): ApprovalRecord {
-    record.status = status
+  /** Stores a record that left `pending`, and wakes its waiters. */
+  #store (record: ApprovalRecord): ApprovalRecord {
+    this.#approvals.set(record.id, record)
     this.#waiters.settle(copy(record))
     return record
   }
@@ -390,13 +376,13 @@ export class MemoryCheckpointStore implements CheckpointStore {
   async save (checkpoint: { runId: string, agent: string, sessionId: string, state: unknown }): Promise<CheckpointRecord> {
     const json = toJson(checkpoint.state)
     const now = iso(Date.now())
-    const previous = this.#checkpoints.get(checkpoint.runId)
+    const { step, createdAt } = nextCheckpoint(this.#checkpoints.get(checkpoint.runId)?.summary, now)
     const summary: CheckpointSummary = {
       runId: checkpoint.runId,
       agent: checkpoint.agent,
       sessionId: checkpoint.sessionId,
-      step: (previous?.summary.step ?? 0) + 1,
-      createdAt: previous?.summary.createdAt ?? now,
+      step,
+      createdAt,
       updatedAt: now,
       bytes: Buffer.byteLength(json)
     }
@@ -426,12 +412,8 @@ function toCheckpointRecord (summary: CheckpointSummary, json: string): Checkpoi
   return { ...rest, state: JSON.parse(json) }
 }
 
-interface StoredIdempotency {
+interface StoredIdempotency extends IdempotencyHold {
   record: IdempotencyRecord
-  /** the reservation's holder: renew, complete and release need it */
-  token: string
-  expiresMs: number
-  lockedMs: number
 }
 
 export class MemoryIdempotencyStore implements IdempotencyStore {
@@ -444,10 +426,11 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now()
     this.#purge(now)
     const existing = this.#records.get(key)
-    if (existing !== undefined && isLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
+    if (existing !== undefined && idempotencyLive(existing, now)) return { outcome: 'existing', record: copyRecord(existing.record) }
     const token = randomId()
     const stored: StoredIdempotency = {
       record: { key, fingerprint, state: 'in_progress', createdAt: iso(now), expiresAt: iso(now + options.ttlMs), lockedUntil: iso(now + options.leaseMs) },
+      state: 'in_progress',
       token,
       expiresMs: now + options.ttlMs,
       lockedMs: now + options.leaseMs
@@ -460,7 +443,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   /** The record while `token` holds it: unexpired and in progress. */
   #held (key: string, token: string, now: number): StoredIdempotency | undefined {
     const stored = this.#records.get(key)
-    return stored !== undefined && stored.expiresMs > now && stored.record.state === 'in_progress' && stored.token === token ? stored : undefined
+    return stored !== undefined && idempotencyHeld(stored, token, now) ? stored : undefined
   }
 
   async renew (key: string, token: string, leaseMs: number): Promise<boolean> {
@@ -468,8 +451,9 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     const now = Date.now()
     const stored = this.#held(key, token, now)
     if (stored === undefined) return false
-    stored.lockedMs = now + leaseMs
-    stored.expiresMs = Math.max(stored.expiresMs, stored.lockedMs)
+    const lease = renewedLease(stored, now, leaseMs)
+    stored.lockedMs = lease.lockedMs
+    stored.expiresMs = lease.expiresMs
     stored.record = { ...stored.record, lockedUntil: iso(stored.lockedMs), expiresAt: iso(stored.expiresMs) }
     return true
   }
@@ -481,6 +465,7 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
     if (stored === undefined) return false
     const expiresMs = now + ttlMs
     stored.expiresMs = expiresMs
+    stored.state = 'completed'
     stored.record = { ...stored.record, state: 'completed', response: { ...response }, expiresAt: iso(expiresMs) }
     return true
   }
@@ -505,10 +490,6 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
       this.#records.delete(key)
     }
   }
-}
-
-function isLive (stored: StoredIdempotency, now: number): boolean {
-  return stored.expiresMs > now && (stored.record.state === 'completed' || stored.lockedMs > now)
 }
 
 function copyRecord (record: IdempotencyRecord): IdempotencyRecord {

@@ -6,17 +6,22 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { Pool, PoolClient } from 'pg'
 import { checkTtl, iso, toMs } from './common.js'
-import { RUN_POLL_MS, isEnded, storable } from './run-policy.js'
+import { RUN_POLL_MS, checkNewRun, isEnded, storable } from './run-policy.js'
 import type { RunCondition, StoredRun } from './run-policy.js'
 import { BackedRunStore } from './run-store.js'
 import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
 import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { PostgresStore } from './postgres-connection.js'
-import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
+import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
-import type { NewRun, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, StoredEvent } from './types.js'
+import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
+
+/** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
+interface FreshSessions {
+  freshSession(session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }>
+}
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
   /** how often watchers poll for what a lost notification did not tell them (default 1,000 ms) */
@@ -244,21 +249,42 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     throw lockRaceError(sessionId)
   }
 
-  async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
+  /** A new run's columns, `$1` to `$17` of the create statements. */
+  #values (run: NewRun): unknown[] {
     const { record } = run
-    const values = [
+    return [
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
       record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
       record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
     ]
+  }
+
+  #createWithSession: NamedStatement | null = null
+
+  /**
+   * A run with its fresh session (the session store's INSERT, its parameters from $18) and the session's lock, in one
+   * statement (docs/stores.md, "Round trips").
+   */
+  async insertWithSession (run: NewRun, fresh: { text: string, values: unknown[] }): Promise<void> {
+    // (the session store's INSERT is the same text at every call: one statement, named once)
+    this.#createWithSession ??= named(this.#sql.createWithSession(fresh.text))
+    const { rowCount } = await (await this.#pool()).query({ ...this.#createWithSession, values: [...this.#values(run), ...fresh.values] })
+    // (the session was made with the run: no other run can hold it)
+    /* c8 ignore next */
+    if (rowCount !== 1) throw lockRaceError(run.record.sessionId!)
+  }
+
+  async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
+    const { record } = run
+    const values = this.#values(run)
     if (!takeSession) {
-      await this.sql(this.#sql.create, values)
+      await (await this.#pool()).query({ ...this.#sql.create, values })
       return null
     }
     const pool = await this.#pool()
     for (let attempt = 0; attempt < TAKE_ATTEMPTS; attempt++) {
-      const { rowCount } = await pool.query(this.#sql.createExclusive, values)
+      const { rowCount } = await pool.query({ ...this.#sql.createExclusive, values })
       if (rowCount === 1) return null
       const holder = await this.#busy(pool, record.sessionId!)
       if (holder !== null) return holder
@@ -311,7 +337,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
         data.push(event.data)
       }
     }
-    const { rows } = await pool.query(this.#sql.appendGroup, [runIds, counts, afters, owners, eventRuns, seqs, types, data]) as { rows: Array<{ run_id: string, last_seq: number }> }
+    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [runIds, counts, afters, owners, eventRuns, seqs, types, data] })
     const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
     return items.map((item) => appended.get(item.runId) ?? null)
   }
@@ -442,11 +468,35 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
 
 export class PostgresRunStore extends BackedRunStore {
   readonly #pg: PostgresRunBackend
+  /** the session store of the same database (postgresStores): a run's fresh session goes in with the run */
+  #sessionStore: FreshSessions | null = null
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     const backend = new PostgresRunBackend(source, options)
     super(backend)
     this.#pg = backend
+  }
+
+  /** Pairs this store with the session store of the same database (postgresStores does): see createWithSession. */
+  withSessions (sessions: FreshSessions): this {
+    this.#sessionStore = sessions
+    return this
+  }
+
+  /**
+   * A run and its fresh session (no run holds it yet) in one statement, its session taken: one round trip fewer
+   * for every run that starts a session (docs/stores.md, "Round trips"). Undefined, with nothing written, when
+   * `sessions` is not the session store of this one's database: the caller creates the session first.
+   */
+  async createWithSession (run: NewRun, session: NewSession, ttlMs: number, sessions: SessionStore): Promise<CreateRunResult | undefined> {
+    const paired = this.#sessionStore
+    if (paired === null || (sessions as { [UNWRAPPED]?: unknown })[UNWRAPPED] !== paired || session.id !== run.record.sessionId) return undefined
+    const backend = this.#pg
+    backend.check()
+    checkNewRun(backend.name, backend.text, run)
+    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 18))
+    if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
+    return { outcome: 'created' }
   }
 
   /** NOTIFY channel shared by every instance using this schema and prefix. */
@@ -514,13 +564,21 @@ function statements (runs: string, events: string, sessions: string, channel: st
     SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
     WHERE EXISTS (SELECT 1 FROM ${when})`
   return {
-    create: `WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`,
-    createExclusive: `
+    // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
+    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
+    createExclusive: named(`
       WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
       cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken)),
       created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
-      ${created}`,
+      ${created}`),
     take,
+    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $18), its lock taken
+    createWithSession: (session: string): string => `
+      WITH session AS (${session}),
+      taken AS (${take.replace('($1, $2)', '($3, $1)')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id = $1),
+      created AS (${insert} ${replace})
+      ${created}`,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,
@@ -566,7 +624,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT reopened.*, pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified FROM reopened`,
     // every run's batch of a group, as \`append\`: each goes in only if it follows its log and is its run owner's; one
     // NOTIFY names them all
-    appendGroup: `
+    appendGroup: named(`
       WITH batch AS (
         SELECT * FROM unnest($1::text[], $2::integer[], $3::integer[], $4::text[]) AS b (run_id, n, after, owner)),
       run AS (
@@ -579,10 +637,10 @@ function statements (runs: string, events: string, sessions: string, channel: st
         WHERE e.run_id IN (SELECT run_id FROM run))
       SELECT run_id, last_seq,
         (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
-      FROM run`,
+      FROM run`),
     // The last events, the end and the session given back, in one statement, if the run is as the condition says:
     // a queued detachable run waiting for that session is news for the claimers.
-    end: `
+    end: named(`
       WITH ended AS (
         UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
           owner = NULL, lease_until = NULL
@@ -599,7 +657,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
         pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
         (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session,
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended, waits`,
+      FROM ended, waits`),
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

@@ -3,11 +3,12 @@
 import { createHash } from 'node:crypto'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
-  decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
+  decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
-import { PostgresConnection, PostgresStore, isPool } from './postgres-connection.js'
-import type { PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import { decidedStatus, failedDecision } from './rules.js'
+import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
+import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
@@ -116,6 +117,7 @@ const SESSION_COLUMNS = 'id, agent, principal, created_at, last_active_at, turns
 
 export class PostgresSessionStore extends PostgresStore implements SessionStore {
   #purgedAt = 0
+  #appendTurn: NamedStatement | null = null
 
   protected ddl (): string {
     // COLLATE "C": list() pages by (last_active_at, id); a byte order keeps that independent of the locale
@@ -131,21 +133,33 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
+    const { text, values } = await this.freshSession(session, ttlMs, 1)
+    const [row] = await this.sql<SessionRow>(`${text} RETURNING ${SESSION_COLUMNS}`, values)
+    return toSession(row)
+  }
+
+  /**
+   * A new session's INSERT (its parameters numbered from `first`), its table made and the expired sessions purged
+   * when due: `create`'s, and the run store's when it writes a run with its fresh session in one statement
+   * (docs/stores.md, "Round trips").
+   */
+  async freshSession (session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     if (now - this.#purgedAt >= PURGE_MS) {
       this.#purgedAt = now
       await this.sql(`DELETE FROM ${this.table('sessions')} WHERE expires_at <= $1`, [new Date(now)])
+    } else {
+      await this.pool()
     }
-    const [row] = await this.sql<SessionRow>(`
+    const $ = (n: number): string => `$${first + n}`
+    const text = `
       INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
-      VALUES ($1, $2, $3, $4, $4, $5, 0, $6, '[]')
+      VALUES (${$(0)}::text, ${$(1)}::text, ${$(2)}::text, ${$(3)}::timestamptz, ${$(3)}::timestamptz, ${$(4)}::timestamptz, 0, ${$(5)}::jsonb, '[]')
       ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
         created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
-        turns = 0, metadata = EXCLUDED.metadata, messages = '[]'
-      RETURNING ${SESSION_COLUMNS}`,
-    [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)])
-    return toSession(row)
+        turns = 0, metadata = EXCLUDED.metadata, messages = '[]'`
+    return { text, values: [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)] }
   }
 
   async get (id: string): Promise<SessionWithMessages | null> {
@@ -158,20 +172,12 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
-    const rows = await this.sql(`
+    // every run's (named: prepared once per connection)
+    this.#appendTurn ??= named(`
       UPDATE ${this.table('sessions')} SET messages = messages || $2::jsonb, turns = turns + 1,
         last_active_at = $3, expires_at = $4
-      WHERE id = $1 AND expires_at > $3 RETURNING id`,
-    [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
-    return rows.length === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    const rows = await this.sql(`
-      UPDATE ${this.table('sessions')} SET last_active_at = $2, expires_at = $3
-      WHERE id = $1 AND expires_at > $2 RETURNING id`, [id, new Date(now), new Date(now + ttlMs)])
+      WHERE id = $1 AND expires_at > $3 RETURNING id`)
+    const rows = await this.sql(this.#appendTurn, [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
     return rows.length === 1
   }
 
@@ -508,7 +514,8 @@ export class PostgresIdempotencyStore extends PostgresStore implements Idempoten
       await this.sql(`DELETE FROM ${this.table('idempotency')} WHERE expires_at <= $1`, [new Date(now)])
     }
     // Concurrent inserts of one key wait for the first to commit, then re-check the WHERE against it:
-    // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over.
+    // exactly one reserver gets a row back. The WHERE lets a dead holder's (or an expired) record be taken over:
+    // the rules of rules.ts (idempotencyLive here, idempotencyHeld in renew, complete and release), in one statement each.
     const token = randomId()
     const taken = await this.sql(`
       INSERT INTO ${this.table('idempotency')} AS i (key, fingerprint, state, response, created_at, expires_at, locked_until, token)
@@ -581,13 +588,15 @@ export function postgresStores (source: string | PgPool | PostgresStoresOptions,
   } else {
     connection = new PostgresConnection(source)
   }
+  // one database: a run's fresh session goes in with the run, in one statement
+  const sessionStore = new PostgresSessionStore(connection, storeOptions)
   return {
     auditStore: new PostgresAuditStore(connection, storeOptions),
-    sessionStore: new PostgresSessionStore(connection, storeOptions),
+    sessionStore,
     approvalStore: new PostgresApprovalStore(connection, storeOptions),
     checkpointStore: new PostgresCheckpointStore(connection, storeOptions),
     idempotency: { store: new PostgresIdempotencyStore(connection, storeOptions) },
-    runStore: new PostgresRunStore(connection, storeOptions),
+    runStore: new PostgresRunStore(connection, storeOptions).withSessions(sessionStore),
     webhookStore: new PostgresWebhookStore(connection, storeOptions),
     quotaStore: new PostgresQuotaStore(connection, storeOptions)
   }

@@ -1,6 +1,7 @@
 // Redis stores (ioredis): idempotency and sessions shared by many instances, expiry left to Redis.
 import type { Redis } from 'ioredis'
-import { checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, iso } from './common.js'
+import { checkLimit, checkTtl, decodeKeyCursor, iso } from './common.js'
+import { beforeKeyCursor, keyPage } from './rules.js'
 import { RedisConnection, RedisScript, RedisStore } from './redis-connection.js'
 import type { RedisClient, RedisStoreOptions } from './redis-connection.js'
 import { randomId } from '../core/ids.js'
@@ -16,7 +17,8 @@ export { RedisConnection } from './redis-connection.js'
 export type { RedisClient, RedisSource, RedisStoreOptions } from './redis-connection.js'
 
 // A record counts as live while unexpired and either completed or within its lease; otherwise it is
-// replaced. Times are the caller's clock (epoch ms) so that they agree with the other backends'.
+// replaced (idempotencyLive in rules.ts; the scripts below hold to idempotencyHeld and renewedLease). Times are the
+// caller's clock (epoch ms) so that they agree with the other backends'.
 const RESERVE = new RedisScript(`
 local held = redis.call('HMGET', KEYS[1], 'state', 'expiresAt', 'lockedUntil')
 local now = tonumber(ARGV[1])
@@ -147,12 +149,12 @@ return 1
 
 // Touches a live session: new expiry on both keys, new score in the activity index and its owner's, optionally a
 // turn. ARGV: now, ttlMs, id, turns to add, then the messages to append (JSON).
-const TOUCH = new RedisScript(`${INDEX_OWNED}
+const APPEND_TURN = new RedisScript(`${INDEX_OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'lastActiveAt', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'turns', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if #ARGV > 4 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 5)) end
+if #ARGV > 3 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 4)) end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[1], ARGV[3])
 for _, key in ipairs(redis.call('HMGET', KEYS[1], 'owned1', 'owned2')) do
@@ -211,13 +213,8 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(),
-      [Date.now(), Math.ceil(ttlMs), id, 1, ...messages.map((message) => JSON.stringify(message))], this.#keys(id)) === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    return await TOUCH.run(this.client(), [Date.now(), Math.ceil(ttlMs), id, 0], this.#keys(id)) === 1
+    return await APPEND_TURN.run(this.client(),
+      [Date.now(), Math.ceil(ttlMs), id, ...messages.map((message) => JSON.stringify(message))], this.#keys(id)) === 1
   }
 
   async delete (id: string): Promise<boolean> {
@@ -249,7 +246,7 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       const flat = await client.zrevrangebyscore(index, after === null ? '+inf' : after.ms, '-inf', 'WITHSCORES', 'LIMIT', offset, batch)
       const ids: string[] = []
       for (let i = 0; i < flat.length; i += 2) {
-        if (after === null || Number(flat[i + 1]) < after.ms || flat[i] < after.id) ids.push(flat[i])
+        if (beforeKeyCursor(Number(flat[i + 1]), flat[i], after)) ids.push(flat[i])
       }
       const pipeline = client.pipeline()
       for (const id of ids) pipeline.hmget(this.#keys(id)[0], 'base', 'lastActiveAt', 'turns')
@@ -262,12 +259,8 @@ export class RedisSessionStore extends RedisStore implements SessionStore {
       if (flat.length < batch * 2) break
     }
     if (gone.length > 0) await client.zrem(index, ...gone)
-    const page = found.slice(0, limit)
-    const last = page[page.length - 1]
-    return {
-      sessions: page,
-      nextCursor: found.length > limit ? encodeKeyCursor(Date.parse(last.lastActiveAt), last.id) : null
-    }
+    const { items, nextCursor } = keyPage(found, limit, (session) => ({ ms: Date.parse(session.lastActiveAt), id: session.id }))
+    return { sessions: items, nextCursor }
   }}
 
 /** Sessions, idempotency, runs, the webhook outbox and the quota counts on one client (opened from a URL, or yours). */

@@ -2,9 +2,10 @@
 import type Database from 'better-sqlite3'
 import {
   ApprovalWaiters, MAX_AUDIT_LIMIT, approvalExistsError, checkLimit, checkTtl,
-  decidedStatus, decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, failedDecision, iso,
+  decodeKeyCursor, decodeSeqCursor, encodeKeyCursor, encodeSeqCursor, iso,
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
+import { decidedStatus, failedDecision } from './rules.js'
 import { SqliteConnection, SqliteStore } from './sqlite-connection.js'
 import type { SqliteDatabase, SqliteStoreOptions } from './sqlite-connection.js'
 import { randomId } from '../core/ids.js'
@@ -152,8 +153,6 @@ function sessionStatements (db: Db, table: string) {
           ELSE substr(messages, 1, length(messages) - 1) || ',' || substr(@messages, 2) END,
         turns = turns + 1, last_active_at = @now, expires_at = @expires
       WHERE id = @id AND expires_at > @now`),
-    touch: db.prepare<{ id: string, now: number, expires: number }>(
-      `UPDATE "${table}" SET last_active_at = @now, expires_at = @expires WHERE id = @id AND expires_at > @now`),
     delete: db.prepare<[string], number>(`DELETE FROM "${table}" WHERE id = ? RETURNING expires_at`).pluck(),
     list: db.prepare<[number, number, string, number], SessionRow>(`
       SELECT ${columns} FROM "${table}" WHERE expires_at > ? AND (last_active_at, id) < (?, ?)
@@ -199,12 +198,6 @@ export class SqliteSessionStore extends SqliteStore implements SessionStore {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     return this.#statements().appendTurn.run({ id, now, expires: now + ttlMs, messages: JSON.stringify(messages) }).changes === 1
-  }
-
-  async touch (id: string, ttlMs: number): Promise<boolean> {
-    checkTtl('ttlMs', ttlMs)
-    const now = Date.now()
-    return this.#statements().touch.run({ id, now, expires: now + ttlMs }).changes === 1
   }
 
   async delete (id: string): Promise<boolean> {
@@ -518,7 +511,8 @@ function idempotencyStatements (db: Db, table: string) {
   // the reservation's token (docs/auth-and-traffic.md), added to a table made before it: a record without one is held by nobody
   const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${table}')`).all()
   if (!columns.some((column) => column.name === 'token')) db.exec(`ALTER TABLE "${table}" ADD COLUMN token TEXT`)
-  // Takes the key over only when the holder is dead (lease passed) or its record expired.
+  // Takes the key over only when the holder is dead (lease passed) or its record expired: idempotencyLive in rules.ts,
+  // as renew, complete and release below hold to idempotencyHeld and renewedLease, each in one statement.
   const take = db.prepare<{ key: string, fingerprint: string, token: string, now: number, expires: number, locked: number }>(`
     INSERT INTO "${table}" (key, fingerprint, state, response, created_at, expires_at, locked_until, token)
     VALUES (@key, @fingerprint, 'in_progress', NULL, @now, @expires, @locked, @token)

@@ -34,7 +34,6 @@ export interface AuditStore {
   append(entries: readonly AuditEntry[]): Promise<void>
   /** Pages are stable while entries are appended: no duplicates, no gaps. */
   query(query: AuditQuery): Promise<AuditPage>
-  count(): Promise<number>
   /**
    * Optional (durable backends): deletes entries older than `before` (epoch ms), at most `batch` of them, oldest
    * first; resolves with how many. The service calls it periodically with `auditRetentionMs`.
@@ -69,10 +68,8 @@ export interface SessionStore {
   create(session: NewSession, ttlMs: number): Promise<SessionRecord>
   /** null when absent or expired */
   get(id: string): Promise<SessionWithMessages | null>
-  /** Appends a completed turn's messages, increments `turns`, touches. false when absent or expired. */
+  /** Appends a completed turn's messages, increments `turns`, marks activity (a new ttl). false when absent or expired. */
   appendTurn(id: string, messages: readonly Message[], ttlMs: number): Promise<boolean>
-  /** Marks activity. false when absent or expired. */
-  touch(id: string, ttlMs: number): Promise<boolean>
   /** true when something was deleted */
   delete(id: string): Promise<boolean>
   /** Unexpired sessions, most recently active first. */
@@ -189,8 +186,6 @@ export interface IdempotencyStore {
   complete(key: string, token: string, response: IdempotencyResponse, ttlMs: number): Promise<boolean>
   /** Forgets the key (a 5xx: the retry runs again) while it holds `token`; false, changing nothing, otherwise. */
   release(key: string, token: string): Promise<boolean>
-  /** null when absent or expired */
-  get(key: string): Promise<IdempotencyRecord | null>
   close?(): Promise<void>
 }
 
@@ -318,6 +313,13 @@ export interface RunStore {
    * run holds it — one not ended yet — nothing is stored and the holder is named.
    */
   create(run: NewRun, options: { exclusive: boolean }): Promise<CreateRunResult>
+  /**
+   * Optional: `create` with `exclusive` of a run whose session is new (`session`, its id the run's), the session
+   * created as `sessions.create(session, ttlMs)` would, both in one write — for a backend that keeps both in one
+   * database. Undefined, with nothing written, when `sessions` is not a store it writes with: the caller then
+   * creates the session, then the run.
+   */
+  createWithSession?(run: NewRun, session: NewSession, ttlMs: number, sessions: SessionStore): Promise<CreateRunResult | undefined>
   /**
    * A run that ended is resumed under its id (`resumeRunId`): ended → running, its attempt the next one, its log
    * kept and `run.requeued { attempt, reason: 'RESUMED' }` appended to it (so that its one log reads on past its last

@@ -46,8 +46,8 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['logger', { agents: { echo }, logger: 'info' }, /\/logger must be boolean/],
     ['db shape', { agents: { echo }, db: { query: 1 } }, '/db must have health(), or be a pg Pool, a better-sqlite3 Database or an ioredis client'],
     ['db type', { agents: { echo }, db: 'postgres://x' }, '/db must be object'],
-    ['auditStore', { agents: { echo }, auditStore: store('append') }, '/auditStore must have methods query(), count()'],
-    ['sessionStore', { agents: { echo }, sessionStore: {} }, '/sessionStore must have methods create(), get(), appendTurn(), touch(), delete(), list(), listByPrincipal()'],
+    ['auditStore', { agents: { echo }, auditStore: store('append') }, '/auditStore must have method query()'],
+    ['sessionStore', { agents: { echo }, sessionStore: {} }, '/sessionStore must have methods create(), get(), appendTurn(), delete(), list(), listByPrincipal()'],
     ['approvalStore', { agents: { echo }, approvalStore: store('create', 'get', 'listPending', 'decide', 'expire', 'cancel') }, '/approvalStore must have method waitForDecision()'],
     ['checkpointStore', { agents: { echo }, checkpointStore: [] }, /\/checkpointStore must be object/],
     ['rateLimit missing', { agents: { echo }, rateLimit: { intervalMs: 1000 } }, "/rateLimit must have required property 'maxRequests'"],
@@ -55,7 +55,7 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['rateLimit extra', { agents: { echo }, rateLimit: { maxRequests: 1, intervalMs: 1, burst: 2 } }, '/rateLimit/burst is not a known option'],
     ['rateLimit redis', { agents: { echo }, rateLimit: { maxRequests: 1, intervalMs: 1, redis: {} } }, '/rateLimit/redis must have method eval()'],
     ['idempotency', { agents: { echo }, idempotency: { ttlMs: 0 } }, '/idempotency/ttlMs must be >= 1'],
-    ['idempotency store', { agents: { echo }, idempotency: { store: {} } }, '/idempotency/store must have methods reserve(), renew(), complete(), release(), get()'],
+    ['idempotency store', { agents: { echo }, idempotency: { store: {} } }, '/idempotency/store must have methods reserve(), renew(), complete(), release()'],
     ['auth type', { agents: { echo }, auth: 'api-key' }, '/auth must be object'],
     ['auth strategy', { agents: { echo }, auth: { strategy: 'basic' } }, '/auth/strategy must be "api-key" or "jwt"'],
     ['api keys empty', { agents: { echo }, auth: { strategy: 'api-key', keys: [] } }, '/auth/keys must NOT have fewer than 1 items'],
@@ -75,7 +75,7 @@ t.test('every invalid option is named by its JSON pointer', async (t) => {
     ['adminApi prefix /health', { agents: { echo }, adminApi: { enabled: true, prefix: '/health' } }, '/adminApi/prefix must not clash with /health'],
     ['adminApi token', { agents: { echo }, adminApi: { enabled: true, bearerToken: '' } }, '/adminApi/bearerToken must NOT have fewer than 1 characters'],
     ['adminApi unknown', { agents: { echo }, adminApi: { enabled: true, token: 'x' } }, '/adminApi/token is not a known option'],
-    ['adminApi store', { agents: { echo }, adminApi: { enabled: true, auditStore: {} } }, '/adminApi/auditStore must have methods append(), query(), count()'],
+    ['adminApi store', { agents: { echo }, adminApi: { enabled: true, auditStore: {} } }, '/adminApi/auditStore must have methods append(), query()'],
     ['maxRetainedRuns', { agents: { echo }, maxRetainedRuns: 0 }, '/maxRetainedRuns must be >= 1'],
     ['maxRetainedRuns with runStore', { agents: { echo }, maxRetainedRuns: 5, runStore: new MemoryRunStore() },
       '/maxRetainedRuns bounds the memory run store the service makes: with runStore, give the bound to that store (memoryStores({ maxRetainedRuns }))']
@@ -108,8 +108,8 @@ t.test('valid options resolve to frozen settings with defaults', async (t) => {
 })
 
 t.test('the audit source rule: the admin API reads what the service writes', async (t) => {
-  const a = store('append', 'query', 'count')
-  const b = store('append', 'query', 'count')
+  const a = store('append', 'query')
+  const b = store('append', 'query')
   // the stores are used through their deadline wrapper (lib/stores/deadline.ts): one wrapper per store
   const onlyAdmin = resolveSettings({ agents: { echo }, adminApi: { enabled: true, auditStore: a as never } })
   t.equal(onlyAdmin.adminApi?.auditStore, onlyAdmin.auditStore, 'the service writes to adminApi.auditStore when it has no auditStore')

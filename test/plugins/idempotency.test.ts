@@ -7,7 +7,7 @@ import type { IdempotencyStore } from '../../lib/stores/types.js'
 import { decodedPath, readIdempotencyKey, scopedIdempotencyKey } from '../../lib/idempotency/keys.js'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import type { AgentService } from '../../app/service.js'
-import { build, eventually, listen, parseSse, sleep } from '../helper.js'
+import { build, eventually, idempotencyRecord, listen, parseSse, sleep } from '../helper.js'
 import { pgUrl, redisUrl, requirePg, requireRedis, withPgSchema, withRedisPrefix } from '../helpers/services.js'
 import { openSse } from '../helpers/streams.js'
 
@@ -208,7 +208,6 @@ t.test('a streamed run\'s final event goes out once its response is recorded: a 
   const slow: IdempotencyStore = {
     reserve: (...args) => memory.reserve(...args),
     renew: (...args) => memory.renew(...args),
-    get: (key) => memory.get(key),
     release: (...args) => memory.release(...args),
     complete: async (...args) => {
       await sleep(100)
@@ -301,7 +300,7 @@ t.test('a client that leaves before its answer releases the key', async (t) => {
   await eventually(() => w.runs === 1, 10_000, 'the run to start')
   req.destroy()
   const store = service.app.agentService.settings.idempotency!.store
-  await eventually(async () => await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')) === null, 10_000, 'the key to be released')
+  await eventually(async () => await idempotencyRecord(store, scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')) === null, 10_000, 'the key to be released')
   w.release()
   const retried = await run(service, 'k')
   t.equal(retried.statusCode, 200)
@@ -314,7 +313,6 @@ t.test('a store that fails to record the response: the answer still goes out, th
   const failing: IdempotencyStore = {
     reserve: (...args) => memory.reserve(...args),
     renew: (...args) => memory.renew(...args),
-    get: (key) => memory.get(key),
     release: async () => { throw new Error('store down') },
     complete: async () => { throw new Error('store down') }
   }
@@ -433,14 +431,14 @@ async function outlivedLease (t: Parameters<typeof build>[0], first: AgentServic
   const started = Date.now()
   const running = run(first, 'long')
   await eventually(() => w.runs === 1, 10_000, 'the run to start')
-  const reserved = await store.get(key)
+  const reserved = await idempotencyRecord(store, key)
   await sleep(Math.max(0, started + Math.round(OUTLIVED_LEASE_MS * 8 / 3) - Date.now()))
   let answered = false
   const retrying = run(second, 'long').finally(() => { answered = true })
   // (were the key taken over, the retry's own run would wait for the release below)
   await eventually(() => answered || w.runs > 1, 10_000, "the retry's answer or a second run")
   t.equal(w.runs, 1, 'the retry did not run the agent')
-  const held = await store.get(key)
+  const held = await idempotencyRecord(store, key)
   t.ok(Date.parse(held!.lockedUntil) > Date.parse(reserved!.lockedUntil), 'the lease was renewed')
   t.ok(Date.parse(held!.lockedUntil) > Date.now(), 'and holds now')
   await sleep(Math.max(0, started + 4 * OUTLIVED_LEASE_MS - Date.now()))
@@ -599,7 +597,7 @@ t.test('a renewal that throws is logged and retried, and the request goes on', a
   t.ok(store.renewals >= 2, 'renewed again after a failure')
   t.ok(lines.length >= 2)
   t.ok(lines.every((line) => line.level === 40 && /failed to renew/.test(line.msg) && line.err.message === 'store down'))
-  t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+  t.match(await idempotencyRecord(store, scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
 })
 
 t.test('one renewal at a time: a store that does not answer gets no pile of them', async (t) => {
@@ -691,7 +689,7 @@ t.test('a completion the store refuses is retried, the lease renewed, until writ
   t.equal(during.statusCode, 409, 'still in progress while the response is not written')
   t.ok(store.renewals > 3, 'the lease was renewed meanwhile')
   store.down = false
-  await eventually(async () => (await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')))?.state === 'completed', 5_000, 'the record written')
+  await eventually(async () => (await idempotencyRecord(store, scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')))?.state === 'completed', 5_000, 'the record written')
   const renewals = store.renewals
   const retry = await run(service, 'k')
   t.equal(retry.headers['idempotent-replayed'], 'true')
@@ -768,7 +766,7 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
     const attempts = store.completions
     await service.app.close()
     t.ok(store.completions > attempts, 'the last attempt')
-    if (comesBack) t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+    if (comesBack) t.match(await idempotencyRecord(store, scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
     else t.match(log.lines.at(-1), { level: 50, msg: /never recorded \(the service closed\)/ })
   }
   // closed while a retry is in flight: the last attempt is made, the retry's outcome changes nothing
@@ -788,7 +786,7 @@ t.test('at close, a pending completion gets one last attempt', async (t) => {
     await closing
     await sleep(100)
     t.equal(store.completions, 3, 'the retry, then the last attempt; nothing after')
-    t.match(await store.get(scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
+    t.match(await idempotencyRecord(store, scopedIdempotencyKey('anonymous', 'POST', RUNS, 'k')), { state: 'completed' })
   }
   // closed while a retry that fails is in flight: the last attempt fails too; no retry after
   {

@@ -319,7 +319,6 @@ t.test('a run that times out while its completion is being saved answers the tim
   const sessionStore = {
     create: sessions.create.bind(sessions),
     get: sessions.get.bind(sessions),
-    touch: sessions.touch.bind(sessions),
     delete: sessions.delete.bind(sessions),
     list: sessions.list.bind(sessions),
     listByPrincipal: sessions.listByPrincipal.bind(sessions),

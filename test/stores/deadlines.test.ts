@@ -13,7 +13,7 @@ const never = (): Promise<never> => new Promise(() => {})
 function sessionStore (overrides: Partial<Record<keyof SessionStore, (...args: never[]) => unknown>>): SessionStore {
   const real = new MemorySessionStore()
   const store: Record<string, unknown> = {}
-  for (const method of ['create', 'get', 'appendTurn', 'touch', 'delete', 'list', 'listByPrincipal'] as const) {
+  for (const method of ['create', 'get', 'appendTurn', 'delete', 'list', 'listByPrincipal'] as const) {
     store[method] = overrides[method] ?? ((...args: unknown[]) => (real[method] as (...a: unknown[]) => unknown)(...args))
   }
   return store as unknown as SessionStore

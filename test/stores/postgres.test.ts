@@ -7,9 +7,10 @@ import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { eventually, percentile, tapTest } from '../helper.js'
+import { auditCount, eventually, idempotencyRecord, percentile, tapTest } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
+import { MemorySessionStore } from '../../lib/stores/memory.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
 
@@ -81,12 +82,12 @@ if (await requirePg(t)) {
 
     const again = postgresStores({ connectionString: pgUrl(), max: 2, schema })
     t.teardown(() => closeAll(again))
-    t.equal(await again.auditStore.count(), 2)
+    t.equal(await auditCount(again.auditStore), 2)
     t.same((await again.auditStore.query({ limit: 10, agent: 'echo' })).entries.map((e) => e.id), ['entry-0'])
     t.match(await again.sessionStore.get('s1'), { turns: 1, metadata: { a: 1 }, messages: [{ content: { text: 'hi' } }] })
     t.match(await again.approvalStore.get('a1'), { status: 'approved', decision: { decidedBy: 'bob' } })
     t.match(await again.checkpointStore.load('r1'), { step: 1, state: { step: 'one' } })
-    t.match(await again.idempotency.store.get('k1'), { state: 'completed', response: { status: 200 } })
+    t.match(await idempotencyRecord(again.idempotency.store, 'k1'), { state: 'completed', response: { status: 200 } })
   })
 
   t.test('a pool you pass is never ended; tables live in the schema, with the prefix', async (t) => {
@@ -100,7 +101,7 @@ if (await requirePg(t)) {
     t.equal(pool.ended, false)
     const { rows } = await pool.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [schema])
     t.same(rows.map((row) => row.table_name), ['app_audit', 'app_checkpoints'])
-    await t.rejects(stores.auditStore.count(), { code: 'FA_STORE_CLOSED' })
+    await t.rejects(auditCount(stores.auditStore), { code: 'FA_STORE_CLOSED' })
   })
 
   t.test('a pool made from a URL is ended with the last store using it', async (t) => {
@@ -114,7 +115,7 @@ if (await requirePg(t)) {
     await audit.append([auditEntry(0)])
     await sessions.create({ id: 's1', agent: null, principal: 'p', metadata: {} }, 60_000)
     await audit.close()
-    t.equal(await sessions.touch('s1', 60_000), true, 'still usable after another store closed')
+    t.equal(await sessions.appendTurn('s1', [], 60_000), true, 'still usable after another store closed')
     await sessions.close()
     await unused.close()
     t.equal(pool.ended, false, 'the probe still holds it')
@@ -230,10 +231,12 @@ function spiedPool (t: Test, before: (text: string) => Promise<void> | void = ()
   const spied = new Proxy(pool, {
     get (target, property) {
       if (property === 'query') {
-        return async (text: string, values?: unknown[]) => {
+        // a named statement is sent as a config: its text is what is counted
+        return async (query: string | { text: string }, values?: unknown[]) => {
+          const text = typeof query === 'string' ? query : query.text
           queries.push(text)
           await before(text)
-          return target.query(text, values)
+          return target.query(query as string, values)
         }
       }
       const value = Reflect.get(target, property) as unknown
@@ -307,6 +310,43 @@ if (await pgReachable()) {
     t.comment(`append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
   })
 
+  t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
+    const { pool, queries } = spiedPool(t)
+    const schema = withPgSchema(t, admin)
+    const stores = postgresStores(pool, { schema })
+    t.teardown(() => closeAll(stores))
+    const { runStore, sessionStore } = stores
+    // the tables made and the expired sessions purged (once a minute) first: only the run's statement is counted
+    await runStore.get('none')
+    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    // the service puts a deadline wrapper (a Proxy) around each store: it is still the store of its database
+    const wrapped = new Proxy(sessionStore, {})
+    const run = newRun()
+    const session = { id: run.record.sessionId!, agent: 'echo', principal: 'alice', metadata: { k: 1 } }
+    queries.length = 0
+    t.same(await runStore.createWithSession!(run, session, HOUR, wrapped), { outcome: 'created' })
+    t.equal(queries.length, 1, 'one statement')
+    t.match(await sessionStore.get(session.id), { id: session.id, agent: 'echo', principal: 'alice', turns: 0, metadata: { k: 1 }, messages: [] })
+    t.match(await runStore.get(run.record.runId), { runId: run.record.runId, sessionId: session.id, status: 'running' })
+    // the session is the run's: another run is refused it until the first ends
+    t.match(await runStore.create(newRun({ sessionId: session.id }), { exclusive: true }), { outcome: 'session_busy', holder: run.record.runId })
+
+    // anything else: nothing written, the caller makes the session first
+    const other = postgresStores(pool, { schema: withPgSchema(t, admin) })
+    t.teardown(() => closeAll(other))
+    const alone = new PostgresRunStore(pool, { schema })
+    t.teardown(() => alone.close())
+    const second = newRun()
+    const itsSession = { ...session, id: second.record.sessionId! }
+    queries.length = 0
+    t.equal(await runStore.createWithSession!(second, itsSession, HOUR, other.sessionStore), undefined, 'another database\'s session store')
+    t.equal(await runStore.createWithSession!(second, itsSession, HOUR, new MemorySessionStore()), undefined, 'a memory store')
+    t.equal(await runStore.createWithSession!(second, session, HOUR, sessionStore), undefined, 'a session that is not the run\'s')
+    t.equal(await alone.createWithSession(second, itsSession, HOUR, sessionStore), undefined, 'a run store made alone')
+    t.same(queries, [])
+    t.equal(await runStore.get(second.record.runId), null)
+  })
+
   t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
     const schema = withPgSchema(t, admin)
     const a = new PostgresRunStore(pgUrl(), { schema })
@@ -340,9 +380,10 @@ if (await pgReachable()) {
     const pool = new Proxy(newPool(t), {
       get (target, property) {
         if (property === 'query') {
-          return async (text: string, values?: unknown[]) => {
+          return async (query: string | { text: string }, values?: unknown[]) => {
+            const text = typeof query === 'string' ? query : query.text
             const poll = text.includes('cancel_requested FROM') && text.includes('ANY(')
-            if (!poll) return target.query(text, values)
+            if (!poll) return target.query(query as string, values)
             await pollsHeld
             polling++
             try { return await target.query(text, values) } finally { polling-- }

@@ -9,7 +9,7 @@ import { redisReachable, redisUrl, requireRedis, withRedisPrefix } from '../help
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import { idempotencyStoreConformance, sessionStoreConformance } from '../../lib/testing/conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
-import { eventually, percentile, tapTest } from '../helper.js'
+import { eventually, idempotencyRecord, percentile, tapTest } from '../helper.js'
 import type { NewRun, RunEnd } from '../../lib/stores/types.js'
 
 const OPTIONS = { ttlMs: 60_000, leaseMs: 60_000 }
@@ -93,7 +93,7 @@ if (await requireRedis(t)) {
     t.equal(client.status, 'end')
 
     const owned = redisStores(redisUrl(), { prefix })
-    t.match(await owned.idempotency.store.get('k1'), { state: 'in_progress' })
+    t.match(await idempotencyRecord(owned.idempotency.store, 'k1'), { state: 'in_progress' })
     await owned.idempotency.store.close?.()
     await owned.sessionStore.close?.()
   })

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import Database from 'better-sqlite3'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import t from 'tap'
@@ -62,7 +63,9 @@ const postgres: Backend = {
     let held: Promise<void> | null = null
     const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>
     ;(pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-      if (typeof args[0] === 'string' && args[0].includes(GROUP_STATEMENT)) {
+      // the group's statement is named: sent as a config holding its text
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text
+      if (text?.includes(GROUP_STATEMENT) === true) {
         sent++
         const wait = held
         held = null
@@ -340,4 +343,16 @@ t.test('GroupCommit: a window gathers more; an urgent call ends it at once', asy
   // urgent before the first write began: no window at all
   await Promise.all([group.add({ key: 'd' }, true), group.add({ key: 'e' })])
   t.same(written.at(-1), ['d', 'e'])
+})
+
+t.test('SQLite: a group whose transaction fails (not one of its runs) fails every append in it, tried once', async (t) => {
+  const db = new Database(join(t.testdir(), 'runs.db'))
+  t.teardown(() => { if (db.open) db.close() })
+  const store = new SqliteRunStore(db)
+  const [a, b] = await running(store, 2)
+  const results = Promise.allSettled([store.append(a!, events(1, 2), OWNER), store.append(b!, events(1, 1), OWNER)])
+  // gone under the store before its group's transaction begins
+  db.close()
+  t.match(await results, [{ status: 'rejected', reason: { message: /database connection is not open/ } }, { status: 'rejected', reason: { message: /database connection is not open/ } }])
+  t.equal(store.groupWrites, 1)
 })

@@ -8,7 +8,7 @@ import {
   SqliteApprovalStore, SqliteAuditStore, SqliteConnection, SqliteIdempotencyStore, SqliteSessionStore, sqliteStores
 } from '../../lib/stores/sqlite.js'
 import type { NewRun, RunEnd, RunRecord, StoreSet } from '../../lib/stores/types.js'
-import { build, eventually, tapTest } from '../helper.js'
+import { auditCount, build, eventually, idempotencyRecord, tapTest } from '../helper.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
 import { approval, auditEntry, factoriesOf, storeConformance } from '../../lib/testing/conformance.js'
 import { OTHER, OWNER, event, lease, newRun, runStoreConformance } from '../../lib/testing/runs.js'
@@ -52,12 +52,12 @@ t.test('data survives closing and opening the file again', async (t) => {
 
   const again = sqliteStores(`file:${relative(process.cwd(), file)}`)
   t.teardown(() => closeAll(again))
-  t.equal(await again.auditStore.count(), 2)
+  t.equal(await auditCount(again.auditStore), 2)
   t.same((await again.auditStore.query({ limit: 10, agent: 'echo' })).entries.map((e) => e.id), ['entry-0'])
   t.match(await again.sessionStore.get('s1'), { turns: 1, metadata: { a: 1 }, messages: [{ content: 'hi' }] })
   t.match(await again.approvalStore.get('a1'), { status: 'approved', decision: { decidedBy: 'bob' } })
   t.match(await again.checkpointStore.load('r1'), { step: 1, state: { step: 'one' } })
-  t.match(await again.idempotency.store.get('k1'), { state: 'completed', response: { status: 200 } })
+  t.match(await idempotencyRecord(again.idempotency.store, 'k1'), { state: 'completed', response: { status: 200 } })
 })
 
 t.test('a Database you pass is used as is and never closed', async (t) => {
@@ -72,7 +72,7 @@ t.test('a Database you pass is used as is and never closed', async (t) => {
   t.equal(db.pragma('journal_mode', { simple: true }), 'delete', 'its pragmas are left alone')
   const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all()
   t.same(tables, ['app_audit', 'app_sessions'], 'tables are created on first use, with the prefix')
-  await t.rejects(stores.auditStore.count(), { code: 'FA_STORE_CLOSED' })
+  await t.rejects(auditCount(stores.auditStore), { code: 'FA_STORE_CLOSED' })
 })
 
 t.test('an opened file is in WAL mode and closed with the last store using it', async (t) => {
@@ -90,7 +90,7 @@ t.test('an opened file is in WAL mode and closed with the last store using it', 
   t.equal(db.pragma('synchronous', { simple: true }), 1, 'NORMAL')
   await audit.close()
   t.equal(db.open, true, 'still used by the session store')
-  t.equal(await audit.count().catch((error: { code: string }) => error.code), 'FA_STORE_CLOSED')
+  t.equal(await auditCount(audit).catch((error: { code: string }) => error.code), 'FA_STORE_CLOSED')
   t.match(await sessions.get('s1'), { id: 's1' })
   await sessions.close()
   t.equal(db.open, false)
@@ -142,7 +142,7 @@ t.test('bad arguments throw a TypeError naming the problem', async (t) => {
   t.throws(() => sqliteStores({} as unknown as string), TypeError)
   t.throws(() => new SqliteAuditStore(':memory:', { tablePrefix: 'bad-prefix' }), { name: 'TypeError', message: /tablePrefix/ })
   const stores = sqliteStores('file::memory:?cache=private')
-  t.equal(await stores.auditStore.count(), 0)
+  t.equal(await auditCount(stores.auditStore), 0)
   await closeAll(stores)
 })
 

@@ -230,3 +230,26 @@ t.test('durable(seq): waits for the write on its way, tries a refused one again 
   log.event(event(4))
   await t.rejects(log.durable(4, lease), { code: 'FA_RUN_LEASE_LOST' })
 })
+
+t.test('a run whose result is in (ending) leaves its first write to its end: one write, however long its turn takes', async (t) => {
+  const appended: number[][] = []
+  const finished: number[][] = []
+  const store = {
+    append: async (_runId: string, events: StoredEvent[]) => { appended.push(events.map((e) => e.seq)) },
+    finish: async (_runId: string, events: StoredEvent[]) => {
+      finished.push(events.map((e) => e.seq))
+      return { status: 'completed' }
+    }
+  }
+  const { log, stored } = logOf(store)
+  log.event(event(1))
+  log.ending()
+  // past the first write's wait (10 ms): the session's turn being written, say
+  await new Promise((resolve) => setTimeout(resolve, 40))
+  t.same(appended, [], 'nothing written alone')
+  const end: RunEvent = { seq: 2, type: 'run.completed', data: { output: 1 }, json: '{"output":1}' }
+  const kept = await log.finish(end, { status: 'completed', result: { output: 1 } as never, durationMs: 1 }, { leaseUntil: Date.now() + 60_000 })
+  t.equal(kept, end)
+  t.same(finished, [[1, 2]], 'the first events with the end, in one write')
+  t.same(stored, [[1, 2]])
+})

@@ -1,9 +1,13 @@
-// Hostile cursors on every paginated route (the Admin API's audit, sessions, runs and webhook attempts; a session's
-// runs), on every backend: each is the same 400 naming the parameter, never a 500 (a timestamp PostgreSQL cannot
-// hold) nor a 200 with an empty page. Cursors the listings hand out still page.
+// Bad input on every backend, refused the same way before any store (or agent) sees it: hostile cursors on every
+// paginated route (the Admin API's audit, sessions, runs and webhook attempts; a session's runs; the caller's
+// sessions) are the same 400 naming the parameter, never a 500 (a timestamp PostgreSQL cannot hold) nor a 200 with an
+// empty page; so are limits out of range and ids or text holding NUL or a lone surrogate. Cursors the listings hand
+// out still page. The rules live in schemas/common.ts (ids, cursors, limits), lib/core/cursors.ts and
+// lib/core/validation.ts (unstorable text).
 import { join } from 'node:path'
 import t from 'tap'
 import type { Test } from 'tap'
+import type { InjectOptions } from 'fastify'
 import { memoryStores } from '../../../lib/stores/memory.js'
 import { postgresStores } from '../../../lib/stores/postgres.js'
 import { redisStores } from '../../../lib/stores/redis.js'
@@ -91,6 +95,36 @@ for (const backend of backends) {
             `${route.replace(sessionIds[0]!, ':id')}: ${what}`)
         }
       }
+    })
+
+    t.test('every limit out of range, fractional or not a number, on every paginated route: 400 naming it', async (t) => {
+      const max: Record<string, number> = { '/v1/sessions': 100, [`/v1/sessions/${sessionIds[0]!}/runs`]: 100 }
+      for (const route of routes) {
+        for (const limit of ['0', '-1', String((max[route] ?? 500) + 1), '1.5', 'ten', '1e3']) {
+          const response = await app.inject({ url: `${route}?limit=${limit}` })
+          t.match({ status: response.statusCode, code: response.json().code, message: response.json().message },
+            { status: 400, code: 'FST_ERR_VALIDATION', message: /^querystring\/limit / }, `${route.replace(sessionIds[0]!, ':id')}: limit=${limit}`)
+        }
+        t.equal((await app.inject({ url: `${route}?limit=${max[route] ?? 500}` })).statusCode, 200, `${route.replace(sessionIds[0]!, ':id')}: the largest limit pages`)
+      }
+    })
+
+    t.test('ids and text no store keeps (NUL, a lone surrogate): 400 FA_UNSTORABLE_TEXT, nothing stored', async (t) => {
+      const refused = async (what: string, request: InjectOptions, path: string): Promise<void> => {
+        const response = await app.inject(request)
+        t.same({ status: response.statusCode, code: response.json().code }, { status: 400, code: 'FA_UNSTORABLE_TEXT' }, what)
+        t.match(response.json().message, new RegExp(`^${path.replace(/[/\\^$.*+?()[\]{}|]/g, '\\$&')} cannot be stored`), `${what}: names ${path}`)
+      }
+      await refused('a session id holding NUL', { url: '/v1/sessions/a%00b' }, 'params/id')
+      await refused('a session id holding NUL, deleted', { method: 'DELETE', url: '/v1/sessions/a%00b' }, 'params/id')
+      await refused('a run filter holding NUL', { url: '/admin/runs?sessionId=s%00' }, 'querystring/sessionId')
+      await refused('a webhook filter holding NUL', { url: '/admin/webhooks?runId=r%00' }, 'querystring/runId')
+      await refused('session metadata holding a lone surrogate', { method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, body: '{"metadata":{"k":"\\ud800"}}' }, 'body/metadata/k')
+      await refused('a run\'s session id holding a lone surrogate', { method: 'POST', url: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: '{"input":"hi","sessionId":"\\udc00x"}' }, 'body/sessionId')
+      await refused('a run\'s input holding NUL', { method: 'POST', url: '/v1/agents/echo/runs', headers: { 'content-type': 'application/json' }, body: '{"input":"a\\u0000b"}' }, 'body/input')
+      const sessions = (await app.inject({ url: '/admin/sessions?limit=500' })).json().sessions as Array<{ id: string }>
+      t.same(sessions.map((s) => s.id).sort(), [...sessionIds].sort(), 'no session was made by a refused request')
+      t.same((await app.inject({ url: '/admin/runs' })).json().runs, [], 'and no run')
     })
 
     t.test('the cursors the listings hand out still page', async (t) => {
