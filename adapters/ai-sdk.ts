@@ -77,7 +77,7 @@ export function modelMessages (ctx: RunContext, input: unknown): ModelMessage[] 
 function approvalResponse (request: ApprovalRequestPart, decision: Decision): ToolApprovalResponse {
   const reason = decision.status === 'expired'
     ? EXPIRED
-    : decision.comment ?? (decision.approved ? undefined : REJECTED)
+    : decision.comment ?? decision.response ?? (decision.approved ? undefined : REJECTED)
   return { type: 'tool-approval-response', approvalId: request.approvalId, approved: decision.approved, reason }
 }
 
@@ -167,14 +167,64 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
         return response
       })
       const earlier = slot[CONTINUATION]?.messages ?? []
+      const answered = await responseMessages(result)
+      // an approval that edited the call's input: the SDK executes the tool with the input its message holds
+      requests.forEach((request, i) => {
+        if (decisions[i]!.edited === true) editedCall(answered, request.toolCall.toolCallId, decisions[i]!.payload)
+      })
       slot[CONTINUATION] = {
-        messages: [...earlier, ...await responseMessages(result), { role: 'tool', content: responses }],
+        messages: [...earlier, ...answered, { role: 'tool', content: responses }],
         taken: false
       }
     }
   }
 
   return { ...fields, run: runAgent }
+}
+
+/** The tool call's input in the response messages, replaced by the one a reviewer edited (which the model sees too). */
+function editedCall (messages: ModelMessage[], toolCallId: string, input: unknown): void {
+  for (const message of messages) {
+    if (message.role !== 'assistant' || typeof message.content === 'string') continue
+    message.content = message.content.map((part) => part.type === 'tool-call' && part.toolCallId === toolCallId ? { ...part, input } : part)
+  }
+}
+
+/** A tool's step name: `tool.` and its name as a step name may be (lower case; other characters as `-`). */
+function toolStepName (name: string): string {
+  return ('tool.' + name.toLowerCase().replace(/[^a-z0-9_-]+/g, '-')).slice(0, 64)
+}
+
+/**
+ * The tools, each `execute` wrapped in a durable step (`ctx.step`, docs/durable-agents.md): a tool that completed on
+ * an earlier attempt of the run gives its journaled output back instead of running again. A streaming tool's output
+ * is its last value. Tools without `execute` (the client's) are left as they are.
+ */
+export function durableTools<T extends ToolSet> (ctx: RunContext, tools: T): T {
+  const wrapped: Record<string, unknown> = {}
+  for (const [name, tool] of Object.entries(tools)) {
+    const execute = tool.execute
+    if (typeof execute !== 'function') {
+      wrapped[name] = tool
+      continue
+    }
+    const step = toolStepName(name)
+    wrapped[name] = {
+      ...tool,
+      execute: (input: unknown, options: Parameters<typeof execute>[1]) => ctx.step(step, async () => {
+        const result: unknown = await execute(input, options)
+        if (!isAsyncIterable(result)) return result
+        let last: unknown = null
+        for await (const value of result) last = value
+        return last
+      })
+    }
+  }
+  return wrapped as T
+}
+
+function isAsyncIterable (value: unknown): value is AsyncIterable<unknown> {
+  return typeof (value as AsyncIterable<unknown> | null)?.[Symbol.asyncIterator] === 'function'
 }
 
 async function responseMessages (result: StreamTextOutput): Promise<ModelMessage[]> {

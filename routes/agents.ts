@@ -11,7 +11,9 @@ import { SseRun } from '../lib/runs/sse.js'
 import { prepareRun, queueRun } from '../lib/runs/start.js'
 import { AgentInfo, AgentList, AgentParams } from '../schemas/agents.js'
 import { errorResponses } from '../schemas/common.js'
-import { QueuedRun, RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
+import { QueuedRun, ReplayRunRequest, RunParams, RunRequest, RunResult as RunResultSchema, SseStreamDescription } from '../schemas/runs.js'
+import { resolveReplay } from '../lib/runs/rewind.js'
+import type { RunReplay } from '../lib/stores/types.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
 export type AgentsPluginOptions = Record<never, never>
@@ -89,22 +91,53 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
         ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
       }
     }
+  }, async (request, reply) => answerRun(request, reply, request.params.name, request.body))
+
+  fastify.post('/runs/:runId/replay', {
+    bodyLimit: settings.bodyLimit,
+    config: { access: 'run', idempotency: true, swaggerTransform: documentRunResponse },
+    schema: {
+      operationId: 'replayRun',
+      summary: 'Replay an ended run from its checkpoint, in a fork of its session',
+      description: 'A new run of the same agent in a fork of the run\'s session taken before it, starting from the run\'s ' +
+        'checkpoint (`state` replaces its state) with the completed steps of its journal given back, answered as a run ' +
+        'request is (JSON, SSE, or 202 with `background`). A run in progress: 409 `RUN_IN_PROGRESS`; one without a ' +
+        'checkpoint (completed, or it saved none): 409 `NO_CHECKPOINT`.',
+      tags: ['runs'],
+      params: RunParams,
+      body: ReplayRunRequest,
+      response: {
+        200: RunResultSchema,
+        202: QueuedRun,
+        ...errorResponses(400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503, 504)
+      }
+    },
+    preValidation: async (request) => { request.body ??= {} }
   }, async (request, reply) => {
-    const body = request.body
+    const { input: given, state, ...options } = request.body
+    const replayed = await resolveReplay(service, request.params.runId, requestContextOf(request).principal, {
+      ...('input' in request.body ? { input: given } : {}), ...('state' in request.body ? { state } : {})
+    })
+    return answerRun(request, reply, replayed.agent, { ...options, input: replayed.input, sessionId: replayed.sessionId }, replayed.replay)
+  })
+
+  /** A run request answered: 202 for a background run, else the run's result as JSON or its events as SSE. */
+  async function answerRun (request: FastifyRequest, reply: FastifyReply, agent: string, body: RunRequest, replay?: RunReplay): Promise<FastifyReply> {
     if (body.background === true) {
-      const queued = await queueRun({ service, agent: request.params.name, request: body, caller: requestContextOf(request), log: request.log, auditedRequest: request })
+      const queued = await queueRun({ service, agent, request: body, caller: requestContextOf(request), log: request.log, auditedRequest: request, replay })
       const { runId, sessionId, requestId, traceId } = queued
       return reply.code(202).header('location', `${prefixOf(fastify.prefix)}/runs/${runId}`).send({ runId, sessionId, status: 'queued' as const, requestId, traceId })
     }
     const run = await prepareRun({
       service,
-      agent: request.params.name,
+      agent,
       request: body,
       caller: requestContextOf(request),
       log: request.log,
       auditedRequest: request,
       // a run that may wait for its session stops waiting when its client leaves
-      signal: body.multitask === 'enqueue' || body.multitask === 'interrupt' ? closeSignal(reply.raw) : undefined
+      signal: body.multitask === 'enqueue' || body.multitask === 'interrupt' ? closeSignal(reply.raw) : undefined,
+      replay
     })
 
     if (wantsStream(request, body.stream)) {
@@ -125,7 +158,7 @@ const agents: FastifyPluginAsyncTypebox<AgentsPluginOptions> = async (fastify) =
     // the result as the run's log holds it, serialized once (a string payload skips the schema's serializer)
     if (outcome.status === 'completed') return (reply as FastifyReply).type('application/json; charset=utf-8').send(run.terminal!.json)
     throw runFailureError(outcome, run.agentName, run.options.timeoutMs, reply.raw.destroyed)
-  })
+  }
 }
 
 // encapsulate: a route plugin keeps its prefix and scope; fp() only adds the name and the dependency check

@@ -6,8 +6,12 @@ import type { ApprovalRecord } from '../lib/stores/types.js'
 import { Approval, ApprovalList, ApprovalListQuery, ApprovalParams, DecideApprovalRequest } from '../schemas/approvals.js'
 import { errorResponses } from '../schemas/common.js'
 import { routePluginScope } from '../lib/service/composition.js'
+import { decisionOf } from '../lib/runs/decisions.js'
 
 export type ApprovalsPluginOptions = Record<never, never>
+
+/** Why a decision was not taken, as the error answered. */
+const refusals = { not_found: ApprovalNotFoundError, expired: ApprovalExpiredError, already_decided: ApprovalAlreadyDecidedError }
 
 /** The approval's run, agent and session go into the request's audit entry. */
 function noted (approval: ApprovalRecord): { agent: string, runId: string, sessionId: string } {
@@ -61,8 +65,9 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
       operationId: 'decideApproval',
       summary: 'Decide a pending approval',
       description: 'A compare-and-set on `pending`: of concurrent decisions exactly one wins (200), the others get 409 ' +
-        '`APPROVAL_ALREADY_DECIDED`; an expired approval gets 409 `APPROVAL_EXPIRED`. The waiting run resumes within 1 s, ' +
-        'on whichever instance it runs.',
+        '`APPROVAL_ALREADY_DECIDED`; an expired approval gets 409 `APPROVAL_EXPIRED`. `payload` (only with `approved: true`) ' +
+        'edits what is approved, checked against the approval\'s `schema` (400 naming the field, the approval still pending); ' +
+        '`response` answers the agent in words. The waiting run resumes within 1 s, on whichever instance it runs.',
       tags: ['approvals'],
       params: ApprovalParams,
       body: DecideApprovalRequest,
@@ -72,17 +77,14 @@ const approvals: FastifyPluginAsyncTypebox<ApprovalsPluginOptions> = async (fast
     const id = request.params.id
     const body = request.body
     const context = requestContextOf(request)
-    const result = await store.decide(id, {
-      approved: body.approved,
-      comment: body.comment ?? null,
-      // Without auth everyone is 'anonymous', which says nothing about who decided.
-      decidedBy: body.decidedBy ?? (context.principal === 'anonymous' ? null : context.principal),
-      decidedAt: new Date().toISOString()
-    })
-    if (result.outcome === 'not_found') throw new ApprovalNotFoundError(id)
-    service.audit.note(request, noted(result.approval))
-    if (result.outcome === 'expired') throw new ApprovalExpiredError(id)
-    if (result.outcome === 'already_decided') throw new ApprovalAlreadyDecidedError(id)
+    // read first: an edited payload is checked against the approval's schema, and the decision keeps what was approved
+    const approval = await store.get(id)
+    if (approval === null) throw new ApprovalNotFoundError(id)
+    service.audit.note(request, noted(approval))
+    // Without auth everyone is 'anonymous', which says nothing about who decided.
+    const result = await store.decide(id, decisionOf(approval, body, body.decidedBy ?? (context.principal === 'anonymous' ? null : context.principal)))
+    // (not found: gone between the read and the decision)
+    if (result.outcome !== 'decided') throw new refusals[result.outcome](id)
     request.log.info({ approvalId: id, status: result.approval.status, principal: context.principal }, 'approval decided')
     return result.approval
   })

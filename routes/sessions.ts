@@ -8,7 +8,8 @@ import { ownedSession } from '../lib/runs/sessions.js'
 import type { SessionWithMessages as SessionRecord } from '../lib/stores/types.js'
 import { errorResponses } from '../schemas/common.js'
 import { RunPage, SessionRunsQuery } from '../schemas/runs.js'
-import { CreateSessionRequest, Session, SessionListQuery, SessionPage, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+import { CreateSessionRequest, ForkSessionRequest, ForkedSession, Session, SessionListQuery, SessionPage, SessionParams, SessionWithMessages } from '../schemas/sessions.js'
+import { forkSession } from '../lib/runs/rewind.js'
 import { routePluginScope } from '../lib/service/composition.js'
 
 const DEFAULT_SESSION_RUNS_LIMIT = 20
@@ -97,6 +98,29 @@ const sessions: FastifyPluginAsyncTypebox<SessionsPluginOptions> = async (fastif
     const session = await callersSession(request, request.params.id)
     const { limit = DEFAULT_SESSION_RUNS_LIMIT, cursor } = request.query
     return settings.runStore.listBySession(session.id, cursor === undefined ? { limit } : { limit, cursor })
+  })
+
+  fastify.post('/sessions/:id/fork', {
+    config: { access: 'run' },
+    bodyLimit: settings.bodyLimit,
+    schema: {
+      operationId: 'forkSession',
+      summary: 'Fork a session before or after one of its runs',
+      description: 'A new session of the caller and the same agent whose messages are the source\'s up to `beforeRunId` ' +
+        '(not included) or `afterRunId` (included), or all of them; the source is unchanged. A fork point that is not a ' +
+        'run of the session is 400.',
+      tags: ['sessions'],
+      params: SessionParams,
+      body: ForkSessionRequest,
+      response: { 201: ForkedSession, ...errorResponses(400, 401, 403, 404, 413, 415, 429, 503) }
+    },
+    preValidation: async (request) => { request.body ??= {} }
+  }, async (request, reply) => {
+    const source = await callersSession(request, request.params.id)
+    const { metadata, ...point } = request.body
+    const fork = await forkSession(settings, source, point, metadata)
+    service.audit.note(request, { sessionId: fork.id })
+    return reply.code(201).send(fork)
   })
 
   fastify.delete('/sessions/:id', {

@@ -15,13 +15,15 @@ export const AgUiResumeEntry = Type.Object({
   // an approval id (36), ':' and an AG-UI run id (128)
   interruptId: Type.String({ minLength: 1, maxLength: 165, description: 'the interrupt being answered: its id as the service gave it (the approval id, then the id of the AG-UI run it interrupted), or the bare approval id' }),
   status: Type.Union([Type.Literal('resolved'), Type.Literal('cancelled')]),
-  payload: Type.Optional(Type.Unknown({ description: 'resolved: { approved: boolean, comment?: string }' }))
+  payload: Type.Optional(Type.Unknown({ description: 'resolved: { approved: boolean, comment?: string, payload?: the edited payload, response?: string }' }))
 }, { additionalProperties: true })
 export type AgUiResumeEntry = Static<typeof AgUiResumeEntry>
 
 export const AgUiApprovalAnswer = Type.Object({
   approved: Type.Boolean(),
-  comment: Type.Optional(Type.String({ maxLength: 2000 }))
+  comment: Type.Optional(Type.String({ maxLength: 2000 })),
+  payload: Type.Optional(Type.Unknown({ description: 'only with approved: true: the payload edited (checked against the approval\'s schema)' })),
+  response: Type.Optional(Type.String({ maxLength: 10_000 }))
 }, { additionalProperties: false })
 
 export const RunAgentInput = Type.Object({

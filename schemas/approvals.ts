@@ -9,11 +9,16 @@ export const ApprovalStatus = Type.Union([
 ])
 export type ApprovalStatus = Static<typeof ApprovalStatus>
 
+export const MAX_APPROVAL_RESPONSE_LENGTH = 10_000
+
 export const ApprovalDecision = Type.Object({
   approved: Type.Boolean(),
   comment: NullableString(),
   decidedBy: NullableString({ description: 'as given, else the principal that decided (null when auth is off)' }),
-  decidedAt: Type.String({ format: 'date-time' })
+  decidedAt: Type.String({ format: 'date-time' }),
+  payload: Type.Optional(Type.Unknown({ description: 'what was approved: the edited payload, else the one the agent asked for' })),
+  edited: Type.Optional(Type.Boolean({ description: 'the decision edited the payload' })),
+  response: Type.Optional(Type.String({ maxLength: MAX_APPROVAL_RESPONSE_LENGTH, description: 'a free-form answer to the agent' }))
 }, { title: 'ApprovalDecision' })
 export type ApprovalDecision = Static<typeof ApprovalDecision>
 
@@ -29,7 +34,8 @@ export const Approval = Type.Object({
   status: ApprovalStatus,
   requestedAt: Type.String({ format: 'date-time' }),
   expiresAt: Type.String({ format: 'date-time' }),
-  decision: Type.Optional(ApprovalDecision)
+  decision: Type.Optional(ApprovalDecision),
+  schema: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: 'the JSON Schema an edited payload must match, as the agent gave it' }))
 }, { title: 'Approval', description: 'A request for a human decision, made by a run through ctx.requestApproval()' })
 export type Approval = Static<typeof Approval>
 
@@ -50,6 +56,8 @@ export type ApprovalListQuery = Static<typeof ApprovalListQuery>
 export const DecideApprovalRequest = Type.Object({
   approved: Type.Boolean(),
   comment: Type.Optional(Type.String({ maxLength: 2000 })),
+  payload: Type.Optional(Type.Unknown({ description: 'only with approved: true: the payload edited (checked against the approval\'s schema)' })),
+  response: Type.Optional(Type.String({ maxLength: MAX_APPROVAL_RESPONSE_LENGTH, description: 'a free-form answer to the agent' })),
   decidedBy: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'default: the principal (when auth is on)' }))
 }, { title: 'DecideApprovalRequest', additionalProperties: false })
 export type DecideApprovalRequest = Static<typeof DecideApprovalRequest>

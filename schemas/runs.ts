@@ -30,6 +30,16 @@ export const RunRequest = Type.Object({
 }, { title: 'RunRequest', additionalProperties: false, required: ['input'] })
 export type RunRequest = Static<typeof RunRequest>
 
+export const ReplayRunRequest = Type.Object({
+  input: Type.Optional(Type.Unknown({ description: 'the new run\'s input; default: the replayed run\'s own' })),
+  state: Type.Optional(Type.Unknown({ description: 'replaces the checkpoint\'s state in ctx.resume' })),
+  metadata: RunOptionsFields.metadata,
+  onDisconnect: RunOptionsFields.onDisconnect,
+  stream: Type.Optional(Type.Boolean({ description: 'answer as Server-Sent Events (also chosen by Accept: text/event-stream)' })),
+  background: Type.Optional(Type.Boolean({ description: 'queue the run and answer 202 at once' }))
+}, { title: 'ReplayRunRequest', additionalProperties: false })
+export type ReplayRunRequest = Static<typeof ReplayRunRequest>
+
 const SessionIdOrNull = Type.Union([Type.String(), Type.Null()], { description: 'null for an ephemeral run (store: false)' })
 
 export const RunResult = Type.Object({

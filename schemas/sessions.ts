@@ -31,6 +31,21 @@ export type SessionWithMessages = Static<typeof SessionWithMessages>
 
 export const SessionParams = Type.Object({ id: Id }, { additionalProperties: false })
 
+export const ForkSessionRequest = Type.Object({
+  beforeRunId: Type.Optional(Id),
+  afterRunId: Type.Optional(Id),
+  metadata: Type.Optional(Metadata)
+}, { title: 'ForkSessionRequest', additionalProperties: false, description: 'at most one of beforeRunId and afterRunId; neither: every message' })
+export type ForkSessionRequest = Static<typeof ForkSessionRequest>
+
+export const ForkedFrom = Type.Object({ sessionId: Type.String(), runId: Type.Optional(Type.String()) }, { title: 'ForkedFrom' })
+export type ForkedFrom = Static<typeof ForkedFrom>
+
+export const ForkedSession = Type.Composite([SessionWithMessages, Type.Object({ forkedFrom: ForkedFrom })], {
+  title: 'ForkedSession', description: 'the new session; `forkedFrom` is kept in its metadata too'
+})
+export type ForkedSession = Static<typeof ForkedSession>
+
 export const SessionListQuery = Type.Object({
   limit: Type.Optional(PageLimit(100, 20)),
   cursor: Type.Optional(Cursor),

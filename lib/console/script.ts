@@ -238,22 +238,31 @@ function drawRuns (runs) {
 function drawApprovals (approvals) {
   if (!changed('approvals', approvals.map((a) => a.id))) return
   const list = $('#approvals-body')
-  // a comment being typed survives the refresh
-  const typed = new Map([...list.querySelectorAll('textarea')].map((t) => [t.dataset.id, t.value]))
+  // what is being typed (a comment, an edit, an answer) survives the refresh
+  const typed = new Map([...list.querySelectorAll('textarea')].map((t) => [t.id, t.value]))
+  const field = (id, rows, value) => {
+    const area = h('textarea', { id, rows })
+    area.value = typed.has(id) ? typed.get(id) : value
+    return area
+  }
   list.replaceChildren(...(approvals.length === 0 ? [h('p', { class: 'empty', text: 'No approval is waiting' })] : approvals.map((a) => {
-    const id = 'comment-' + a.id
-    const comment = h('textarea', { id, rows: 2, 'data-id': a.id })
-    comment.value = typed.get(a.id) || ''
+    const comment = field('comment-' + a.id, 2, '')
+    // the payload as JSON, to edit what is approved (checked against the approval's schema by the service)
+    const original = JSON.stringify(a.payload, null, 2)
+    const payload = field('payload-' + a.id, Math.min(12, original.split('\n').length + 1), original)
+    const response = field('response-' + a.id, 2, '')
+    const fields = () => ({ comment: comment.value, payload: payload.value, original, response: response.value })
     return h('article', { class: 'approval', 'aria-label': 'Approval ' + a.action },
       h('h3', { text: a.action }),
       h('p', {}, 'Agent ', h('strong', { text: a.agent }), ', run ', h('code', { text: short(a.runId) }), ', started by ', h('strong', { text: a.principal }),
         ', requested ' + when(a.requestedAt) + ', expires ' + when(a.expiresAt)),
       a.reason ? h('p', { text: a.reason }) : null,
-      a.payload !== null ? h('pre', { text: JSON.stringify(a.payload, null, 2) }) : null,
-      h('label', { for: id, text: 'Comment (optional)' }), comment,
+      h('label', { for: payload.id, text: 'Payload (JSON: edit it to approve something else)' }), payload,
+      h('label', { for: comment.id, text: 'Comment (optional)' }), comment,
+      h('label', { for: response.id, text: 'Answer to the agent (optional)' }), response,
       h('div', { class: 'actions' },
-        h('button', { type: 'button', 'aria-label': 'Approve ' + a.action, onclick: () => decide(a, true, comment.value), text: 'Approve' }),
-        h('button', { type: 'button', class: 'danger', 'aria-label': 'Reject ' + a.action, onclick: () => decide(a, false, comment.value), text: 'Reject' })))
+        h('button', { type: 'button', 'aria-label': 'Approve ' + a.action, onclick: () => decide(a, true, fields()), text: 'Approve' }),
+        h('button', { type: 'button', class: 'danger', 'aria-label': 'Reject ' + a.action, onclick: () => decide(a, false, fields()), text: 'Reject' })))
   })))
 }
 
@@ -354,16 +363,27 @@ async function cancel (run) {
 
 // ---- approvals: decided with the operator's name ----
 
-function decision (approved, comment) {
+/** The decision's body; an edited payload (only approved) goes as JSON, and JSON that is not valid throws before anything is sent. */
+function decision (approved, comment, edit) {
   const body = { approved }
   if (comment !== '') body.comment = comment
   if (credentials.operator !== '') body.decidedBy = credentials.operator
+  if (edit !== undefined) {
+    if (edit.response !== '') body.response = edit.response
+    if (approved && edit.payload.trim() !== edit.original.trim()) {
+      try {
+        body.payload = JSON.parse(edit.payload)
+      } catch {
+        throw new Error('the payload is not valid JSON')
+      }
+    }
+  }
   return body
 }
 
-async function decide (approval, approved, comment) {
+async function decide (approval, approved, fields) {
   try {
-    await serviceCall('POST', '/approvals/' + encodeURIComponent(approval.id), decision(approved, comment))
+    await serviceCall('POST', '/approvals/' + encodeURIComponent(approval.id), decision(approved, fields.comment, fields))
     announce('Approval ' + approval.action + (approved ? ' approved' : ' rejected'))
   } catch (err) {
     announce('Could not decide ' + approval.id + ': ' + err.message, true)

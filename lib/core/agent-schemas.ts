@@ -115,3 +115,15 @@ export function compileAgentSchemas (path: string, input: unknown, output: unkno
   }
   return { schemas, problems }
 }
+
+/**
+ * Any schema this module takes (TypeBox, JSON Schema, a Standard Schema with a converter) as the plain JSON Schema a
+ * store can keep and any instance can compile: an approval's `schema` (docs/durable-agents.md). Throws, naming what
+ * is wrong, for one that is not a schema.
+ */
+export function storableJsonSchema (schema: unknown): JsonSchema {
+  if (isStandardSchema(schema)) return { $schema: 'https://json-schema.org/draft/2020-12/schema', ...standardJsonSchema(schema, 'input') }
+  const problem = typeof schema === 'object' && schema !== null ? jsonSchemaProblem(schema) : 'a schema is an object'
+  if (problem !== null) throw new TypeError(`not a valid schema: ${problem}`)
+  return plain(schema)
+}

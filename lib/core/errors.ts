@@ -65,6 +65,17 @@ export const RunLostError = createError('INSTANCE_LOST', 'The run was taken over
 /** A JSON run cancelled (`POST /v1/runs/:runId/cancel`, another run's `multitask: 'interrupt'`) while its client waits. */
 export const RunCancelledError = createError('CANCELLED', '%s', 409)
 
+/** A durable step that differs from the run's journal (docs/durable-agents.md): the agent is not deterministic in its steps. */
+export const StepMismatchError = createError('STEP_MISMATCH', 'Step %d is "%s" in this attempt, but "%s" in the run\'s journal: the run cannot go on from its journal', 500)
+/** A JSON run that failed STEP_MISMATCH: its answer. */
+export const RunStepMismatchError = createError('STEP_MISMATCH', '%s', 500)
+/** A replay asked of a run that kept no checkpoint (it completed, or never saved one). */
+export const NoCheckpointError = createError('NO_CHECKPOINT', 'Run "%s" kept no checkpoint to replay from', 409)
+/** A fork point (beforeRunId, afterRunId) that is not a run of the session. */
+export const ForkPointNotFoundError = createError('FST_ERR_VALIDATION', 'body/%s: run "%s" is not a run of session "%s"', 400)
+/** An edited payload sent with a rejection: only an approval carries an edit. */
+export const PayloadWithRejectionError = createError('FST_ERR_VALIDATION', '%s/payload is only allowed with approved: true (an edit of what is approved)', 400)
+
 /** The HTTP error a failed JSON run answers with; `clientGone`: nobody reads it (recorded as 499). */
 export function runFailureError (failure: { code: string, message: string, error?: unknown }, agent: string, timeoutMs: number | null, clientGone: boolean): Error {
   switch (failure.code) {
@@ -74,6 +85,7 @@ export function runFailureError (failure: { code: string, message: string, error
     // the run's end could not be stored (a run that stopped here without ending)
     case 'STORE_UNAVAILABLE': return new StoreUnavailableError(failure.message)
     case 'CANCELLED': return clientGone ? new ClientClosedError(failure.message) : new RunCancelledError(failure.message)
+    case 'STEP_MISMATCH': return new RunStepMismatchError(failure.message)
     // a store that failed the run (a checkpoint, the session's turn) is an outage, not the agent's fault
     default: return failure.error instanceof StoreUnavailableError ? failure.error : new AgentError(failure.message)
   }

@@ -29,6 +29,19 @@ export interface ApprovalRequest {
   reason?: string
   /** how long the approval stays pending; default 15 minutes */
   timeoutMs?: number
+  /**
+   * what an edited payload must match (TypeBox, JSON Schema, or a Standard Schema with a JSON Schema converter):
+   * a decision whose payload does not is refused (400), the approval still pending
+   */
+  schema?: AgentSchema
+}
+
+/** What a step's function is given: the same key on every attempt, to make its side effect idempotent downstream. */
+export interface StepInfo {
+  /** the run's attempt, from 1 */
+  attempt: number
+  /** `<runId>:<index>`: the same on every attempt of the run */
+  idempotencyKey: string
 }
 
 export interface Decision {
@@ -36,6 +49,12 @@ export interface Decision {
   comment?: string | null
   decidedBy?: string | null
   status: ApprovalStatus
+  /** what was approved: the edited payload, else the one asked for (absent when nobody decided: expired, cancelled) */
+  payload?: unknown
+  /** the decision edited the payload */
+  edited?: boolean
+  /** a free-form answer */
+  response?: string
 }
 
 export interface TraceContext {
@@ -60,6 +79,11 @@ export interface RunContext {
   emit(type: string, data?: unknown): void
   requestApproval(request: ApprovalRequest): Promise<Decision>
   checkpoint(state: unknown): Promise<void>
+  /**
+   * A durable step (docs/durable-agents.md): `fn` runs once per run, its JSON result journaled in the run's log before
+   * this resolves; a later attempt of the run gets the journaled result back without calling `fn`.
+   */
+  step<T>(name: string, fn: (info: StepInfo) => T | Promise<T>): Promise<T>
   /** present when resuming a checkpointed run */
   resume?: { step: number, state: unknown }
   metadata: Record<string, unknown>

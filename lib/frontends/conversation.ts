@@ -11,6 +11,7 @@ import type { ApprovalRecord } from '../stores/types.js'
 import { ProjectedStream } from './stream.js'
 import type { FollowOptions, Projection } from './stream.js'
 import { clientGone, conversationSessionId, decideAnswers, ensureSession } from './runs.js'
+import type { DecisionFields } from '../runs/decisions.js'
 import type { Conversations } from './runs.js'
 
 /** How a protocol's responses are written. */
@@ -30,7 +31,9 @@ export interface Conversation {
 
 export interface ApprovalAnswer {
   readonly id: string
-  readonly decision: { approved: boolean, comment?: string | undefined }
+  readonly decision: DecisionFields
+  /** where the decision is in the request, for the 400 that names a field of it (default `body`) */
+  readonly path?: string
 }
 
 /**

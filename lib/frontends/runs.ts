@@ -6,6 +6,8 @@ import { cancelledEnd } from '../runs/start.js'
 import { ownedSession } from '../runs/sessions.js'
 import type { ApprovalRecord, DecideResult, RunRecord } from '../stores/types.js'
 import type { ApprovalEventData, RunEvent } from './run-events.js'
+import { decisionOf } from '../runs/decisions.js'
+import type { DecisionFields } from '../runs/decisions.js'
 
 /** The front ends whose conversation ids name sessions: each keeps its own namespace. */
 export type Conversations = 'chat' | 'ag-ui'
@@ -41,7 +43,7 @@ export async function runInProgress (service: AgentServiceCore, sessionId: strin
  */
 export async function decideOwnApproval (
   service: AgentServiceCore, approvalId: string, owner: { sessionId?: string, principal: string, agent: string },
-  decision: { approved: boolean, comment?: string | undefined }
+  decision: DecisionFields, path?: string
 ): Promise<{ approval: ApprovalRecord, outcome: Exclude<DecideResult['outcome'], 'not_found'> }> {
   const store = service.settings.approvalStore
   const approval = await store.get(approvalId)
@@ -49,13 +51,8 @@ export async function decideOwnApproval (
     (owner.sessionId !== undefined && approval.sessionId !== owner.sessionId)) {
     throw new ApprovalNotFoundError(approvalId)
   }
-  const result = await store.decide(approvalId, {
-    approved: decision.approved,
-    comment: decision.comment ?? null,
-    // Without auth everyone is 'anonymous', which says nothing about who decided.
-    decidedBy: owner.principal === 'anonymous' ? null : owner.principal,
-    decidedAt: new Date().toISOString()
-  })
+  // Without auth everyone is 'anonymous', which says nothing about who decided.
+  const result = await store.decide(approvalId, decisionOf(approval, decision, owner.principal === 'anonymous' ? null : owner.principal, path))
   if (result.outcome === 'not_found') throw new ApprovalNotFoundError(approvalId)
   return { approval: result.approval, outcome: result.outcome }
 }
@@ -67,13 +64,13 @@ export async function decideOwnApproval (
  * APPROVAL_NOT_FOUND when none is the conversation's.
  */
 export async function decideAnswers (
-  service: AgentServiceCore, answers: ReadonlyArray<{ id: string, decision: { approved: boolean, comment?: string | undefined } }>,
+  service: AgentServiceCore, answers: ReadonlyArray<{ id: string, decision: DecisionFields, path?: string }>,
   owner: { sessionId: string, principal: string, agent: string }
 ): Promise<ApprovalRecord[]> {
   const decided: ApprovalRecord[] = []
-  for (const { id, decision } of answers) {
+  for (const { id, decision, path } of answers) {
     try {
-      decided.push((await decideOwnApproval(service, id, owner, decision)).approval)
+      decided.push((await decideOwnApproval(service, id, owner, decision, path)).approval)
     } catch (err) {
       if (err instanceof ApprovalNotFoundError) continue
       throw err

@@ -96,7 +96,8 @@ export class Quotas implements RunQuotas {
       event: (event: RunEvent) => inner.event(event),
       ending: () => inner.ending?.(),
       finish: async (event, outcome, lease) => (await Promise.all([inner.finish(event, outcome, lease), this.#ended(principal, runId, outcome)]))[0],
-      flush: () => inner.flush()
+      flush: () => inner.flush(),
+      durable: (seq, lease) => inner.durable(seq, lease)
     }
   }
 

@@ -1,8 +1,11 @@
 import type { AgentRun, RunCapabilities } from './run.js'
 import { iso } from '../stores/common.js'
-import type { ApprovalRecord, ApprovalStore, CheckpointStore, SessionStore } from '../stores/types.js'
+import type { ApprovalRecord, ApprovalStore, CheckpointStore, RunStore, SessionStore } from '../stores/types.js'
+import { readJournal } from './steps.js'
+import type { JournalSource, JournaledStep } from './steps.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
 import { randomId } from '../core/ids.js'
+import { storableJsonSchema } from '../core/agent-schemas.js'
 import type { StatsRecorder } from './host.js'
 
 export const DEFAULT_APPROVAL_TIMEOUT_MS = 15 * 60_000
@@ -13,18 +16,25 @@ export interface CapabilityStores {
   sessionStore: SessionStore
   approvalStore: ApprovalStore
   checkpointStore: CheckpointStore
+  runStore: RunStore
   sessionTtlMs: number
 }
 
 function toDecision (approval: ApprovalRecord): Decision {
   // Expired or cancelled (by a reader on another instance noticing the expiry, say): no decision was made.
   if (approval.decision === undefined) return { approved: false, status: approval.status }
-  return {
-    approved: approval.decision.approved,
-    comment: approval.decision.comment,
-    decidedBy: approval.decision.decidedBy,
-    status: approval.status
+  const { decision } = approval
+  const decided: Decision = {
+    approved: decision.approved,
+    comment: decision.comment,
+    decidedBy: decision.decidedBy,
+    status: approval.status,
+    // a decision taken without the fields of an edit (a front end's yes or no): what was asked for
+    payload: 'payload' in decision ? decision.payload : approval.payload,
+    edited: decision.edited === true
   }
+  if (decision.response !== undefined) decided.response = decision.response
+  return decided
 }
 
 /** The run's session, for what is kept with it; an ephemeral run (store: false) keeps nothing, so has none. */
@@ -38,7 +48,7 @@ export type ApprovalFigures = Pick<StatsRecorder, 'gauge' | 'recordApprovalWait'
 
 /** The store-backed `ctx.requestApproval`, `ctx.checkpoint` and the completion bookkeeping. */
 export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFigures): RunCapabilities {
-  const { sessionStore, approvalStore, checkpointStore, sessionTtlMs } = stores
+  const { sessionStore, approvalStore, checkpointStore, runStore, sessionTtlMs } = stores
 
   async function requestApproval (run: AgentRun, request: ApprovalRequest): Promise<Decision> {
     // An agent that goes on after its run was aborted gets no new approval that nobody would see.
@@ -49,6 +59,14 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_APPROVAL_TIMEOUT_MS) {
       // setTimeout fires at once beyond 2^31-1 ms: a 30-day approval would expire immediately.
       throw new RangeError(`requestApproval: timeoutMs must be an integer from 0 to ${MAX_APPROVAL_TIMEOUT_MS}, got ${String(timeoutMs)}`)
+    }
+    let schema: Record<string, unknown> | undefined
+    if (request.schema !== undefined) {
+      try {
+        schema = storableJsonSchema(request.schema)
+      } catch (err) {
+        throw new TypeError(`requestApproval: schema is ${(err as Error).message}`)
+      }
     }
     const now = Date.now()
     const expiresMs = now + timeoutMs
@@ -65,6 +83,7 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       requestedAt: new Date(now).toISOString(),
       expiresAt: new Date(expiresMs).toISOString()
     }
+    if (schema !== undefined) approval.schema = schema
     await approvalStore.create(approval)
     run.emit('approval.requested', { approval })
 
@@ -119,5 +138,9 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (run.checkpointed) await checkpointStore.delete(run.runId)
   }
 
-  return { requestApproval, checkpoint, finish }
+  function journal (sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>> {
+    return readJournal((runId, after, limit) => runStore.events(runId, after, limit), sources)
+  }
+
+  return { requestApproval, checkpoint, finish, journal }
 }

@@ -1,10 +1,10 @@
 // The run event vocabulary (README.md, "The event vocabulary"): which event types an agent may produce, and the shape of the
 // built-in ones. Checked on every event an agent yields or emits; the service's own events (run.*, approval.*,
-// checkpoint.*) go through AgentRun.emit directly and are not checked.
+// checkpoint.*, step.*) go through AgentRun.emit directly and are not checked.
 
 export const CUSTOM_EVENT_TYPE = /^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$/
 export const MAX_EVENT_TYPE_LENGTH = 64
-export const RESERVED_EVENT_PREFIXES = ['run.', 'approval.', 'checkpoint.'] as const
+export const RESERVED_EVENT_PREFIXES = ['run.', 'approval.', 'checkpoint.', 'step.'] as const
 
 type Fields = Record<string, unknown>
 

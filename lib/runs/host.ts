@@ -5,7 +5,7 @@ import type { Access } from '../core/access.js'
 import type { Agent } from '../core/types.js'
 import type { CompiledAgentSchemas } from '../core/agent-schemas.js'
 import type { ApprovalStore, CheckpointStore, RunStore, SessionStore, StoredEvent } from '../stores/types.js'
-import type { RunCapabilities, RunEvent, RunOutcome, RunSink } from './run.js'
+import type { LeaseHolder, RunCapabilities, RunEvent, RunOutcome, RunSink } from './run.js'
 import type { RunRegistry } from './registry.js'
 import type { SseHeartbeat } from './sse.js'
 import type { RunWorker } from './worker.js'
@@ -57,6 +57,7 @@ export interface StatsRecorder {
 /** A run's sink that can be flushed (a RunLog), as the worker's hand-off needs. */
 export interface FlushableSink extends RunSink {
   flush(): Promise<void>
+  durable(seq: number, lease: LeaseHolder): Promise<void>
 }
 
 /** The `quotas` option as the runs see it: a slot per run, given back at the run's end (lib/quotas/quotas.ts). */

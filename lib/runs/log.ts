@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { iso } from '../stores/common.js'
 import { cancelledFinish } from '../stores/run-policy.js'
 import { isUnavailable } from '../stores/deadline.js'
+import { RunLeaseLostError, StoreUnavailableError } from '../core/errors.js'
 import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'
 import type { LeaseHolder, RunEvent, RunOutcome, RunSink } from './run.js'
 
@@ -77,6 +78,8 @@ export class RunLog implements RunSink {
   /** ends the first write's wait at once (finish() takes its events) */
   #hurry: (() => void) | null = null
   #ending = false
+  /** the last seq the store acknowledged */
+  #storedSeq = 0
 
   constructor (options: RunLogOptions) {
     this.#options = options
@@ -96,6 +99,7 @@ export class RunLog implements RunSink {
   #appendNow (batch: StoredEvent[]): void {
     try {
       this.#options.store.appendNow!(this.#options.runId, batch, this.#options.owner)
+      this.#storedSeq = batch.at(-1)!.seq
       this.#options.onStored?.(batch)
     } catch (err) {
       if (this.#taken(err)) return
@@ -130,6 +134,7 @@ export class RunLog implements RunSink {
       this.#pending = []
       try {
         await this.#options.store.append(this.#options.runId, batch, this.#options.owner)
+        this.#storedSeq = batch.at(-1)!.seq
         this.#options.onStored?.(batch)
       } catch (err) {
         if (this.#taken(err)) break
@@ -215,6 +220,26 @@ export class RunLog implements RunSink {
       }
       await sleep(wait)
       wait = Math.min(2 * wait, RETRY_MAX_MS)
+    }
+  }
+
+  /**
+   * Resolves once the store holds the event of `seq` (a durable step's, docs/durable-agents.md): the write on its way,
+   * and writes tried again through an outage while the run's lease lasts. Rejects when the run is another instance's
+   * now, or the store stayed away: the step is then not acknowledged, and runs again on the run's next attempt.
+   */
+  async durable (seq: number, lease: LeaseHolder): Promise<void> {
+    let wait = RETRY_FIRST_MS
+    for (;;) {
+      // the first write's wait is for a run that ends at once: a step's caller waits for its event instead
+      this.#hurry?.()
+      await this.flush()
+      if (this.#storedSeq >= seq) return
+      if (this.#lost) throw new RunLeaseLostError(this.#options.runId)
+      if (Date.now() + wait >= lease.leaseUntil) throw new StoreUnavailableError(`the run store did not take step event ${seq} of run ${this.#options.runId}`)
+      await sleep(wait)
+      wait = Math.min(2 * wait, RETRY_MAX_MS)
+      if (this.#pending.length > 0) this.#writing ??= this.#write()
     }
   }
 

@@ -1,15 +1,18 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type {
-  Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, TraceContext
+  Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, StepInfo, TraceContext
 } from '../core/types.js'
 import type { Message } from '../stores/types.js'
 import { startRunTrace } from '../core/tracing.js'
 import type { RunTrace } from '../core/tracing.js'
 import { CANCELLED_ERROR } from '../stores/run-policy.js'
 import { agentEventProblem } from './events.js'
+import { STEP_COMPLETED, stepNameProblem } from './steps.js'
+import type { JournalSource, JournaledStep } from './steps.js'
+import { StepMismatchError } from '../core/errors.js'
 import type { RunResult } from '../../schemas/runs.js'
 
-export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN' | 'INSTANCE_LOST'
+export type RunFailureCode = 'AGENT_ERROR' | 'AGENT_TIMEOUT' | 'CANCELLED' | 'SHUTDOWN' | 'INSTANCE_LOST' | 'STEP_MISMATCH'
 export type RunAbortCode = Exclude<RunFailureCode, 'AGENT_ERROR'>
 /**
  * Why a run stops here without ending: handed to another instance at a drain, taken over after its lease lapsed, or
@@ -41,6 +44,11 @@ export interface RunSink {
    * while its lease lasted. Never rejects.
    */
   finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'>
+  /**
+   * Resolves once the log holds the event of `seq` (a write that failed is tried again while `lease` lasts); rejects
+   * when it cannot: the run is another instance's now, or the store stayed away. A sink without it stores at once.
+   */
+  durable?(seq: number, lease: LeaseHolder): Promise<void>
   /** The run's result is in and its end follows (`finish`, once what it leaves behind is persisted): told once. */
   ending?(): void
 }
@@ -69,6 +77,8 @@ export interface RunCapabilities {
   checkpoint(run: AgentRun, state: unknown): Promise<void>
   /** Persists what a completed run leaves behind (session turn, checkpoint removal) before `run.completed`. */
   finish(run: AgentRun, result: RunResult): Promise<void>
+  /** The completed steps of some logs (the run store's), the first source's first; without it, a run has no journal to replay. */
+  journal?(sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>>
 }
 
 export interface RunOptions {
@@ -107,6 +117,9 @@ export interface RunOptions {
   leaseUntil?: number
   /** the schedule whose fire the run is: ctx.schedule */
   schedule?: { id: string, scheduledFor: string } | undefined
+
+  /** where its completed steps are read from beside its own log before this attempt (`lastSeq`): the run it replays */
+  journal?: JournalSource[]
 }
 
 /** The reason a run's signal carries: an Error whose `code` says why the run stopped. */
@@ -121,6 +134,7 @@ export class RunAbortedError extends Error {
 
 const abortMessages: Record<RunAbortCode, string> = {
   AGENT_TIMEOUT: '',
+  STEP_MISMATCH: '',
   CANCELLED: CANCELLED_ERROR.message,
   SHUTDOWN: 'The service is shutting down',
   INSTANCE_LOST: 'The instance running the run was lost'
@@ -164,7 +178,7 @@ function lazyProperty (name: string, get: (run: AgentRun) => unknown): PropertyD
   }
 }
 
-type ContextMethod = 'emit' | 'requestApproval' | 'checkpoint'
+type ContextMethod = 'emit' | 'requestApproval' | 'checkpoint' | 'step'
 
 const makeMethod: { [name in ContextMethod]: (run: AgentRun) => RunContext[name] } = {
   emit: (run) => (type, data) => {
@@ -173,7 +187,8 @@ const makeMethod: { [name in ContextMethod]: (run: AgentRun) => RunContext[name]
     run.emit(type, data)
   },
   requestApproval: (run) => (request) => run.options.capabilities.requestApproval(run, request),
-  checkpoint: (run) => (state) => run.options.capabilities.checkpoint(run, state)
+  checkpoint: (run) => (state) => run.options.capabilities.checkpoint(run, state),
+  step: (run) => (name, fn) => run.step(name, fn)
 }
 
 // Accessors shared by every ctx, so that every ctx keeps one shape (and stays in V8's fast mode). An idle run
@@ -185,7 +200,8 @@ const contextAccessors = {
   history: lazyProperty('history', (run) => run.options.history ??= []),
   emit: lazyProperty('emit', (run) => run.contextMethod('emit')),
   requestApproval: lazyProperty('requestApproval', (run) => run.contextMethod('requestApproval')),
-  checkpoint: lazyProperty('checkpoint', (run) => run.contextMethod('checkpoint'))
+  checkpoint: lazyProperty('checkpoint', (run) => run.contextMethod('checkpoint')),
+  step: lazyProperty('step', (run) => run.contextMethod('step'))
 } as const satisfies PropertyDescriptorMap
 
 /**
@@ -202,6 +218,10 @@ export class AgentRun {
   /** while an iterable agent runs: abort() tells it to stop directly, with no AbortSignal listener */
   #stopIterator: (() => void) | null = null
   #methods: Partial<Pick<RunContext, ContextMethod>> | null = null
+  /** the number of `ctx.step` calls so far: the next one's index */
+  #steps = 0
+  /** the completed steps of earlier attempts, read on the first `ctx.step` */
+  #journal: Promise<Map<number, JournaledStep>> | null = null
   #seq = 0
   #settled = false
   /** the agent returned its result, which is being persisted: a drain no longer stops the run */
@@ -358,12 +378,12 @@ export class AgentRun {
     return true
   }
 
-  abort (code: RunAbortCode): void {
+  abort (code: RunAbortCode, why?: string): void {
     // a drain lets a run whose result is in complete (its deadline, or a cancel, still ends it)
     if (this.#settled || (this.#finishing && code === 'SHUTDOWN')) return
-    const message = code === 'AGENT_TIMEOUT'
+    const message = why ?? (code === 'AGENT_TIMEOUT'
       ? `Agent "${this.agentName}" did not finish within ${this.options.timeoutMs} ms`
-      : abortMessages[code]
+      : abortMessages[code])
     const reason = new RunAbortedError(code, message)
     this.#abortReason = reason
     this.#fail(code, reason)
@@ -390,12 +410,62 @@ export class AgentRun {
     Object.defineProperty(ctx, 'emit', contextAccessors.emit)
     Object.defineProperty(ctx, 'requestApproval', contextAccessors.requestApproval)
     Object.defineProperty(ctx, 'checkpoint', contextAccessors.checkpoint)
+    Object.defineProperty(ctx, 'step', contextAccessors.step)
     if (options.resume !== undefined) ctx.resume = options.resume
     if (options.schedule !== undefined) (ctx as { schedule?: RunContext['schedule'] }).schedule = options.schedule
     return ctx as unknown as RunContext
   }
 
-  /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`: made on an agent's first look, one of each per run. */
+  /**
+   * `ctx.step` (docs/durable-agents.md): a step that an earlier attempt completed gives its journaled output back, and
+   * `fn` is not called; else `fn` runs, and its output is stored in the log (`step.completed`) before it is returned.
+   * The output is returned as its JSON (what a later attempt would get). The index counts the run's steps in the
+   * order they are called, so steps run at once (Promise.all) keep theirs.
+   */
+  async step<T> (name: string, fn: (info: StepInfo) => T | Promise<T>): Promise<T> {
+    const problem = stepNameProblem(name) ?? (typeof fn === 'function' ? null : 'fn must be a function')
+    if (problem !== null) throw new TypeError(`ctx.step: ${problem}`)
+    const index = this.#steps++
+    if (this.#abortReason !== null) throw this.#abortReason
+    const done = (await (this.#journal ??= this.#readJournal())).get(index)
+    if (done !== undefined) {
+      if (done.name !== name) {
+        const error = new StepMismatchError(index, name, done.name)
+        this.abort('STEP_MISMATCH', error.message)
+        throw error
+      }
+      // a replay's steps come from another run's log: written to this one's too, for its own later attempts
+      if (done.foreign === true) await this.#journalStep(name, index, done.json)
+      return JSON.parse(done.json) as T
+    }
+    const output = await fn({ attempt: this.options.attempt, idempotencyKey: `${this.runId}:${index}` })
+    const json = JSON.stringify(output === undefined ? null : output)
+    await this.#journalStep(name, index, json)
+    return JSON.parse(json) as T
+  }
+
+  /** A completed step's event, built around its output's JSON, stored before the step returns. */
+  async #journalStep (name: string, index: number, json: string): Promise<void> {
+    // stopped meanwhile (handed off, taken over, cancelled): the step is not this attempt's to journal
+    if (this.#abortReason !== null || this.#settled) throw this.#abortReason ?? new RunAbortedError('CANCELLED', abortMessages.CANCELLED)
+    const event: RunEvent = {
+      seq: ++this.#seq,
+      type: STEP_COMPLETED,
+      data: { name, index, output: JSON.parse(json) },
+      json: `{"name":${JSON.stringify(name)},"index":${index},"output":${json}}`
+    }
+    this.#deliver(event)
+    await this.options.sink?.durable?.(event.seq, this)
+  }
+
+  #readJournal (): Promise<Map<number, JournaledStep>> {
+    const { options } = this
+    const sources = options.lastSeq > 0 ? [{ runId: this.runId, lastSeq: options.lastSeq }, ...options.journal ?? []] : options.journal ?? []
+    const read = options.capabilities.journal
+    return sources.length === 0 || read === undefined ? Promise.resolve(new Map()) : read(sources)
+  }
+
+  /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`, `ctx.step`: made on an agent's first look, one of each per run. */
   contextMethod<N extends ContextMethod> (name: N): RunContext[N] {
     this.#methods ??= {}
     return (this.#methods[name] ??= makeMethod[name](this))

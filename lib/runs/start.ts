@@ -8,10 +8,10 @@ import type { RunHost } from './host.js'
 import type { Agent, TraceContext } from '../core/types.js'
 import { iso } from '../stores/common.js'
 import { CANCELLED_ERROR } from '../stores/run-policy.js'
-import type { Message, NewRun, RunRecord, RunSpec } from '../stores/types.js'
+import type { Message, NewRun, RunRecord, RunReplay, RunSpec } from '../stores/types.js'
 import type { Multitask, OnDisconnect } from '../../schemas/runs.js'
 import { RunLog } from './log.js'
-import type { AgentRun, RunSink } from './run.js'
+import type { AgentRun, RunOptions, RunSink } from './run.js'
 import { ownedSession, withGiven } from './sessions.js'
 
 /** What a run request asks for beyond the agent, whichever transport (HTTP, SSE, WebSocket) it came over. */
@@ -52,6 +52,9 @@ export interface PrepareRunOptions {
   runId?: string
   /** the schedule whose fire the run is (RunSpec.schedule, ctx.schedule) */
   schedule?: { id: string, scheduledFor: string }
+
+  /** a replay of an ended run (lib/runs/rewind.ts): starts from its checkpoint, its completed steps replayed */
+  replay?: RunReplay
 }
 
 /**
@@ -98,8 +101,14 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
     attempt: record.attempt,
     lastSeq: record.lastSeq,
     detachable: newRun.detachable,
-    leaseUntil: newRun.lease?.until
+    leaseUntil: newRun.lease?.until,
+    journal: replayJournal(options.replay)
   })
+}
+
+/** Where a replay's steps come from: the log of the run it replays, up to where that run ended. */
+export function replayJournal (replay: RunReplay | undefined): RunOptions['journal'] {
+  return replay === undefined ? undefined : [{ runId: replay.runId, lastSeq: replay.lastSeq, foreign: true }]
 }
 
 /**
@@ -129,7 +138,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
 
   let runId: string = options.runId ?? randomId()
   let sessionId: string | null = request.sessionId ?? null
-  let resume: { step: number, state: unknown } | undefined
+  let resume: { step: number, state: unknown } | undefined = options.replay === undefined ? undefined : { step: options.replay.step, state: options.replay.state }
   let history: Message[] | undefined
   if (request.resumeRunId !== undefined) {
     // Ownership first (docs/auth-and-traffic.md): another principal's run, in flight or ended, is not found, never in progress.
@@ -183,7 +192,8 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
   let { sessionId, history } = resolved
   // a session made for this run is this run's alone: nothing to wait for
   let fresh = false
-  if (sessionId !== null && resume === undefined) {
+  const resumed = request.resumeRunId !== undefined
+  if (sessionId !== null && !resumed) {
     const session = await ownedSession(settings.sessionStore, sessionId, caller.principal)
     if (session === null) throw new SessionNotFoundError(sessionId)
     history = session.messages
@@ -214,6 +224,8 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
   if (options.history !== undefined && options.history.length > 0) spec.history = options.history
   if (options.frontend !== undefined) spec.frontend = options.frontend
   if (options.schedule !== undefined) spec.schedule = options.schedule
+
+  if (options.replay !== undefined) spec.replay = options.replay
   const newRun: NewRun = {
     record,
     spec,
@@ -221,7 +233,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     detachable: background || request.onDisconnect === 'continue',
     lease: background ? null : service.worker.lease()
   }
-  if (resume !== undefined && !background && await reopened(service, newRun)) {
+  if (resumed && !background && await reopened(service, newRun)) {
     // a resumed run goes on in the same record and log
   } else if (fresh) {
     // the session and its first run in one write where the run store can (docs/stores.md, "Round trips"); else the

@@ -6,7 +6,7 @@ import { CANCELLED_ERROR } from '../stores/run-policy.js'
 import type { LapsedRun, RunLease, RunRecord } from '../stores/types.js'
 import { RunLog } from './log.js'
 import { withGiven } from './sessions.js'
-import { cancelledEnd } from './start.js'
+import { cancelledEnd, replayJournal } from './start.js'
 
 export const DEFAULT_RUN_LEASE_MS = 30_000
 export const DEFAULT_RUN_CONCURRENCY = 64
@@ -152,7 +152,9 @@ export class RunWorker {
     // a schedule's fire: from its due time to its start (docs/schedules.md)
     if (spec?.schedule !== undefined) this.#service.stats.recordScheduleLag((Date.parse(record.startedAt!) - Date.parse(spec.schedule.scheduledFor)) / 1000)
     const log = this.#log!.child({ runId: record.runId })
-    let resume: { step: number, state: unknown } | undefined
+    // a replay starts from the checkpoint of the run it replays, until it has one of its own
+    const replay = spec?.replay
+    let resume: { step: number, state: unknown } | undefined = replay === undefined ? undefined : { step: replay.step, state: replay.state }
     if (record.attempt > 1 && agent?.resumable === true) {
       const checkpoint = await settings.checkpointStore.load(record.runId)
       if (checkpoint !== null) resume = { step: checkpoint.step, state: checkpoint.state }
@@ -213,7 +215,8 @@ export class RunWorker {
       lastSeq: record.lastSeq,
       detachable: true,
       leaseUntil,
-      schedule: spec?.schedule
+      schedule: spec?.schedule,
+      journal: replayJournal(replay)
     })
     run.start()
     // its end makes room for the next

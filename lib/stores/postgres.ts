@@ -230,6 +230,7 @@ interface ApprovalRow {
   requested_at: Date
   expires_at: Date
   decision: ApprovalDecision | null
+  schema: Record<string, unknown> | null
 }
 
 function toApproval (row: ApprovalRow): ApprovalRecord {
@@ -247,12 +248,13 @@ function toApproval (row: ApprovalRow): ApprovalRecord {
     expiresAt: iso(row.expires_at)
   }
   if (row.decision !== null) record.decision = row.decision
+  if (row.schema !== null) record.schema = row.schema
   return record
 }
 
 function noop (): void {}
 
-const APPROVAL_COLUMNS = 'id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision'
+const APPROVAL_COLUMNS = 'id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision, schema'
 
 export class PostgresApprovalStore extends PostgresStore implements ApprovalStore {
   /** NOTIFY channel shared by every instance using this schema and prefix (a hash keeps it under 63 bytes; plain enough to quote as it is). */
@@ -283,7 +285,8 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
       CREATE TABLE IF NOT EXISTS ${this.table('approvals')} (
         id text PRIMARY KEY, run_id text NOT NULL, agent text NOT NULL, session_id text NOT NULL,
         principal text NOT NULL, action text NOT NULL, payload jsonb NOT NULL, reason text, status text NOT NULL,
-        requested_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, decision jsonb);
+        requested_at timestamptz NOT NULL, expires_at timestamptz NOT NULL, decision jsonb, schema jsonb);
+      ALTER TABLE ${this.table('approvals')} ADD COLUMN IF NOT EXISTS schema jsonb;
       CREATE INDEX IF NOT EXISTS ${this.index('approvals_status')} ON ${this.table('approvals')} (status, requested_at);`
   }
 
@@ -291,13 +294,14 @@ export class PostgresApprovalStore extends PostgresStore implements ApprovalStor
     const values = [
       approval.id, approval.runId, approval.agent, approval.sessionId, approval.principal, approval.action,
       toJson(approval.payload), approval.reason, approval.status, new Date(toMs('requestedAt', approval.requestedAt)),
-      new Date(toMs('expiresAt', approval.expiresAt)), approval.decision === undefined ? null : JSON.stringify(approval.decision)
+      new Date(toMs('expiresAt', approval.expiresAt)), approval.decision === undefined ? null : JSON.stringify(approval.decision),
+      approval.schema === undefined ? null : JSON.stringify(approval.schema)
     ]
     try {
       await this.sql(`
         INSERT INTO ${this.table('approvals')}
-          (id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, values)
+          (id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision, schema)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, values)
     } catch (error) {
       if ((error as { code?: string }).code === '23505') throw approvalExistsError(approval.id)
       throw error

@@ -243,6 +243,7 @@ interface ApprovalRow {
   requested_at: number
   expires_at: number
   decision: string | null
+  schema: string | null
 }
 
 function toApproval (row: ApprovalRow): ApprovalRecord {
@@ -260,6 +261,7 @@ function toApproval (row: ApprovalRow): ApprovalRecord {
     expiresAt: iso(row.expires_at)
   }
   if (row.decision !== null) record.decision = JSON.parse(row.decision) as ApprovalDecision
+  if (row.schema !== null) record.schema = JSON.parse(row.schema) as Record<string, unknown>
   return record
 }
 
@@ -268,13 +270,16 @@ function approvalStatements (db: Db, table: string) {
     CREATE TABLE IF NOT EXISTS "${table}" (
       id TEXT PRIMARY KEY, run_id TEXT NOT NULL, agent TEXT NOT NULL, session_id TEXT NOT NULL,
       principal TEXT NOT NULL, action TEXT NOT NULL, payload TEXT NOT NULL, reason TEXT,
-      status TEXT NOT NULL, requested_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, decision TEXT);
+      status TEXT NOT NULL, requested_at INTEGER NOT NULL, expires_at INTEGER NOT NULL, decision TEXT, schema TEXT);
     CREATE INDEX IF NOT EXISTS "${table}_status" ON "${table}" (status, requested_at);
   `)
+  // a table made before approvals carried the schema of an edited payload
+  const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${table}')`).all()
+  if (!columns.some((column) => column.name === 'schema')) db.exec(`ALTER TABLE "${table}" ADD COLUMN schema TEXT`)
   return {
-    create: db.prepare<[string, string, string, string, string, string, string, string | null, ApprovalStatus, number, number, string | null]>(`
-      INSERT INTO "${table}" (id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+    create: db.prepare<[string, string, string, string, string, string, string, string | null, ApprovalStatus, number, number, string | null, string | null]>(`
+      INSERT INTO "${table}" (id, run_id, agent, session_id, principal, action, payload, reason, status, requested_at, expires_at, decision, schema)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     get: db.prepare<[string], ApprovalRow>(`SELECT * FROM "${table}" WHERE id = ?`),
     pending: db.prepare<{ now: number, agent: string | null, runId: string | null }, ApprovalRow>(`
       SELECT * FROM "${table}" WHERE status = 'pending' AND expires_at > @now
@@ -314,7 +319,8 @@ export class SqliteApprovalStore extends SqliteStore implements ApprovalStore {
       statements.create.run(
         approval.id, approval.runId, approval.agent, approval.sessionId, approval.principal, approval.action,
         toJson(approval.payload), approval.reason, approval.status, toMs('requestedAt', approval.requestedAt),
-        toMs('expiresAt', approval.expiresAt), approval.decision === undefined ? null : JSON.stringify(approval.decision))
+        toMs('expiresAt', approval.expiresAt), approval.decision === undefined ? null : JSON.stringify(approval.decision),
+        approval.schema === undefined ? null : JSON.stringify(approval.schema))
     } catch (error) {
       if ((error as { code?: string }).code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw approvalExistsError(approval.id)
       throw error

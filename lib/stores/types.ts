@@ -212,6 +212,16 @@ export interface RunSpec {
   frontend?: Record<string, unknown>
   /** the schedule whose fire the run is (docs/schedules.md): `ctx.schedule` */
   schedule?: { id: string, scheduledFor: string }
+
+  /** a replay (POST /v1/runs/:runId/replay): the run it replays, up to which seq, and the checkpoint it starts from */
+  replay?: RunReplay
+}
+
+export interface RunReplay {
+  runId: string
+  lastSeq: number
+  step: number
+  state: unknown
 }
 
 /** Who runs a run (an instance's id), and until when (epoch ms) unless it renews the lease (docs/runs.md). */

@@ -437,6 +437,13 @@ export function approvalStoreConformance<C> (registrar: Registrar<C>, factory: S
     const decided = approval('a4', { status: 'approved', decision: decision(true) })
     await store.create(decided)
     t.strictSame(await store.get('a4'), decided)
+    // the schema an edited payload must match, and a decision that edited it and answered, are kept as given
+    const schema = { type: 'object', properties: { amount: { type: 'integer', maximum: 100 } }, required: ['amount'] }
+    await store.create(approval('a5', { schema }))
+    const edited = { ...decision(true), payload: { amount: 20 }, edited: true, response: 'twenty is enough' }
+    t.match(await store.decide('a5', edited), { outcome: 'decided', approval: { schema, decision: edited } })
+    t.strictSame((await store.get('a5'))?.decision, edited)
+    t.strictSame((await store.get('a5'))?.schema, schema)
   })
 
   test('approvals: decide is a compare-and-set, 20 concurrent callers, one winner', async (t) => {

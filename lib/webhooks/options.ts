@@ -12,7 +12,7 @@ export const MIN_WEBHOOK_SECRET_BYTES = 24
 /** The service's own event types (README.md, "The event vocabulary"); any other must be a custom type an agent may produce. */
 export const BUILT_IN_EVENT_TYPES: ReadonlySet<string> = new Set([
   'run.started', 'message.delta', 'reasoning.delta', 'tool.call.delta', 'tool.call', 'tool.result', 'approval.requested',
-  'approval.decided', 'checkpoint.saved', 'run.requeued', 'run.completed', 'run.failed'
+  'approval.decided', 'checkpoint.saved', 'step.completed', 'run.requeued', 'run.completed', 'run.failed'
 ])
 
 export interface WebhookSettings {

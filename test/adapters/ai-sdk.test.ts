@@ -11,7 +11,8 @@ import type { ModelMessage, UIMessage } from 'ai'
 import * as aiTest from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
-import { aiSdkAgent, modelMessages } from '../../adapters/ai-sdk.js'
+import { aiSdkAgent, durableTools, modelMessages } from '../../adapters/ai-sdk.js'
+import { memoryStores } from '../../lib/stores/memory.js'
 import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
 import { build, eventually, keepAlive, listen, parseSse } from '../helper.js'
@@ -330,6 +331,31 @@ t.test('needsApproval, rejected: the tool is denied and the model is told why', 
   t.match(lastToolOutput(model.doStreamCalls[1]!.prompt), { type: 'execution-denied', reason: 'A reviewer rejected this tool call.' })
 })
 
+t.test('needsApproval, approved with an edit: the tool runs with the edited input, and the model sees the call as edited', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const deleted: string[] = []
+  const { app } = build(t, { agents: { files: deleterAgent(model, deleted) } })
+  const run = runStream(app, 'files', 'Delete the report')
+  const approval = await pendingApproval(app)
+  const res = await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true, payload: { path: '/tmp/copy.txt' } } })
+  t.equal(res.statusCode, 200)
+  const events = eventsOf((await run).body)
+  t.same(events.find(([type]) => type === 'tool.result')?.[1], { toolCallId: 'del_1', name: 'deleteFile', output: 'deleted /tmp/copy.txt', isError: false })
+  t.same(deleted, ['/tmp/copy.txt'], 'the edited input was executed, not the one asked for')
+  t.match(model.doStreamCalls[1]!.prompt[1], { role: 'assistant', content: [{ type: 'text' }, { type: 'tool-call', toolCallId: 'del_1', input: { path: '/tmp/copy.txt' } }] })
+})
+
+t.test('needsApproval, rejected with a response and no comment: the response is the reason the model is told', async (t) => {
+  keepAlive(t)
+  const model = deleter()
+  const { app } = build(t, { agents: { files: deleterAgent(model, []) } })
+  const run = runStream(app, 'files', 'Delete the report')
+  await decide(app, { approved: false, response: 'keep it until Friday' } as { approved: boolean })
+  await run
+  t.match(lastToolOutput(model.doStreamCalls[1]!.prompt), { type: 'execution-denied', reason: 'keep it until Friday' })
+})
+
 t.test('needsApproval, expired: approvalTimeoutMs bounds the wait, and the model is told nobody decided', async (t) => {
   keepAlive(t)
   const model = deleter()
@@ -415,6 +441,61 @@ t.test('toolApproval: automatic decisions ask nobody; user-approval asks like ne
     { toolCallId: 'a3', name: 'write', output: 'write ok', isError: false }
   ])
   t.same(ran.sort(), ['read', 'write'])
+})
+
+t.test('durableTools: a tool completed before a drain\'s hand-off is not executed again on the next attempt', async (t) => {
+  const charged: unknown[] = []
+  let attempt = 0
+  // attempt 1: a tool call, then a model call that hangs until the run is handed off; attempt 2: the same call, then text
+  const model = new MockLanguageModelV4({
+    doStream: async (options) => {
+      const call = model.doStreamCalls.length - 1
+      const parts: LanguageModelV4StreamPart[] = lastToolOutput(options.prompt) === undefined
+        ? [toolCall('pay_1', 'chargeCard', { cents: 500 }), finish('tool-calls')]
+        : [...text(`charged: ${JSON.stringify((lastToolOutput(options.prompt) as { value: unknown }).value)}`), finish('stop')]
+      if (attempt === 1 && call === 1) {
+        return { stream: new ReadableStream<LanguageModelV4StreamPart>({ start (c) { options.abortSignal?.addEventListener('abort', () => c.error(options.abortSignal?.reason)) } }) }
+      }
+      return { stream: simulateReadableStream({ chunks: parts }) }
+    }
+  })
+  const chargeCard = tool({
+    inputSchema: z.object({ cents: z.number() }),
+    execute: async ({ cents }, { toolCallId }) => { charged.push({ cents, toolCallId }); return { receipt: `r-${cents}` } }
+  })
+  const streamingTool = tool({ inputSchema: z.object({}), async * execute () { yield 'partial'; yield 'whole' } })
+  const clientTool = tool({ inputSchema: z.object({}) })
+  const payer = aiSdkAgent({
+    resumable: true,
+    run: (input, ctx) => {
+      attempt++
+      const tools = durableTools(ctx, { chargeCard, streamingTool, clientTool })
+      t.equal(tools.clientTool, clientTool, 'a tool without execute is left as it is')
+      return streamText({ model, tools, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
+    }
+  })
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents: { payer } })
+  const b = build(t, { ...stores, agents: { payer } })
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/payer/runs', payload: { input: 'pay', background: true } })).json()
+  await eventually(() => model.doStreamCalls.length === 2)
+  await a.close(50)
+  b.app.agentService.worker.start(b.app.log)
+  const record = await eventually(async () => {
+    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
+    return run.status === 'completed' && run
+  })
+  t.match(record.result, { output: 'charged: {"receipt":"r-500"}' })
+  t.same(charged, [{ cents: 500, toolCallId: 'pay_1' }], 'charged once over two attempts')
+  const steps = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body).filter((e) => e.event === 'step.completed')
+  t.same(steps.map((e) => e.data), [{ name: 'tool.chargecard', index: 0, output: { receipt: 'r-500' } }], 'journaled once, by the first attempt')
+
+  // a streaming tool's durable output is its last value
+  const stream = await durableTools({ step: async (_name: string, fn: () => unknown) => fn() } as unknown as Parameters<typeof durableTools>[0], { streamingTool }).streamingTool.execute!({}, { toolCallId: 's', messages: [] } as never)
+  t.equal(stream, 'whole')
 })
 
 t.test('a second turn: modelMessages gives the model the session history', async (t) => {

@@ -134,6 +134,21 @@ t.test('an interrupt rejected, or expired after approvalTimeoutMs: the graph get
   t.equal(expired.output, 'Not refunded (expired).')
 })
 
+t.test('an interrupt decided with an edit and a response: the graph resumes with the decision object, the edited payload in it', async (t) => {
+  keepAlive(t)
+  const refunder = oneNode(async () => {
+    const decision = interrupt<{ action: string, amount: number }, InterruptDecision>({ action: 'refund', amount: 30 })
+    const { amount } = decision.payload as { amount: number }
+    return { messages: [new AIMessage(`Refunded ${amount}${decision.edited === true ? ' (edited)' : ''}: ${decision.response ?? ''}`)] }
+  })
+  const { app } = build(t, { agents: { refunds: langGraphAgent(refunder) } })
+  const run = app.inject({ method: 'POST', url: '/v1/agents/refunds/runs', payload: { input: 'Refund order 7' } })
+  const approval = await eventually(async () => (await app.inject({ url: '/v1/approvals' })).json().approvals[0])
+  const decided = await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true, payload: { action: 'refund', amount: 20 }, response: 'partial refund' } })
+  t.equal(decided.statusCode, 200)
+  t.equal((await run).json().output, 'Refunded 20 (edited): partial refund')
+})
+
 t.test('several interrupts: parallel nodes and a node that interrupts again; each an approval, nothing counted twice', async (t) => {
   keepAlive(t)
   const graph = new StateGraph(MessagesAnnotation)

@@ -152,6 +152,9 @@ declare global {
   function render (text: string): void
   function seen (webhookId: unknown): Promise<boolean>
   function handle (event: unknown): Promise<void>
+  function writeDraft (input: { to: string }): Promise<string>
+  const mail: { send (draft: string, options: { idempotencyKey: string }): Promise<void> }
+  const payments: { charge (cents: number, options: { idempotencyKey: string }): Promise<{ id: string }> }
 }
 export {}
 `

@@ -65,7 +65,7 @@ t.test('the console in Chromium: agents and stats, an approval decided, a run fo
     description: 'asks before it ships',
     async run (_input, ctx) {
       const decision = await ctx.requestApproval({ action: 'ship-release', payload: { version: '1.2.3' }, reason: 'a release goes out' })
-      return { output: { approved: decision.approved, comment: decision.comment ?? null, decidedBy: decision.decidedBy }, usage: { inputTokens: 10, outputTokens: 20 } }
+      return { output: { approved: decision.approved, comment: decision.comment ?? null, decidedBy: decision.decidedBy, payload: decision.payload, response: decision.response ?? null }, usage: { inputTokens: 10, outputTokens: 20 } }
     }
   }
   const { url: origin } = await listen(t, {
@@ -107,9 +107,17 @@ t.test('the console in Chromium: agents and stats, an approval decided, a run fo
   const approving = run('approver', 'go')
   await page.waitForSelector('article.approval h3:text-is("ship-release")')
   await page.screenshot({ path: join(artifacts, 'console-approval.png'), fullPage: true })
-  await page.getByLabel('Comment (optional)').fill('ship it')
+  // the payload edited as JSON: invalid JSON is refused in the page, nothing sent
+  const payload = page.getByLabel('Payload (JSON: edit it to approve something else)')
+  t.same(JSON.parse(await payload.inputValue()), { version: '1.2.3' })
+  await payload.fill('{ "version": ')
   await page.getByRole('button', { name: 'Approve ship-release', exact: true }).click()
-  t.same(((await (await approving).json()) as { output: unknown }).output, { approved: true, comment: 'ship it', decidedBy: 'Olga Ops' })
+  await page.waitForSelector('#status:has-text("the payload is not valid JSON")')
+  await payload.fill('{ "version": "1.2.4" }')
+  await page.getByLabel('Comment (optional)').fill('ship it')
+  await page.getByLabel('Answer to the agent (optional)').fill('1.2.3 has a known bug')
+  await page.getByRole('button', { name: 'Approve ship-release', exact: true }).click()
+  t.same(((await (await approving).json()) as { output: unknown }).output, { approved: true, comment: 'ship it', decidedBy: 'Olga Ops', payload: { version: '1.2.4' }, response: '1.2.3 has a known bug' })
   await page.waitForSelector('#approvals-body .empty')
   t.match(await page.textContent('#status'), /ship-release approved/)
   const decided = await (await fetch(`${origin}/admin/audit?limit=5`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json() as { entries: Array<{ method: string, url: string, principal: string }> }

@@ -30,6 +30,8 @@ export interface InstanceOptions {
   runLeaseMs: number
   drainMs?: number
   storeTimeoutMs?: number
+  /** the run and session stores on Redis under this prefix, instead of PostgreSQL (`url`, `schema` unused) */
+  redis?: { url: string, prefix: string }
 }
 
 const FIXTURE = new URL('../fixtures/recovery-instance.js', import.meta.url)
@@ -45,7 +47,8 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
       EXECUTIONS: options.executions,
       RUN_LEASE_MS: String(options.runLeaseMs),
       DRAIN_MS: String(options.drainMs ?? 100),
-      ...(options.storeTimeoutMs === undefined ? {} : { STORE_TIMEOUT_MS: String(options.storeTimeoutMs) })
+      ...(options.storeTimeoutMs === undefined ? {} : { STORE_TIMEOUT_MS: String(options.storeTimeoutMs) }),
+      ...(options.redis === undefined ? {} : { REDIS_URL: options.redis.url, REDIS_PREFIX: options.redis.prefix })
     },
     stdio: ['pipe', 'pipe', 'inherit']
   })
@@ -76,7 +79,7 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
 }
 
 /** What the agents of the instances recorded (test/fixtures/recovery-instance.ts), in order. */
-export interface Execution { run_id: string, instance: string, kind: 'start' | 'step' | 'stop' | 'end', step: number, at: number }
+export interface Execution { run_id: string, instance: string, kind: 'start' | 'step' | 'stop' | 'end', step: number, at: number, key?: string }
 
 export function executions (file: string, runId?: string): Execution[] {
   let text = ''

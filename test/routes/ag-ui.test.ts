@@ -9,6 +9,7 @@ import type { AgentSubscriber, BaseEvent, RunAgentInput } from '@ag-ui/client'
 import { lastValueFrom, toArray } from 'rxjs'
 import { APPROVAL_RESPONSE_SCHEMA } from '../../lib/frontends/ag-ui/events.js'
 import { eventually, listen } from '../helper.js'
+import type { Agent } from '../../lib/core/types.js'
 import { scripted } from '../helpers/frontends.js'
 
 const KEYS = { alice: 'alice-key-0123456789', bob: 'bob-key-0123456789' }
@@ -166,6 +167,37 @@ t.test('an interrupt decided with POST /v1/approvals/:id: the resume streams the
   t.equal(rest.result, 'sent', 'the first decision stands')
 })
 
+t.test('a resume that edits the payload and answers: decided as POST /v1/approvals/:id would; an edit with a rejection is 400 naming it', async (t) => {
+  const { url, app } = await serve(t)
+  const { agent } = agentOn(url, 'mail')
+  await agent.runAgent({ runId: 'r1' })
+  const [interrupt] = agent.pendingInterrupts
+  const approvalId = (interrupt!.metadata as { approvalId: string }).approvalId
+  const refused = await app.inject({
+    method: 'POST', url: '/v1/agents/helper/ag-ui', headers: { 'x-api-key': KEYS.alice },
+    payload: { threadId: 'thread-1', runId: 'r2', messages: [], resume: [{ interruptId: interrupt!.id, status: 'resolved', payload: { approved: false, payload: { to: 'carol@example.com' } } }] }
+  })
+  t.match(refused.json(), { statusCode: 400, message: 'body/resume/0/payload/payload is only allowed with approved: true (an edit of what is approved)' })
+  t.match((await app.inject({ url: `/v1/approvals/${approvalId}`, headers: { 'x-api-key': KEYS.alice } })).json(), { status: 'pending' })
+  const rest = await agent.runAgent({ runId: 'r3', resume: [{ interruptId: interrupt!.id, status: 'resolved', payload: { approved: true, payload: { to: 'carol@example.com' }, response: 'to Carol instead' } }] })
+  t.equal(rest.result, 'sent')
+  t.match((await app.inject({ url: `/v1/approvals/${approvalId}`, headers: { 'x-api-key': KEYS.alice } })).json(), {
+    status: 'approved', decision: { payload: { to: 'carol@example.com' }, edited: true, response: 'to Carol instead' }
+  })
+})
+
+t.test('an approval that gives a schema: the interrupt\'s responseSchema says what an edited payload must be', async (t) => {
+  const schema = { type: 'object', properties: { to: { type: 'string', format: 'email' } }, required: ['to'] }
+  const asker: Agent = { async run (_input, ctx) { return { output: (await ctx.requestApproval({ action: 'send', payload: { to: 'a@example.com' }, schema })).payload } } }
+  const { url } = await listen(t, { agents: { asker } })
+  const agent = new HttpAgent({ url: `${url}/v1/agents/asker/ag-ui`, threadId: 's' })
+  agent.addMessage({ id: 'm', role: 'user', content: 'send' })
+  await agent.runAgent({ runId: 's1' })
+  t.same(agent.pendingInterrupts[0]!.responseSchema, { ...APPROVAL_RESPONSE_SCHEMA, properties: { ...APPROVAL_RESPONSE_SCHEMA.properties, payload: schema } })
+  const rest = await agent.runAgent({ runId: 's2', resume: [{ interruptId: agent.pendingInterrupts[0]!.id, status: 'resolved', payload: { approved: true, payload: { to: 'b@example.com' } } }] })
+  t.same(rest.result, { to: 'b@example.com' })
+})
+
 t.test('another principal\'s resume is refused (404) and changes nothing', async (t) => {
   const { url, app } = await serve(t)
   const alice = agentOn(url, 'mail')
@@ -241,7 +273,7 @@ t.test('requests the route refuses', async (t) => {
     statusCode: 400, message: 'body/messages/0/content must be a string or have a text part'
   })
   t.match((await post({ ...input, resume: [{ interruptId: 'x', status: 'resolved', payload: { yes: true } }] })).json(), {
-    statusCode: 400, message: 'body/resume/0/payload must be { approved: boolean, comment?: string (at most 2000 characters) }'
+    statusCode: 400, message: 'body/resume/0/payload must be { approved: boolean, comment?: string (at most 2000 characters), payload?: the edited payload, response?: string (at most 10000 characters) }'
   })
   t.match((await post({ ...input, resume: [{ interruptId: 'x', status: 'cancelled' }] })).json(), { statusCode: 404, code: 'APPROVAL_NOT_FOUND' })
   const withExtras = await post({ ...input, state: { a: 1 }, tools: [], context: [], forwardedProps: {}, protocolVersion: '1.0' })

@@ -116,7 +116,7 @@ t.test('an explicit decidedBy wins over the principal; the agent gets the whole 
     method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true, comment: 'fine', decidedBy: 'Bob (on call)' }, headers: { 'x-test-principal': 'alice' }
   })
   t.equal(res.json().decision.decidedBy, 'Bob (on call)')
-  t.same((await run).json().output, { approved: true, comment: 'fine', decidedBy: 'Bob (on call)', status: 'approved' })
+  t.same((await run).json().output, { approved: true, comment: 'fine', decidedBy: 'Bob (on call)', status: 'approved', payload: { amount: 3 }, edited: false })
 })
 
 t.test('bad requests: 400 in the contract shape, 404 for unknown ids', async (t) => {
@@ -176,7 +176,7 @@ t.test('20 concurrent decisions: exactly one 200, the rest 409 APPROVAL_ALREADY_
   for (const res of lost) t.match(res.json(), { code: 'APPROVAL_ALREADY_DECIDED', message: `Approval "${approval.id}" was already decided` })
   const winner = won[0]!.json()
   const output = (await run).json().output as Decision
-  t.same(output, { approved: winner.decision.approved, comment: null, decidedBy: winner.decision.decidedBy, status: winner.status })
+  t.same(output, { approved: winner.decision.approved, comment: null, decidedBy: winner.decision.decidedBy, status: winner.status, payload: null, edited: false })
   const entries = await auditEntries(app)
   t.equal(entries.filter((e) => e.route === '/v1/approvals/:id' && e.status === 409 && e.runId === approval.runId).length, 19, 'losers audited too')
 })
@@ -228,7 +228,7 @@ t.test('a decision whose notification comes after the expiry timer still wins ov
   t.equal(decided.statusCode, 200)
   const events = parseSse((await run).body)
   t.match(events[2], { event: 'approval.decided', data: { approval: { status: 'approved' } } })
-  t.same(events[3]!.data.output, { approved: true, comment: 'just in time', decidedBy: 'carol', status: 'approved' })
+  t.same(events[3]!.data.output, { approved: true, comment: 'just in time', decidedBy: 'carol', status: 'approved', payload: null, edited: false })
 })
 
 t.test('an approval that vanished from the store while pending counts as expired', async (t) => {

@@ -22,7 +22,12 @@ export const AG_UI_HEADERS: Readonly<Record<string, string>> = Object.freeze({
 /** What an answer to an approval interrupt looks like: the `payload` of its resume entry. */
 export const APPROVAL_RESPONSE_SCHEMA = Object.freeze({
   type: 'object',
-  properties: { approved: { type: 'boolean' }, comment: { type: 'string', maxLength: 2000 } },
+  properties: {
+    approved: { type: 'boolean' },
+    comment: { type: 'string', maxLength: 2000 },
+    payload: { description: 'only with approved: true: the payload edited' },
+    response: { type: 'string', maxLength: 10_000 }
+  },
   required: ['approved'],
   additionalProperties: false
 })
@@ -184,7 +189,10 @@ export class AgUiProjection {
           id: interruptId(approval.id, this.#runId),
           reason: 'approval',
           message: approval.reason ?? `Approve ${approval.action}?`,
-          responseSchema: { ...APPROVAL_RESPONSE_SCHEMA },
+          // the approval's own schema, when it gave one, says what an edited payload must be
+          responseSchema: approval.schema === undefined
+            ? { ...APPROVAL_RESPONSE_SCHEMA }
+            : { ...APPROVAL_RESPONSE_SCHEMA, properties: { ...APPROVAL_RESPONSE_SCHEMA.properties, payload: approval.schema } },
           expiresAt: approval.expiresAt,
           metadata: { action: approval.action, payload: approval.payload ?? null, runId: approval.runId, approvalId: approval.id }
         }

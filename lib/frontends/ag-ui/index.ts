@@ -37,11 +37,11 @@ function inputOf (messages: AgUiMessage[]): string {
   throw new InputValidationError('body/messages must have a user message (or body/resume answer an interrupt)')
 }
 
-/** A resume entry as a decision: `resolved` with `{ approved, comment? }`, or `cancelled` (a rejection). */
-function decisionOf (entry: AgUiResumeEntry, index: number, isAnswer: (payload: unknown) => payload is Static<typeof AgUiApprovalAnswer>): { approved: boolean, comment?: string } {
+/** A resume entry as a decision: `resolved` with `{ approved, comment?, payload?, response? }`, or `cancelled` (a rejection). */
+function decisionOf (entry: AgUiResumeEntry, index: number, isAnswer: (payload: unknown) => payload is Static<typeof AgUiApprovalAnswer>): Static<typeof AgUiApprovalAnswer> {
   if (entry.status === 'cancelled') return { approved: false }
   if (!isAnswer(entry.payload)) {
-    throw new InputValidationError(`body/resume/${index}/payload must be { approved: boolean, comment?: string (at most 2000 characters) }`)
+    throw new InputValidationError(`body/resume/${index}/payload must be { approved: boolean, comment?: string (at most 2000 characters), payload?: the edited payload, response?: string (at most 10000 characters) }`)
   }
   return entry.payload
 }
@@ -66,7 +66,7 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
     const answers = input.resume!.map((entry, i) => {
       const { approvalId, agUiRunId } = parseInterruptId(entry.interruptId)
       interrupted.set(approvalId, agUiRunId)
-      return { id: approvalId, decision: decisionOf(entry, i, isAnswer) }
+      return { id: approvalId, decision: decisionOf(entry, i, isAnswer), path: `body/resume/${i}/payload` }
     })
     return continueTurn(service, request, reply, AG_UI, conversation, answers, ([approval]) => {
       // the first one asked: where the AG-UI run that the client's answer continues was interrupted. HttpAgent sends
@@ -88,7 +88,7 @@ const agUi: FastifyPluginAsyncTypebox<AgUiPluginOptions> = async (fastify) => {
       summary: 'Run an agent as an AG-UI agent',
       description: 'Takes AG-UI\'s `RunAgentInput` (what `HttpAgent` sends) and answers its events as SSE. `threadId` names a ' +
         'session in the caller\'s own space; the last user message\'s text is the input. An approval ends the AG-UI run ' +
-        'as an interrupt; `resume: [{ interruptId, status, payload: { approved, comment? } }]` decides it (compare-and-set, ' +
+        'as an interrupt; `resume: [{ interruptId, status, payload: { approved, comment?, payload?, response? } }]` decides it (compare-and-set, ' +
         'only the thread\'s own) and streams the rest of the same run as a new AG-UI run with `parentRunId`.',
       tags: ['front ends'],
       params: AgentParams,

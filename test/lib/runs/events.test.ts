@@ -13,8 +13,8 @@ t.test('custom types: the pattern, at most 64 characters, the service prefixes r
     t.match(agentEventProblem(bad, null), /is not a valid event type \(\^\[a-z\]\[a-z0-9_-\]\*\(\\\.\[a-z0-9_-\]\+\)\*\$, at most 64 characters\)$/, JSON.stringify(bad))
   }
   t.equal(agentEventProblem('x'.repeat(100), null), `"${'x'.repeat(64)}…" is not a valid event type (${'^[a-z][a-z0-9_-]*(\\.[a-z0-9_-]+)*$'}, at most 64 characters)`, 'a long name is cut')
-  for (const reserved of ['run.completed', 'run.started', 'run.anything', 'approval.requested', 'checkpoint.saved', 'checkpoint.x.y']) {
-    t.equal(agentEventProblem(reserved, {}), `"${reserved}" is reserved to the service (run., approval., checkpoint.)`)
+  for (const reserved of ['run.completed', 'run.started', 'run.anything', 'approval.requested', 'checkpoint.saved', 'checkpoint.x.y', 'step.completed']) {
+    t.equal(agentEventProblem(reserved, {}), `"${reserved}" is reserved to the service (run., approval., checkpoint., step.)`)
   }
   t.equal(agentEventProblem('constructor', null), null, 'a name that is a property of every object is just a name')
 })
@@ -64,8 +64,8 @@ t.test('ctx.emit throws a TypeError for a reserved or bad type and for a built-i
   t.same(parseSse(res.body).map((e) => e.event), ['run.started', 'reasoning.delta', 'progress', 'run.completed'], 'nothing refused went out; the run goes on')
   t.ok(thrown.every((e) => e instanceof TypeError))
   t.same(thrown.map((e) => (e as Error).message), [
-    'ctx.emit: "run.completed" is reserved to the service (run., approval., checkpoint.)',
-    'ctx.emit: "approval.decided" is reserved to the service (run., approval., checkpoint.)',
+    'ctx.emit: "run.completed" is reserved to the service (run., approval., checkpoint., step.)',
+    'ctx.emit: "approval.decided" is reserved to the service (run., approval., checkpoint., step.)',
     'ctx.emit: "Bad Name" is not a valid event type (^[a-z][a-z0-9_-]*(\\.[a-z0-9_-]+)*$, at most 64 characters)',
     'ctx.emit: "tool.call" needs data { toolCallId: string, name: string, input }',
     'ctx.emit: "message.delta" needs data { text: string }',
@@ -89,8 +89,8 @@ t.test('a yielded event with a reserved or bad type, or built-in data of the wro
     thinks: yielding({ type: 'reasoning.delta', data: { text: null } })
   }
   const expected: Record<keyof typeof agents, string> = {
-    completes: '"run.completed" is reserved to the service (run., approval., checkpoint.)',
-    checkpoints: '"checkpoint.saved" is reserved to the service (run., approval., checkpoint.)',
+    completes: '"run.completed" is reserved to the service (run., approval., checkpoint., step.)',
+    checkpoints: '"checkpoint.saved" is reserved to the service (run., approval., checkpoint., step.)',
     shouts: '"LOUD" is not a valid event type (^[a-z][a-z0-9_-]*(\\.[a-z0-9_-]+)*$, at most 64 characters)',
     calls: '"tool.result" needs data { toolCallId: string, name: string, output, isError: boolean }',
     thinks: '"reasoning.delta" needs data { text: string }'

@@ -198,6 +198,39 @@ t.test('the first write waits a moment: a run that ends meanwhile writes its fir
   t.same(writes, ['append 1,2', 'append 3'], 'later writes do not wait')
 })
 
+t.test('durable(seq): waits for the write on its way, tries a refused one again while the lease lasts, then gives up; a lost run rejects', async (t) => {
+  const kept: number[] = []
+  let refuse = 0
+  let lost = false
+  const store = {
+    append: async (_runId: string, events: StoredEvent[]) => {
+      if (lost) throw Object.assign(new Error('lease lost'), { code: 'FA_RUN_LEASE_LOST' })
+      if (refuse > 0) { refuse--; throw Object.assign(new Error('away'), { code: 'STORE_UNAVAILABLE' }) }
+      kept.push(...events.map((e) => e.seq))
+    }
+  }
+  const { log } = logOf(store)
+  const lease = { leaseUntil: Date.now() + 10_000 }
+  log.event(event(1))
+  await log.durable(1, lease)
+  t.same(kept, [1], 'the first write\'s wait is cut short: the step waits for its event')
+  await log.durable(1, lease)
+
+  refuse = 2
+  log.event(event(2))
+  await log.durable(2, lease)
+  t.same(kept, [1, 2], 'refused twice, then taken')
+
+  refuse = 100
+  log.event(event(3))
+  await t.rejects(log.durable(3, { leaseUntil: Date.now() + 250 }), { code: 'STORE_UNAVAILABLE', message: 'the run store did not take step event 3 of run r' })
+
+  refuse = 0
+  lost = true
+  log.event(event(4))
+  await t.rejects(log.durable(4, lease), { code: 'FA_RUN_LEASE_LOST' })
+})
+
 t.test('a run whose result is in (ending) leaves its first write to its end: one write, however long its turn takes', async (t) => {
   const appended: number[][] = []
   const finished: number[][] = []
