@@ -185,6 +185,7 @@ export function aiSdkAgent<Input> (options: AiSdkAgentOptions<Input>): Agent<Inp
 /** The tool call's input in the response messages, replaced by the one a reviewer edited (which the model sees too). */
 function editedCall (messages: ModelMessage[], toolCallId: string, input: unknown): void {
   for (const message of messages) {
+    /* c8 ignore next: the SDK's response messages hold an assistant's content as parts; a string is only a guard */
     if (message.role !== 'assistant' || typeof message.content === 'string') continue
     message.content = message.content.map((part) => part.type === 'tool-call' && part.toolCallId === toolCallId ? { ...part, input } : part)
   }

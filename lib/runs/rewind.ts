@@ -80,6 +80,7 @@ export async function resolveReplay (service: RunHost, runId: string, principal:
   if (checkpoint === null) throw new NoCheckpointError(runId)
   const source = await ownedSession(settings.sessionStore, checkpoint.sessionId, principal)
   if (source === null) throw new SessionNotFoundError(checkpoint.sessionId)
+  /* c8 ignore next: a run's spec goes only with the run itself (purge), which was read just above */
   const input = 'input' in given ? given.input : (await settings.runStore.spec(runId))?.input ?? null
   // checked before the fork is made: a bad input leaves nothing behind but its 400
   await settings.agentSchemas.get(record.agent)?.validate?.(input, 'body/input')

@@ -55,7 +55,7 @@ if (await requirePg(t)) {
 
     const completed = await stream.next('run.completed')
     t.equal(completed.data.output, 'Refunded, approved by finance.')
-    t.same(seen, [{ approved: true, comment: null, decidedBy: 'finance', status: 'approved' }], 'interrupt() returned B\'s decision, once')
+    t.same(seen, [{ approved: true, comment: null, decidedBy: 'finance', status: 'approved', payload: { action: 'refund', orderId: 42, amount: 30 }, edited: false }], 'interrupt() returned B\'s decision, once')
     t.same(stream.events.map((e) => e.event), ['run.started', 'approval.requested', 'approval.decided', 'message.delta', 'run.completed'])
 
     const late = await a.service.app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: false } })

@@ -498,3 +498,19 @@ t.test('idempotency: a table made before reservation tokens gets its token colum
   const { token } = await store.reserve('new', 'fp', { ttlMs: 60_000, leaseMs: 60_000 }) as { token: string }
   t.equal(await store.complete('new', token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000), true)
 })
+
+t.test('an approvals table made before approvals kept a schema gets its column on open', async (t) => {
+  const file = join(t.testdir(), 'old.db')
+  const first = sqliteStores(file)
+  await first.approvalStore.create(approval('a1'))
+  await closeAll(first)
+  const db = new Database(file)
+  db.exec('ALTER TABLE "fa_approvals" DROP COLUMN schema')
+  db.close()
+  const again = sqliteStores(file)
+  t.teardown(() => closeAll(again))
+  t.match(await again.approvalStore.get('a1'), { id: 'a1', status: 'pending' })
+  const schema = { type: 'object', properties: { amount: { type: 'number' } } }
+  await again.approvalStore.create(approval('a2', { schema }))
+  t.same((await again.approvalStore.get('a2'))?.schema, schema, 'the schema kept in the added column')
+})

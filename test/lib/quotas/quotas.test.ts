@@ -437,3 +437,13 @@ t.test('Quotas.renew: a slot given back elsewhere (or expired) is forgotten here
   t.equal(await store.acquire({ principal: 'p', slotId: 'r4' }, 2, Date.now(), Date.now() + 1_000), true, 'r2 held, r4 the second')
   t.equal(await store.acquire({ principal: 'p', slotId: 'r5' }, 2, Date.now(), Date.now() + 1_000), false)
 })
+
+t.test('a durable step under a quota: the quota\'s sink passes the step\'s acknowledgement on (docs/durable-agents.md)', async (t) => {
+  let calls = 0
+  const [a] = pair(t, { agents: { held: { async run (_input, ctx) { return { output: await ctx.step('count', async () => ++calls) } } } }, quotas: { maxConcurrentRuns: 1 } })
+  const res = await run(a.app, 'alice', { input: 1 })
+  t.equal(res.statusCode, 200)
+  t.equal(res.json().output, 1)
+  const events = (await a.app.inject({ url: `/v1/runs/${res.json().runId}/events?after=0`, headers: as('alice') }))
+  t.match(events.body, /step\.completed/, 'the step journaled')
+})
