@@ -1,42 +1,8 @@
 // The schedules' firing (docs/schedules.md) on the memory stores: on time with ctx.schedule and the run's spec, a one-shot
 // schedule, overlap three ways, the metrics. The routes themselves: schedules.test.ts.
 import t from 'tap'
-import type { Test } from 'tap'
-import { Type } from '@sinclair/typebox'
-import type { Agent, RunContext } from '../../lib/core/types.js'
-import { build, echo, eventually, principalFromHeader, sleep } from '../helper.js'
-
-const TOKEN = 'admin-token'
-
-interface Seen { runId: string, schedule: RunContext['schedule'], startedAt: number, endedAt: number }
-
-/** An agent that records what each run saw, and takes `ms` (its input's, else 0). */
-function recorder (): { agent: Agent, seen: Seen[] } {
-  const seen: Seen[] = []
-  return {
-    seen,
-    agent: {
-      async run (input, ctx) {
-        const startedAt = Date.now()
-        const wait = (input as { ms?: number } | null)?.ms ?? 0
-        if (wait > 0) await sleep(wait)
-        seen.push({ runId: ctx.runId, schedule: ctx.schedule, startedAt, endedAt: Date.now() })
-        return { output: 'ok' }
-      }
-    }
-  }
-}
-
-async function serve (t: Test, agents: Record<string, Agent> = {}) {
-  const typed: Agent = { input: Type.Object({ n: Type.Integer() }, { additionalProperties: false }), async run () { return { output: 1 } } }
-  const service = build(t, { agents: { echo, typed, ...agents }, adminApi: { enabled: true, bearerToken: TOKEN }, runLeaseMs: 1_000 })
-  principalFromHeader(service.app)
-  await service.app.ready()
-  const as = (principal: string) => ({ 'x-test-principal': principal })
-  return { service, app: service.app, as }
-}
-
-const future = (ms: number): string => new Date(Date.now() + ms).toISOString()
+import { eventually, sleep } from '../helper.js'
+import { TOKEN, future, recorder, serve, type Seen } from '../helpers/schedules.js'
 
 t.test('fired on time: each due time one background run of the principal, with ctx.schedule; its runs listed; the metrics', async (t) => {
   const { agent, seen } = recorder()

@@ -1,39 +1,9 @@
 // The scheduler's claims (lib/schedules/scheduler.ts) on the memory stores: one that ran out before its run was stored,
 // a change between a claim and its settling, one taken over whose run was stored already. Other edges: scheduler.test.ts.
 import t from 'tap'
-import type { Test } from 'tap'
-import type { Agent, RunContext } from '../../../lib/core/types.js'
-import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'
-import { MemoryScheduleStore } from '../../../lib/stores/memory-schedules.js'
-import type { ScheduleRow, ScheduleState } from '../../../lib/stores/types.js'
-import type { SchedulerHooks } from '../../../lib/schedules/scheduler.js'
-import { build, eventually, injected, sleep } from '../../helper.js'
-
-interface Seen { runId: string, schedule: RunContext['schedule'] }
-
-async function serve (t: Test, hooks: SchedulerHooks = {}) {
-  const seen: Seen[] = []
-  const tick: Agent = { async run (_input, ctx) { seen.push({ runId: ctx.runId, schedule: ctx.schedule }); return { output: null } } }
-  const scheduleStore = new MemoryScheduleStore()
-  const runStore = new MemoryRunStore()
-  const service = build(t, { agents: { tick }, scheduleStore, runStore, runLeaseMs: 1_000, adminApi: { enabled: true }, ...injected({ scheduleHooks: hooks }) })
-  await service.app.ready()
-  return { service, app: service.app, seen, scheduleStore, runStore }
-}
-
-function stateOf (id: string, extra: Partial<ScheduleState['schedule']>): ScheduleState {
-  const now = new Date().toISOString()
-  return {
-    schedule: {
-      id, agent: 'tick', principal: 'anonymous', input: null, cron: null, everyMs: 1_000, at: null, timezone: 'UTC', sessionId: null,
-      overlap: 'allow', enabled: true, nextRunAt: now, lastRunAt: null, lastRunId: null, lastSkippedAt: null, metadata: {},
-      createdAt: now, updatedAt: now, ...extra
-    },
-    fire: null,
-    waiting: null,
-    runs: []
-  }
-}
+import type { ScheduleRow } from '../../../lib/stores/types.js'
+import { serveScheduler as serve, stateOf } from '../../helpers/schedules.js'
+import { eventually, sleep } from '../../helper.js'
 
 t.test('a claim that ran out before its run was stored is left to lapse, then taken over here: one run', async (t) => {
   let first = true
