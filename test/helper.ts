@@ -124,3 +124,16 @@ export function auditCount (store: AuditStore | undefined): Promise<number> {
 export function idempotencyRecord (store: IdempotencyStore, key: string): Promise<IdempotencyRecord | null> {
   return (store as unknown as { get: (key: string) => Promise<IdempotencyRecord | null> }).get(key)
 }
+
+/** A promise the test resolves when it chooses: hold an agent at a point of its run. */
+export function gate (): { promise: Promise<void>, release: () => void } {
+  let release!: () => void
+  const promise = new Promise<void>((resolve) => { release = resolve })
+  return { promise, release }
+}
+
+/** Waits for `promise` unless the run is aborted first. */
+export function orAbort (promise: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return Promise.race([promise, new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))])
+}

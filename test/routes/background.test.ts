@@ -8,25 +8,13 @@ import { memoryStores } from '../../lib/stores/memory.js'
 import { cancelledEnd } from '../../lib/runs/start.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
-import { build, eventually, keepAlive, parseSse, sleep } from '../helper.js'
+import { build, eventually, gate, keepAlive, orAbort, parseSse, sleep } from '../helper.js'
 import { cancelAskedAtHandOff, cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
 
 // the shortest lease the options take: the lapses these tests wait for come soonest
 const LEASE_MS = MIN_RUN_LEASE_MS
-
-function gate (): { promise: Promise<void>, release: () => void } {
-  let release!: () => void
-  const promise = new Promise<void>((resolve) => { release = resolve })
-  return { promise, release }
-}
-
-/** Waits for `promise` unless the run is aborted first. */
-function orAbort (promise: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return Promise.race([promise, new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))])
-}
 
 /** Two instances on shared stores (runs, sessions, checkpoints…), each with its own worker. */
 function pair (t: Parameters<typeof build>[0], options: Partial<AgentServiceOptions>): [Service, Service] {

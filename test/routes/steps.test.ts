@@ -5,18 +5,7 @@
 import t from 'tap'
 import type { Agent, RunContext, StepInfo } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
-import { build, eventually, parseSse } from '../helper.js'
-
-function gate (): { promise: Promise<void>, release: () => void } {
-  let release!: () => void
-  const promise = new Promise<void>((resolve) => { release = resolve })
-  return { promise, release }
-}
-
-function orAbort (promise: Promise<unknown>, signal: AbortSignal): Promise<unknown> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return Promise.race([promise, new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))])
-}
+import { build, eventually, gate, orAbort, parseSse } from '../helper.js'
 
 t.test('a drain hands a stepped run off: the next attempt gets the completed steps from the journal, runs the rest', async (t) => {
   const executed: Array<{ step: string, info: StepInfo }> = []
