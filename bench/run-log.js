@@ -164,6 +164,21 @@ async function followerLag (lib, stores, log) {
   return { events: lags.length, p50: pick(0.5), p99: pick(0.99) }
 }
 
+/** The SSE part alone (BENCH_RUN_LOG): each backend's ratio of CPU per stream against the log in memory. */
+function onlySse (sseResults, names) {
+  const rows = metricRows(sseResults, 'cpuUsPerRequest', { unit: 'µs', baseline: 'memory' })
+  const targets = []
+  const notes = []
+  for (const [name, line] of [['sqlite', 0.80], ['redis', 0.80], ['postgres', 0.70]]) {
+    const r = names.includes(name) ? costRatio(sseResults, name, 'memory') : undefined
+    if (r === undefined) continue
+    targets.push(target('26', `SSE of 100 deltas, log in ${name} / in memory, CPU per stream`, r.ratio, '>=', line))
+    notes.push(`log in ${name} / in memory, CPU per stream: ${r.ratio.toFixed(2)} (rounds ${r.min.toFixed(2)}-${r.max.toFixed(2)})`)
+  }
+  const noise = noiseOf(sseResults)
+  return { title, rows, targets, notes, noise, errors: errorsOf(sseResults) }
+}
+
 export async function run ({ log }) {
   const status = await reachable()
   const dir = mkdtempSync(join(tmpdir(), 'fastify-agents-bench-runs-'))
@@ -171,13 +186,17 @@ export async function run ({ log }) {
   const prefixes = []
   const sse = { path: '/v1/agents/ticker/runs', method: 'POST', headers: { 'content-type': 'application/json', accept: 'text/event-stream' }, body: JSON.stringify({ input: { deltas: DELTAS } }), connections: 50 }
   const json = { path: '/v1/agents/echo/runs', method: 'POST', headers: { 'content-type': 'application/json' }, body: jsonBody(1024), connections: 50 }
+  // BENCH_RUN_LOG=sqlite[,redis,...]: only the SSE part, memory against the backends named (while iterating on one)
+  const only = process.env.BENCH_RUN_LOG?.split(',').filter((name) => name !== '')
   try {
     log('SSE, 100 deltas')
-    const sseResults = await alternate(contendersOf(status, dir, schemas, prefixes), async (server, c, round) => {
+    const sseContenders = contendersOf(status, dir, schemas, prefixes).filter((c) => only === undefined || c.name === 'memory' || only.includes(c.name))
+    const sseResults = await alternate(sseContenders, async (server, c, round) => {
       if (round === 1) await checkSseRun(server.url, sse, DELTAS)
       const servers = DB_SERVERS[c.name]
       return servers === undefined ? throughputRound(server, sse) : withServerCpu(servers, () => throughputRound(server, sse))
     }, { log })
+    if (only !== undefined) return onlySse(sseResults, only)
     log('JSON')
     const jsonContenders = contendersOf(status, dir, schemas, prefixes).slice(0, 2)
     if (status.pg) {

@@ -1,5 +1,6 @@
 // The SQLite run store: run records, event logs and session locks in three tables of the file (and a counter of
-// queue changes in a fourth), every write one IMMEDIATE transaction. Watchers in this process hear this store's
+// queue changes in a fourth), every write one IMMEDIATE transaction; a run's log is kept in chunks, one row per run
+// per group commit (docs/stores.md, "Group commit"). Watchers in this process hear this store's
 // writes at once; writes made through another connection (another process on the same file) are only found by
 // polling, every `pollIntervalMs`: SQLite has no notifications across connections.
 import type Database from 'better-sqlite3'
@@ -27,10 +28,12 @@ const POLL_MS = 250
 const CLAIM_PAGE = 32
 /** How long the log's writes gather before their transaction (a run's end does not wait): see #group. */
 const GROUP_WINDOW_MS = 20
-/** Events inserted per statement: a batch of n is about log2(n) + n/32 statements (as the audit store does). */
-const INSERT_ROWS = 32
+/** Events per chunk when the log of an earlier version is moved into chunks (see migrate). */
+const MIGRATED_CHUNK = 256
 
 interface RunRow {
+  /** the run's place in the order of creation, and the key of its log's chunks */
+  created_seq: number
   run_id: string
   agent: string
   session_id: string | null
@@ -52,7 +55,7 @@ interface RunRow {
   cancel_requested: number
 }
 
-const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
+const COLUMNS = 'created_seq, run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
   'result, error, request_id, trace_id, owner, lease_until, detachable, cancel_requested'
 
 function toRecord (row: RunRow): RunRecord {
@@ -76,9 +79,61 @@ function toRecord (row: RunRow): RunRecord {
   return record
 }
 
+/**
+ * A batch of events as one chunk of the log: the types and data one after the other in `body`, their lengths in
+ * `sizes` (the text is kept as given: no encoding to undo, no JSON to parse).
+ */
+function toChunk (events: readonly StoredEvent[]): { sizes: string, body: string } {
+  let sizes = ''
+  let body = ''
+  for (const event of events) {
+    sizes += `${sizes === '' ? '' : ','}${event.type.length},${event.data.length}`
+    body += event.type + event.data
+  }
+  return { sizes, body }
+}
+
+/** The events of a chunk whose first is `firstSeq`, from seq `from` on, pushed onto `into` until it holds `limit`. */
+function fromChunk (chunk: { first_seq: number, sizes: string, body: string }, from: number, limit: number, into: StoredEvent[]): void {
+  const sizes = chunk.sizes.split(',')
+  let at = 0
+  for (let i = 0, seq = chunk.first_seq; i < sizes.length && into.length < limit; i += 2, seq++) {
+    const typeEnd = at + Number(sizes[i])
+    const dataEnd = typeEnd + Number(sizes[i + 1])
+    if (seq >= from) into.push({ seq, type: chunk.body.slice(at, typeEnd), data: chunk.body.slice(typeEnd, dataEnd) })
+    at = dataEnd
+  }
+}
+
+/**
+ * A file of an earlier version kept each event in a row of `run_events`: its logs move into chunks, once, in one
+ * transaction (the first process to open the file does it; the others find it done). Events of runs that are gone
+ * are dropped with the table: nothing read them.
+ */
+function migrate (db: Db, prefix: string, insertChunk: Database.Statement<unknown[]>): void {
+  const old = `${prefix}run_events`
+  const exists = db.prepare<[string], number>("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?").pluck()
+  if (exists.get(old) === undefined) return
+  db.transaction(() => {
+    if (exists.get(old) === undefined) return
+    const runs = db.prepare<[], { created_seq: number, run_id: string }>(
+      `SELECT created_seq, run_id FROM "${prefix}runs" WHERE run_id IN (SELECT DISTINCT run_id FROM "${old}")`).all()
+    const events = db.prepare<[string], StoredEvent>(`SELECT seq, type, data FROM "${old}" WHERE run_id = ? ORDER BY seq`)
+    for (const run of runs) {
+      const log = events.all(run.run_id)
+      for (let i = 0; i < log.length; i += MIGRATED_CHUNK) {
+        const chunk = log.slice(i, i + MIGRATED_CHUNK)
+        const { sizes, body } = toChunk(chunk)
+        insertChunk.run(run.created_seq, chunk[0]!.seq, chunk.at(-1)!.seq, sizes, body)
+      }
+    }
+    db.exec(`DROP TABLE "${old}"`)
+  }).immediate()
+}
+
 function runStatements (db: Db, prefix: string) {
   const runs = `"${prefix}runs"`
-  const events = `"${prefix}run_events"`
+  const log = `"${prefix}run_log"`
   const sessions = `"${prefix}run_sessions"`
   const queue = `"${prefix}run_queue"`
   // `created_seq` is the order of creation lists follow (runs created in one millisecond too; AUTOINCREMENT: never
@@ -101,29 +156,35 @@ function runStatements (db: Db, prefix: string) {
     CREATE INDEX IF NOT EXISTS "${prefix}runs_lease" ON ${runs} (status, lease_until) WHERE status = 'running';
     CREATE INDEX IF NOT EXISTS "${prefix}runs_waiting" ON ${runs} (session_id) WHERE status = 'queued' AND detachable = 1;
     CREATE INDEX IF NOT EXISTS "${prefix}runs_live" ON ${runs} (run_id, expires_at);
-    CREATE TABLE IF NOT EXISTS ${events} (
-      run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS ${log} (
+      run INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, sizes TEXT NOT NULL, body TEXT NOT NULL);
+    CREATE UNIQUE INDEX IF NOT EXISTS "${prefix}run_log_seq" ON ${log} (run, last_seq);
     CREATE TABLE IF NOT EXISTS ${sessions} (session_id TEXT PRIMARY KEY, run_id TEXT NOT NULL) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS ${queue} (id INTEGER PRIMARY KEY, version INTEGER NOT NULL);
   `)
+  // Chunks go to the end of the table (rowids in the order of writing: one group's chunks share their pages), and
+  // the index finds a run's by seq (runs keyed by created_seq: the runs streaming at once sit side by side in it).
+  const insertChunk = db.prepare<unknown[]>(`INSERT INTO ${log} (run, first_seq, last_seq, sizes, body) VALUES (?, ?, ?, ?, ?)`)
+  migrate(db, prefix, insertChunk)
+  const chunks = db.prepare<[number, number], { first_seq: number, sizes: string, body: string }>(
+    `SELECT first_seq, sizes, body FROM ${log} WHERE run = ? AND last_seq > ? ORDER BY last_seq`)
   const live = '(expires_at IS NULL OR expires_at > @now)'
-  const inserts = new Map<number, Database.Statement<unknown[]>>()
-  for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
-    inserts.set(rows, db.prepare(`INSERT INTO ${events} (run_id, seq, type, data) VALUES ${Array(rows).fill('(?, ?, ?, ?)').join(', ')}`))
-  }
-  const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }>>()
+  const lists = new Map<string, Database.Statement<[Record<string, unknown>], RunRow>>()
   const statements = {
     run: db.prepare<[{ runId: string, now: number }], RunRow>(`SELECT ${COLUMNS} FROM ${runs} WHERE run_id = @runId AND ${live}`),
     spec: db.prepare<[{ runId: string, now: number }], string>(`SELECT spec FROM ${runs} WHERE run_id = @runId AND ${live}`).pluck(),
     // whether the run is there, from runs_live alone: expires_at sits after the result in the row, and reading it
     // there walks the whole result (a run of many large deltas has a large one) at every page a follower reads
-    alive: db.prepare<[{ runId: string, now: number }], number>(`SELECT 1 FROM ${runs} INDEXED BY "${prefix}runs_live" WHERE run_id = @runId AND ${live}`).pluck(),
+    // (created_seq is the rowid, in every index)
+    alive: db.prepare<[{ runId: string, now: number }], number>(`SELECT created_seq FROM ${runs} INDEXED BY "${prefix}runs_live" WHERE run_id = @runId AND ${live}`).pluck(),
     insert: db.prepare<[Record<string, unknown>]>(`
       INSERT OR REPLACE INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at,
         started_at, request_id, trace_id, spec, ephemeral, owner, lease_until, detachable)
       VALUES (@runId, @agent, @sessionId, @principal, @status, @background, @attempt, @lastSeq, @createdAt, @startedAt, @requestId,
         @traceId, @spec, @ephemeral, @owner, @leaseUntil, @detachable)`),
-    clearEvents: db.prepare<[string]>(`DELETE FROM ${events} WHERE run_id = ?`),
+    // the log of a run past its retention whose id a new run takes
+    clearLogOf: db.prepare<[string]>(`DELETE FROM ${log} WHERE run = (SELECT created_seq FROM ${runs} WHERE run_id = ?)`),
+    clearLog: db.prepare<[number]>(`DELETE FROM ${log} WHERE run = ?`),
     // the run holding a session, and its status (null: the run is gone)
     holder: db.prepare<[string], { run_id: string, status: RunStatus | null }>(`
       SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = ?`),
@@ -139,8 +200,8 @@ function runStatements (db: Db, prefix: string) {
       UPDATE ${runs} SET status = 'running', started_at = @startedAt, owner = @owner, lease_until = @until WHERE run_id = @runId
       RETURNING ${COLUMNS}`),
     // queued detachable runs after `created_seq`, oldest first (runs_status: the queued ones, in order)
-    queued: db.prepare<[number, number], RunRow & { created_seq: number }>(`
-      SELECT ${COLUMNS}, created_seq FROM ${runs} WHERE status = 'queued' AND detachable = 1 AND created_seq > ?
+    queued: db.prepare<[number, number], RunRow>(`
+      SELECT ${COLUMNS} FROM ${runs} WHERE status = 'queued' AND detachable = 1 AND created_seq > ?
       ORDER BY created_seq LIMIT ?`),
     renew: db.prepare<[number, string, string]>(`UPDATE ${runs} SET lease_until = ? WHERE run_id = ? AND status = 'running' AND owner = ?`),
     lapsed: db.prepare<[number, number], RunRow>(`
@@ -154,35 +215,45 @@ function runStatements (db: Db, prefix: string) {
     queueChanged: db.prepare<[], number>(`
       INSERT INTO ${queue} (id, version) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET version = version + 1 RETURNING version`).pluck(),
     queueVersion: db.prepare<[], number>(`SELECT version FROM ${queue} WHERE id = 1`).pluck(),
-    lastSeq: db.prepare<[number, string]>(`UPDATE ${runs} SET last_seq = ? WHERE run_id = ?`),
+    lastSeq: db.prepare<[number, number]>(`UPDATE ${runs} SET last_seq = ? WHERE created_seq = ?`),
+    // an append's condition and its new last seq in one statement: the key of its chunks, or nothing (not written)
+    appendTo: db.prepare<[{ runId: string, owner: string, lastSeq: number, next: number, now: number }], number>(`
+      UPDATE ${runs} SET last_seq = @next
+      WHERE run_id = @runId AND status = 'running' AND owner = @owner AND last_seq = @lastSeq AND ${live}
+      RETURNING created_seq`).pluck(),
     end: db.prepare<[Record<string, unknown>], RunRow>(`
       UPDATE ${runs} SET status = @status, ended_at = @endedAt, result = @result, error = @error, expires_at = @expiresAt,
         last_seq = @lastSeq
       WHERE run_id = @runId RETURNING ${COLUMNS}`),
     requestCancel: db.prepare<[string], RunRow>(`UPDATE ${runs} SET cancel_requested = 1 WHERE run_id = ? RETURNING ${COLUMNS}`),
-    events: db.prepare<[string, number, number], StoredEvent>(`SELECT seq, type, data FROM ${events} WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`),
     state: db.prepare<[string], { last_seq: number, cancel_requested: number }>(`SELECT last_seq, cancel_requested FROM ${runs} WHERE run_id = ?`),
-    doomed: db.prepare<[number, number], string>(`SELECT run_id FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
-    deleteRun: db.prepare<[string]>(`DELETE FROM ${runs} WHERE run_id = ?`),
-    deleteEnded: db.prepare<[{ runId: string, now: number }]>(`DELETE FROM ${runs} WHERE run_id = @runId AND status NOT IN ('queued', 'running') AND ${live}`),
-    insertEvents (runId: string, batch: readonly StoredEvent[]): void {
-      let next = 0
-      for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
-        while (batch.length - next >= rows) {
-          const values: unknown[] = []
-          for (let i = next; i < next + rows; i++) values.push(runId, batch[i]!.seq, batch[i]!.type, batch[i]!.data)
-          inserts.get(rows)!.run(values)
-          next += rows
-        }
-      }
+    doomed: db.prepare<[number, number], number>(`SELECT created_seq FROM ${runs} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`).pluck(),
+    deleteRun: db.prepare<[number]>(`DELETE FROM ${runs} WHERE created_seq = ?`),
+    deleteEnded: db.prepare<[{ runId: string, now: number }], number>(`
+      DELETE FROM ${runs} WHERE run_id = @runId AND status NOT IN ('queued', 'running') AND ${live} RETURNING created_seq`).pluck(),
+    /** A batch as one chunk of the log of the run `run` (its created_seq). */
+    insertEvents (run: number, batch: readonly StoredEvent[]): void {
+      if (batch.length === 0) return
+      const { sizes, body } = toChunk(batch)
+      insertChunk.run(run, batch[0]!.seq, batch.at(-1)!.seq, sizes, body)
     },
-    list (filters: RunFilters): Database.Statement<[Record<string, unknown>], RunRow & { created_seq: number }> {
+    /** At most `limit` events of the run `run` after `afterSeq`, in order, from the chunks that hold them. */
+    events (run: number, afterSeq: number, limit: number): StoredEvent[] {
+      const found: StoredEvent[] = []
+      // chunks are read one by one, and no further than the page needs
+      for (const chunk of chunks.iterate(run, afterSeq)) {
+        fromChunk(chunk, afterSeq + 1, limit, found)
+        if (found.length >= limit) break
+      }
+      return found
+    },
+    list (filters: RunFilters): Database.Statement<[Record<string, unknown>], RunRow> {
       const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}${filters.principal !== undefined}`
       let statement = lists.get(key)
       if (statement === undefined) {
         // one statement per combination of filters: `(@x IS NULL OR x = @x)` would keep SQLite off the indexes
         statement = db.prepare(`
-          SELECT ${COLUMNS}, created_seq FROM ${runs}
+          SELECT ${COLUMNS} FROM ${runs}
           WHERE ${live} AND created_seq < @before
             ${filters.sessionId === undefined ? '' : 'AND session_id = @sessionId'}
             ${filters.agent === undefined ? '' : 'AND agent = @agent'}
@@ -314,7 +385,7 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
     return null
   }
 
-  insert (run: NewRun, takeSession: boolean): string | null {
+  async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
     const { record } = run
     const values = {
       runId: record.runId,
@@ -335,20 +406,19 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
       leaseUntil: run.lease?.until ?? null,
       detachable: run.detachable ? 1 : 0
     }
-    const done = this.#write((statements): { holder: string } | { queue?: number } => {
+    this.#use()
+    // in the next group, at the end of this turn: a run streaming at once is created in its first events' commit
+    return this.#grouped(record.runId, (statements): { value: string | null, queue?: number } => {
       if (takeSession) {
         const holder = this.#take(statements, record.sessionId, record.runId)
-        if (holder !== null) return { holder }
+        if (holder !== null) return { value: holder }
       }
       // a run created under the id of one past its retention (not purged yet) starts afresh: new record (and place
       // in the lists), empty log
-      statements.clearEvents.run(record.runId)
+      statements.clearLogOf.run(record.runId)
       statements.insert.run(values)
-      return record.status === 'queued' && run.detachable ? { queue: statements.queueChanged.get()! } : {}
-    })
-    if ('holder' in done) return done.holder
-    if (done.queue !== undefined) this.#queued(done.queue)
-    return null
+      return record.status === 'queued' && run.detachable ? { value: null, queue: statements.queueChanged.get()! } : { value: null }
+    }, true)
   }
 
   read (runId: string): StoredRun | null {
@@ -363,18 +433,18 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
 
   events (runId: string, afterSeq: number, limit: number): StoredEvent[] {
     const statements = this.#statements()
-    if (statements.alive.get({ runId, now: Date.now() }) === undefined) return []
-    return statements.events.all(runId, afterSeq, limit)
+    const run = statements.alive.get({ runId, now: Date.now() })
+    return run === undefined ? [] : statements.events(run, afterSeq, limit)
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
     this.#use()
+    const next = lastSeq + events.length
     return this.#grouped(runId, (statements, now) => {
-      const row = statements.run.get({ runId, now })
-      if (!rowMeets(row, { status: 'running', owner, lastSeq })) return { value: null }
-      statements.insertEvents(runId, events)
-      statements.lastSeq.run(lastSeq + events.length, runId)
-      return { value: lastSeq + events.length }
+      const run = statements.appendTo.get({ runId, owner, lastSeq, next, now })
+      if (run === undefined) return { value: null }
+      statements.insertEvents(run, events)
+      return { value: next }
     })
   }
 
@@ -383,7 +453,7 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
     return this.#grouped(runId, (statements, now): { value: RunEnded | null, queue?: number } => {
       const row = statements.run.get({ runId, now })
       if (!rowMeets(row, condition)) return { value: null }
-      statements.insertEvents(runId, events)
+      statements.insertEvents(row.created_seq, events)
       const ended = statements.end.get({
         runId,
         status: end.status,
@@ -415,7 +485,7 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
     const done = this.#write((statements, now) => {
       const row = statements.run.get({ runId, now })
       if (!rowMeets(row, condition)) return null
-      statements.insertEvents(runId, [event])
+      statements.insertEvents(row.created_seq, [event])
       const record = toRecord(statements.requeue.get(row.attempt + 1, row.last_seq + 1, runId)!)
       return { record, queue: statements.queueChanged.get()! }
     })
@@ -443,8 +513,8 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
         const holder = this.#take(statements, row.session_id, runId)
         if (holder !== null) return { holder }
       }
-      statements.insertEvents(runId, [event])
-      statements.lastSeq.run(row.last_seq + 1, runId)
+      statements.insertEvents(row.created_seq, [event])
+      statements.lastSeq.run(row.last_seq + 1, row.created_seq)
       return { record: toRecord(statements.reopen.get(values)!) }
     })
   }
@@ -494,8 +564,9 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
 
   remove (runId: string): boolean {
     return this.#write((statements) => {
-      if (statements.deleteEnded.run({ runId, now: Date.now() }).changes === 0) return false
-      statements.clearEvents.run(runId)
+      const run = statements.deleteEnded.get({ runId, now: Date.now() })
+      if (run === undefined) return false
+      statements.clearLog.run(run)
       return true
     })
   }
@@ -503,9 +574,9 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
   purge (now: number, batch: number): number {
     return this.#write((statements) => {
       const doomed = statements.doomed.all(now, batch)
-      for (const runId of doomed) {
-        statements.clearEvents.run(runId)
-        statements.deleteRun.run(runId)
+      for (const run of doomed) {
+        statements.clearLog.run(run)
+        statements.deleteRun.run(run)
       }
       return doomed.length
     })

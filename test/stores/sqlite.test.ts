@@ -158,7 +158,9 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
   const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'app_runs' AND sql IS NOT NULL ORDER BY name").pluck().all()
   t.same(indexes, ['app_runs_agent', 'app_runs_expires', 'app_runs_lease', 'app_runs_live', 'app_runs_principal', 'app_runs_session', 'app_runs_status', 'app_runs_waiting'])
   t.same(db.prepare("PRAGMA index_list('app_runs')").all().map((row) => (row as { origin: string }).origin).sort(), ['c', 'c', 'c', 'c', 'c', 'c', 'c', 'c', 'u'], 'and run_id is unique')
-  t.same(db.prepare("PRAGMA index_list('app_run_events')").all().map((row) => (row as { origin: string }).origin), ['pk'], 'events by (run_id, seq)')
+  t.same(db.prepare("PRAGMA index_list('app_run_log')").all().map((row) => [(row as { name: string }).name, (row as { unique: number }).unique]),
+    [['app_run_log_seq', 1]], 'a log\'s chunks by (run, last seq)')
+  t.notOk(db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'app_run_events'").get(), 'no table of events one per row')
   t.same(db.prepare("PRAGMA index_list('app_run_sessions')").all().map((row) => (row as { origin: string }).origin), ['pk'])
   const plan = (sql: string): string => db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all().map((row) => (row as { detail: string }).detail).join('; ')
   t.match(plan('SELECT run_id FROM app_runs WHERE expires_at <= 1 ORDER BY expires_at LIMIT 5'), /USING (COVERING )?INDEX app_runs_expires/)
@@ -175,9 +177,14 @@ t.test('runs: the tables, and the indexes their queries use, are made on first u
     /USING COVERING INDEX app_runs_waiting/, 'a queued run waiting for a session')
   t.match(plan("SELECT * FROM app_runs WHERE status = 'queued' AND detachable = 1 AND created_seq > 0 ORDER BY created_seq LIMIT 5"),
     /^SEARCH app_runs USING INDEX app_runs_status \(status=\? AND created_seq>\?\)$/, 'the queue, oldest first')
-  // a page of a run's events asks whether the run is there: from the index, not the row (past its result)
-  t.match(plan('SELECT 1 FROM app_runs INDEXED BY "app_runs_live" WHERE run_id = \'x\' AND (expires_at IS NULL OR expires_at > 1)'),
+  // a page of a run's events asks whether the run is there, and the key of its chunks: from the index, not the row
+  // (past its result)
+  t.match(plan('SELECT created_seq FROM app_runs INDEXED BY "app_runs_live" WHERE run_id = \'x\' AND (expires_at IS NULL OR expires_at > 1)'),
     /^SEARCH app_runs USING COVERING INDEX app_runs_live \(run_id=\?\)$/, 'whether a run is there')
+  t.match(plan('SELECT first_seq, sizes, body FROM app_run_log WHERE run = 1 AND last_seq > 4 ORDER BY last_seq'),
+    /^SEARCH app_run_log USING INDEX app_run_log_seq \(run=\? AND last_seq>\?\)$/, 'a page of the log: from the chunk that holds its first event')
+  t.match(plan('UPDATE app_runs SET last_seq = 3 WHERE run_id = \'x\' AND status = \'running\' AND owner = \'o\' AND last_seq = 2 AND (expires_at IS NULL OR expires_at > 1) RETURNING created_seq'),
+    /^SEARCH app_runs USING INDEX sqlite_autoindex_app_runs_1 \(run_id=\?\)$/, 'an append\'s condition: the run by its id')
 })
 
 t.test('runs: closing the file and opening it again keeps the runs and their logs', async (t) => {
@@ -218,8 +225,94 @@ t.test('runs: purge deletes at most a batch of expired runs, their logs with the
   t.same([await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3), await store.purge(later, 3)], [3, 3, 1, 0])
   const db = new Database(file, { readonly: true })
   t.teardown(() => db.close())
-  t.equal(db.prepare('SELECT count(*) FROM fa_run_events').pluck().get(), 0, 'no event left of a purged run')
+  t.equal(db.prepare('SELECT count(*) FROM fa_run_log').pluck().get(), 0, 'no event left of a purged run')
   t.same(db.prepare('SELECT run_id FROM fa_runs').pluck().all(), [kept.record.runId])
+})
+
+t.test('runs: a log is one chunk per write, read back exactly from any seq, across chunks', async (t) => {
+  const file = join(t.testdir(), 'chunks.db')
+  const store = new SqliteRunStore(file)
+  t.teardown(() => store.close())
+  const run = newRun()
+  const id = run.record.runId
+  await store.create(run, { exclusive: false })
+  // text as given: several code units per character, commas, a NUL, what looks like JSON and what does not
+  const odd = [event(1, 'run.started'), event(2, 'a,b', '😀,é'), { seq: 3, type: 'message.delta', data: '{"x":1.0, "y" : "\u0000"}' }]
+  await store.append(id, odd, OWNER)
+  await store.append(id, [event(4), event(5), event(6)], OWNER)
+  await store.append(id, [event(7)], OWNER)
+  const all = [...odd, event(4), event(5), event(6), event(7)]
+  const db = new Database(file, { readonly: true })
+  t.teardown(() => db.close())
+  t.same(db.prepare('SELECT first_seq, last_seq FROM fa_run_log ORDER BY last_seq').all(), [{ first_seq: 1, last_seq: 3 }, { first_seq: 4, last_seq: 6 }, { first_seq: 7, last_seq: 7 }])
+  t.same(await store.events(id, 0, 100), all)
+  for (let after = 0; after <= 7; after++) {
+    for (const limit of [1, 2, 3, 5]) t.same(await store.events(id, after, limit), all.slice(after, after + limit), `after ${after}, ${limit}`)
+  }
+  t.same(await store.events(id, 0, 0), [])
+  const done = await store.finish(id, [event(8, 'run.failed')], cancelledEnd(), HOUR, OWNER)
+  t.equal(done?.lastSeq, 8)
+  t.same(await store.events(id, 6, 10), [event(7), event(8, 'run.failed')], 'the end\'s events are a chunk too')
+})
+
+t.test('runs: a create is written in the group of the log writes around it', async (t) => {
+  const store = new SqliteRunStore(join(t.testdir(), 'group.db'))
+  t.teardown(() => store.close())
+  const first = newRun()
+  await store.create(first, { exclusive: false })
+  const before = store.groupWrites
+  const second = newRun()
+  const third = newRun({ sessionId: 'one' })
+  const [appended] = await Promise.all([
+    store.append(first.record.runId, [event(1, 'run.started')], OWNER),
+    store.create(second, { exclusive: false }),
+    store.create(third, { exclusive: true })
+  ])
+  t.equal(appended, undefined)
+  t.equal(store.groupWrites, before + 1, 'two creates and an append: one transaction')
+  t.match(await store.get(third.record.runId), { sessionId: 'one' })
+  t.same(await store.create(newRun({ sessionId: 'one' }), { exclusive: true }), { outcome: 'session_busy', holder: third.record.runId },
+    'a session taken in the group is held')
+})
+
+t.test('runs: the log of a file made before chunks (a row per event) moves into chunks when the file is opened', async (t) => {
+  const file = join(t.testdir(), 'old-log.db')
+  const first = new SqliteRunStore(file)
+  const ended = newRun()
+  const running = newRun()
+  const gone = newRun()
+  for (const run of [ended, running, gone]) await first.create(run, { exclusive: false })
+  await first.finish(ended.record.runId, [event(1, 'run.started'), event(2, 'run.failed')], cancelledEnd(), HOUR, OWNER)
+  await first.close()
+  // the layout of the version before: each event a row of run_events, the runs' last_seq as it wrote them
+  const db = new Database(file)
+  db.exec(`DROP TABLE fa_run_log;
+    CREATE TABLE fa_run_events (
+      run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, seq)) WITHOUT ROWID`)
+  const insert = db.prepare('INSERT INTO fa_run_events (run_id, seq, type, data) VALUES (?, ?, ?, ?)')
+  const long = Array.from({ length: 600 }, (_, i) => event(i + 1, i === 0 ? 'run.started' : 'message.delta'))
+  for (const e of long) insert.run(running.record.runId, e.seq, e.type, e.data)
+  for (const e of [event(1, 'run.started'), event(2, 'run.failed')]) insert.run(ended.record.runId, e.seq, e.type, e.data)
+  insert.run('a run no longer there', 1, 'run.started', '{}')
+  db.prepare('UPDATE fa_runs SET last_seq = 600 WHERE run_id = ?').run(running.record.runId)
+  db.prepare('DELETE FROM fa_runs WHERE run_id = ?').run(gone.record.runId)
+  db.close()
+
+  const store = new SqliteRunStore(file)
+  t.teardown(() => store.close())
+  t.same(await store.events(running.record.runId, 0, 1000), long, 'every event, in order')
+  t.same(await store.events(running.record.runId, 299, 3), long.slice(299, 302), 'a page across the moved chunks')
+  t.same(await store.events(ended.record.runId, 0, 10), [event(1, 'run.started'), event(2, 'run.failed')])
+  await store.append(running.record.runId, [event(601)], OWNER)
+  t.same(await store.events(running.record.runId, 599, 10), [long[599], event(601)], 'the log goes on after them')
+  const check = new Database(file, { readonly: true })
+  t.teardown(() => check.close())
+  t.notOk(check.prepare("SELECT 1 FROM sqlite_master WHERE name = 'fa_run_events'").get(), 'the old table is gone')
+  t.equal(check.prepare('SELECT count(*) FROM fa_run_log').pluck().get(), 3 + 1 + 1, 'chunks of at most 256 events; none for a run that is gone')
+  // another process opening the file afterwards finds nothing to move
+  const other = new SqliteRunStore(file)
+  t.teardown(() => other.close())
+  t.equal((await other.events(running.record.runId, 0, 1000)).length, 601)
 })
 
 t.test('runs: a lock whose run ended without giving it back, or whose run is gone, is free', async (t) => {
