@@ -26,7 +26,7 @@ export interface SqliteRunStoreOptions extends SqliteStoreOptions {
 const POLL_MS = 250
 /** Queued runs read per step of a claim, at least (runs whose session is busy are stepped over). */
 const CLAIM_PAGE = 32
-/** How long the log's writes gather before their transaction (a run's end does not wait): see #group. */
+/** How long the log's writes gather before their transaction (a run's create and end do not wait): see #group. */
 const GROUP_WINDOW_MS = 20
 /** Events per chunk when the log of an earlier version is moved into chunks (see migrate). */
 const MIGRATED_CHUNK = 256
@@ -318,9 +318,9 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
   #queueSeen: number | null = null
   #prepared: Prepared | null = null
   /**
-   * The log's writes (append, end), every run's, go in one transaction every
-   * GROUP_WINDOW_MS, a run's end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in
-   * flight to gather behind, and each commit writes every page it changed to the WAL (one per run's log at least).
+   * The log's writes (append, end) and the runs' creates, every run's, go in one transaction every GROUP_WINDOW_MS,
+   * a run's create and end at the end of the turn: better-sqlite3 writes synchronously, so nothing is ever in flight to
+   * gather behind, and each commit writes every page it changed to the WAL (the group's chunks share theirs).
    */
   readonly group = new GroupCommit<Grouped, unknown>({
     write: (items) => this.#writeGroup(items),
