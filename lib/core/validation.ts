@@ -16,14 +16,32 @@ function ajvCompilers (): NonNullable<typeof compilers> {
   const AjvCompiler = require('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
   const buildCompiler = AjvCompiler()
   compilers = {
-    strict: buildCompiler({}, { customOptions: strictOptions }),
-    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+    strict: buildCompiler({}, { customOptions: { ...strictOptions, validateSchema: false } }),
+    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } })
   }
   return compilers
 }
 
-export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) =>
-  route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
+type Validator = ReturnType<FastifySchemaCompiler<FastifySchema>> & { schemaEnv?: unknown }
+
+/**
+ * Each route's validator is compiled at its first request, not at registration: a service has some 365 routes and
+ * statuses, and a process that starts several services (a test, a worker) would otherwise compile them all
+ * (bench/README.md, "The test suite's time"). Compiled once per schema object and process (Ajv's own cache).
+ */
+export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) => {
+  let compiled: Validator | undefined
+  const validate: Validator = (data: unknown, context?: unknown) => {
+    compiled ??= route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
+    const valid = (compiled as (data: unknown, context?: unknown) => ReturnType<Validator>)(data, context)
+    validate.errors = compiled.errors
+    return valid
+  }
+  // Fastify hands an Ajv validator (one with `schemaEnv`) the request as the value's parent, so that a default or a
+  // coerced root value lands on the request
+  validate.schemaEnv = true
+  return validate
+}
 
 /** `body/foo is not allowed` rather than Ajv's `must NOT have additional properties`, which names nothing. */
 export function formatSchemaErrors (errors: FastifySchemaValidationError[], dataVar: string): Error {
