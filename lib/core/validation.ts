@@ -10,14 +10,17 @@ import { InputValidationError } from './errors.js'
 // Made on first use, once per process: importing the package loads no Ajv (bench/import.js), hence require().
 const require = createRequire(import.meta.url)
 const strictOptions = { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } as const
-let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
+let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema>, agents: FastifySchemaCompiler<FastifySchema> } | null = null
 function ajvCompilers (): NonNullable<typeof compilers> {
   if (compilers !== null) return compilers
   const AjvCompiler = require('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
   const buildCompiler = AjvCompiler()
   compilers = {
+    // our routes' schemas are ours (and tested): not checked against the meta-schema, whose compile costs more than
+    // theirs; an agent's schema is the user's, checked (a draft-04 `$schema` is refused, docs/agents.md)
     strict: buildCompiler({}, { customOptions: { ...strictOptions, validateSchema: false } }),
-    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } })
+    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } }),
+    agents: buildCompiler({}, { customOptions: strictOptions })
   }
   return compilers
 }
@@ -95,7 +98,7 @@ export function jsonSchemaProblem (schema: unknown): string | null {
 export function compileInputValidator (schema: unknown): InputValidator {
   const validate = (is2020(schema)
     ? ajv2020().compile(schema as object)
-    : ajvCompilers().strict({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
+    : ajvCompilers().agents({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
   return (input, name) => {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
     return input
