@@ -9,6 +9,8 @@
  * value) and streams the graph again on the same thread with `new Command({ resume })`, the decisions keyed by
  * interrupt id, so `interrupt()` returns the decision `{ approved, comment, decidedBy, status }`.
  * A plain Runnable (a chat model, a chain) is streamed too: its message chunks or strings are the text.
+ * With `resumable: true`, a graph runs with a checkpointer kept in the run's checkpoint (./langgraph-checkpointer.ts),
+ * so that an attempt that takes the run over continues the graph from its last checkpoint.
  */
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
 import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
@@ -16,6 +18,8 @@ import type { TypedAgent } from '../lib/runs/define-agent.js'
 import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
+import { runCheckpointer } from './langgraph-checkpointer.js'
+import type { BaseCheckpointSaver } from '@langchain/langgraph'
 
 /**
  * What `interrupt()` returns in a graph this adapter runs: the decision. LangGraph types it `any`; name it
@@ -23,8 +27,12 @@ import type { AdapterOptions } from './common.js'
  */
 export type InterruptDecision = Decision
 
+// How a LangGraph graph is lent a checkpointer for one call: the key a parent graph hands its subgraphs theirs by,
+// which wins over the graph's own.
+const CHECKPOINTER = '__pregel_checkpointer'
+
 export interface GraphStreamOptions {
-  configurable: { thread_id: string }
+  configurable: { thread_id: string, [CHECKPOINTER]?: BaseCheckpointSaver }
   streamMode: Array<'messages' | 'updates'>
   signal: AbortSignal
 }
@@ -32,7 +40,10 @@ export interface GraphStreamOptions {
 /** What the adapter calls: a compiled graph's (or any Runnable's) `stream()`. */
 export interface StreamableGraph {
   stream(input: unknown, options: GraphStreamOptions): Promise<AsyncIterable<unknown>>
+  /** a compiled graph's own checkpointer (`false`: it never checkpoints) */
+  checkpointer?: BaseCheckpointSaver | boolean
 }
+
 
 export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
   /** The graph's input for a run; by default one human message holding the input (JSON unless a string). */
@@ -71,10 +82,18 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
   if (typeof graph?.stream !== 'function') throw new TypeError('langGraphAgent: graph must be a compiled graph or a Runnable (an object with stream())')
   const { toGraphInput = defaultInput, approvalTimeoutMs, ...fields } = options
   checkApprovalTimeout('langGraphAgent', approvalTimeoutMs)
+  // a graph (not a plain Runnable) that may checkpoint, in a run that may be taken over: docs/durable-agents.md
+  const durable = fields.resumable === true && 'checkpointer' in graph && graph.checkpointer !== false
 
   async function * run (input: Input, ctx: RunContext): AsyncGenerator<string | AgentEvent, AgentResult> {
     const config: GraphStreamOptions = { configurable: { thread_id: ctx.sessionId }, streamMode: ['messages', 'updates'], signal: ctx.signal }
     let graphInput = toGraphInput(input, ctx)
+    if (durable) {
+      const saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
+      config.configurable[CHECKPOINTER] = saver
+      // an earlier attempt checkpointed the graph: it goes on from there (LangGraph's resume is a null input)
+      if (saver.resumed) graphInput = null
+    }
     let text = ''
     let lastAiText: string | undefined
     let inputTokens = 0
