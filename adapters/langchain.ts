@@ -19,6 +19,7 @@ import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
 import { runCheckpointer } from './langgraph-checkpointer.js'
+import type { RunCheckpointer } from './langgraph-checkpointer.js'
 import type { BaseCheckpointSaver } from '@langchain/langgraph'
 
 /**
@@ -76,6 +77,12 @@ function messagesIn (update: unknown): unknown[] {
   return Array.isArray(messages) ? messages : [messages]
 }
 
+/** The text of the last AI message in the graph's last checkpoint, if its state has messages. */
+async function lastAiMessageText (saver: RunCheckpointer, config: GraphStreamOptions): Promise<string | undefined> {
+  const { messages } = (await saver.getTuple(config))!.checkpoint.channel_values as { messages?: unknown }
+  return [messages].flat().findLast((message) => AIMessage.isInstance(message))?.text
+}
+
 export function langGraphAgent<S extends AgentSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
 export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options?: LangGraphAgentOptions<Input> & { input?: undefined }): Agent<Input>
 export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): Agent<Input> {
@@ -88,8 +95,9 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
   async function * run (input: Input, ctx: RunContext): AsyncGenerator<string | AgentEvent, AgentResult> {
     const config: GraphStreamOptions = { configurable: { thread_id: ctx.sessionId }, streamMode: ['messages', 'updates'], signal: ctx.signal }
     let graphInput = toGraphInput(input, ctx)
+    let saver: RunCheckpointer | undefined
     if (durable) {
-      const saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
+      saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
       config.configurable[CHECKPOINTER] = saver
       // an earlier attempt checkpointed the graph: it goes on from there (LangGraph's resume is a null input)
       if (saver.resumed) graphInput = null
@@ -149,7 +157,11 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
           yield chunk
         }
       }
-      if (interrupts.length === 0) return { output: lastAiText ?? text, usage: { inputTokens, outputTokens } }
+      if (interrupts.length === 0) {
+        // a graph that had ended before its run was taken over: nothing ran now, its last AI message is in the checkpoint
+        if (lastAiText === undefined && text === '' && saver?.resumed === true) lastAiText = await lastAiMessageText(saver, config)
+        return { output: lastAiText ?? text, usage: { inputTokens, outputTokens } }
+      }
 
       // One approval after the other; the graph goes on once every interrupt of this step is answered.
       const resume: Record<string, Decision> = {}

@@ -8,7 +8,7 @@ import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langch
 import type { BaseCheckpointSaver } from '@langchain/langgraph'
 import { langGraphAgent } from '../../adapters/langchain.js'
 import { runCheckpointer } from '../../adapters/langgraph-checkpointer.js'
-import type { Agent, RunContext } from '../../lib/core/types.js'
+import type { Agent, AgentEvent, AgentResult, RunContext } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { build, eventually, gate, orAbort, parseSse } from '../helper.js'
 
@@ -74,6 +74,34 @@ t.test('a graph handed off after its first node: the next attempt goes on from t
   t.equal(await stores.checkpointStore.load(runId), null, 'the completed run deleted its checkpoint')
   const log = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body).map((e) => e.event)
   t.ok(log.includes('checkpoint.saved'), 'the graph checkpointed into the run')
+})
+
+t.test('a run whose graph had ended when it was handed off: nothing runs again, its output from the checkpoint', async (t) => {
+  let attempts = 0
+  const hold = gate()
+  const { graph, executed } = twoNodes(() => false)
+  const agent = langGraphAgent(graph, { resumable: true })
+  // the first attempt stops after the graph's end, before the run's
+  const durable: Agent = {
+    ...agent,
+    async * run (input, ctx) {
+      attempts++
+      const result = yield * (agent.run(input, ctx) as AsyncGenerator<string | AgentEvent, AgentResult>)
+      if (attempts === 1) await orAbort(hold.promise, ctx.signal)
+      return result
+    }
+  }
+  const { a, b, stores } = await handOff(t, { durable })
+  const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/durable/runs', payload: { input: 'go', background: true } })).json()
+  await eventually(async () => savedText((await stores.checkpointStore.load(runId))?.state).includes('two: go, one'))
+  await a.close(50)
+  b.app.agentService.worker.start(b.app.log)
+  const record = await eventually(async () => {
+    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
+    return run.status === 'completed' && run
+  })
+  t.same(executed, { first: 1, second: 1 }, 'no node ran again')
+  t.equal(record.result.output, 'two: go, one', 'the last AI message of the graph\'s last checkpoint')
 })
 
 t.test('resumeRunId continues a failed graph from its checkpoint; the graph\'s own checkpointer keeps the conversation', async (t) => {
