@@ -9,6 +9,8 @@
  * previous call's response messages and a tool message holding the SDK's `tool-approval-response`s wait in a
  * symbol-keyed slot on ctx, and `modelMessages(ctx, input)` appends them, so the SDK executes or denies the tool
  * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
+ * Durable agents (docs/durable-agents.md): `durableModel` and `durableTools` make the model's calls and the tools'
+ * executions steps of the run, replayed on a later attempt instead of made again.
  * Only types are imported from `ai`: this module loads nothing of it.
  */
 import type { ModelMessage, TextStreamPart, ToolApprovalResponse, ToolSet } from 'ai'
