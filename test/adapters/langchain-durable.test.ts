@@ -4,13 +4,14 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { AIMessage } from '@langchain/core/messages'
-import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph'
+import { END, interrupt, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph'
 import type { BaseCheckpointSaver } from '@langchain/langgraph'
 import { langGraphAgent } from '../../adapters/langchain.js'
+import type { InterruptDecision } from '../../adapters/langchain.js'
 import { runCheckpointer } from '../../adapters/langgraph-checkpointer.js'
 import type { Agent, AgentEvent, AgentResult, RunContext } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
-import { build, eventually, gate, orAbort, parseSse } from '../helper.js'
+import { build, eventually, gate, keepAlive, orAbort, parseSse } from '../helper.js'
 
 /**
  * Two nodes, each counting its executions: `first` answers "one", `second` "two: <what it saw>", and waits for
@@ -136,6 +137,24 @@ t.test('resumeRunId continues a failed graph from its checkpoint; the graph\'s o
   const history = []
   for await (const tuple of own.list({ configurable: { thread_id: sessionId } })) history.push(tuple)
   t.ok(history.length > 4, 'the graph\'s own checkpointer has every checkpoint of both runs')
+})
+
+t.test('a graph without a checkpointer of its own interrupts and resumes on the run\'s', async (t) => {
+  const graph = new StateGraph(MessagesAnnotation)
+    .addNode('refund', async () => {
+      const decision = interrupt<{ action: string }, InterruptDecision>({ action: 'refund' })
+      return { messages: [new AIMessage(decision.approved ? 'Refunded.' : 'Not refunded.')] }
+    })
+    .addEdge(START, 'refund')
+    .addEdge('refund', END)
+    .compile()
+  keepAlive(t)
+  const { app } = build(t, { agents: { refunds: langGraphAgent(graph, { resumable: true }) } })
+  const answer = app.inject({ method: 'POST', url: '/v1/agents/refunds/runs', payload: { input: 'refund order 42' } })
+  const approval = await eventually(async () => (await app.inject({ url: '/v1/approvals' })).json().approvals[0])
+  t.match(approval, { action: 'refund', payload: { action: 'refund' } })
+  t.equal((await app.inject({ method: 'POST', url: `/v1/approvals/${approval.id}`, payload: { approved: true } })).statusCode, 200)
+  t.equal((await answer).json().output, 'Refunded.')
 })
 
 t.test('a graph that never checkpoints (checkpointer: false), a plain Runnable: resumable changes nothing for them', async (t) => {
