@@ -169,7 +169,8 @@ t.test('a graph that never checkpoints (checkpointer: false), a plain Runnable: 
 
 t.test('the run\'s checkpointer: list and deleteThread go to the graph\'s own, or stay in the run without one', async (t) => {
   const saved: unknown[] = []
-  const ctx = { checkpoint: async (state: unknown) => { saved.push(state) } } as unknown as RunContext
+  // kept as a checkpoint store keeps it: as JSON
+  const ctx = { checkpoint: async (state: unknown) => { saved.push(JSON.parse(JSON.stringify(state))) } } as unknown as RunContext
   const { graph } = twoNodes(() => false)
   const alone = await runCheckpointer(ctx, undefined)
   t.equal(alone.resumed, false)
