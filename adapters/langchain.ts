@@ -96,7 +96,8 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
     const config: GraphStreamOptions = { configurable: { thread_id: ctx.sessionId }, streamMode: ['messages', 'updates'], signal: ctx.signal }
     let graphInput = toGraphInput(input, ctx)
     let saver: RunCheckpointer | undefined
-    if (durable) {
+    // an ephemeral run (store: false) keeps no checkpoint, and is never taken over
+    if (durable && ctx.sessionId !== null) {
       saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
       config.configurable[CHECKPOINTER] = saver
       // an earlier attempt checkpointed the graph: it goes on from there (LangGraph's resume is a null input)

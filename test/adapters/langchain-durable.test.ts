@@ -157,7 +157,7 @@ t.test('a graph without a checkpointer of its own interrupts and resumes on the 
   t.equal((await answer).json().output, 'Refunded.')
 })
 
-t.test('a graph that never checkpoints (checkpointer: false), a plain Runnable: resumable changes nothing for them', async (t) => {
+t.test('a graph that never checkpoints (checkpointer: false), an ephemeral run: resumable changes nothing for them', async (t) => {
   const { graph, executed } = twoNodes(() => false, false)
   const { app } = build(t, { agents: { never: langGraphAgent(graph, { resumable: true }) } })
   const res = await app.inject({ method: 'POST', url: '/v1/agents/never/runs', payload: { input: 'go', stream: true } })
@@ -165,6 +165,12 @@ t.test('a graph that never checkpoints (checkpointer: false), a plain Runnable: 
   t.notOk(events.some((e) => e.event === 'checkpoint.saved'))
   t.match(events.at(-1), { event: 'run.completed', data: { output: 'two: go, one' } })
   t.same(executed, { first: 1, second: 1 })
+
+  // an ephemeral run keeps no checkpoint: the graph runs without the run's checkpointer
+  const { graph: plain } = twoNodes(() => false)
+  const ephemeral = build(t, { agents: { durable: langGraphAgent(plain, { resumable: true }) } })
+  const answer = await ephemeral.app.inject({ method: 'POST', url: '/v1/agents/durable/runs', payload: { input: 'go', store: false } })
+  t.equal(answer.json().output, 'two: go, one')
 })
 
 t.test('the run\'s checkpointer: list and deleteThread go to the graph\'s own, or stay in the run without one', async (t) => {
