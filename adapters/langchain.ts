@@ -36,6 +36,8 @@ export interface GraphStreamOptions {
   configurable: { thread_id: string, [CHECKPOINTER]?: BaseCheckpointSaver }
   streamMode: Array<'messages' | 'updates'>
   signal: AbortSignal
+  /** a resumable graph's: each super-step's checkpoint stored before the next one starts */
+  durability?: 'sync'
 }
 
 /** What the adapter calls: a compiled graph's (or any Runnable's) `stream()`. */
@@ -100,6 +102,8 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
     if (durable && ctx.sessionId !== null) {
       saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
       config.configurable[CHECKPOINTER] = saver
+      // LangGraph's default stores a checkpoint while the next super-step runs: one that completed could run again
+      config.durability = 'sync'
       // an earlier attempt checkpointed the graph: it goes on from there (LangGraph's resume is a null input)
       if (saver.resumed) graphInput = null
     }
