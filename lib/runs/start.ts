@@ -220,6 +220,10 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     traceId: caller.trace.traceId
   }
   if (!background) record.startedAt = now
+  if (options.schedule !== undefined) {
+    record.scheduleId = options.schedule.id
+    record.scheduledFor = options.schedule.scheduledFor
+  }
   const spec: RunSpec = request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }
   if (options.history !== undefined && options.history.length > 0) spec.history = options.history
   if (options.frontend !== undefined) spec.frontend = options.frontend

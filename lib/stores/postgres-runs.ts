@@ -49,10 +49,12 @@ interface RunRow {
   error: string | null
   request_id: string
   trace_id: string
+  schedule_id: string | null
+  scheduled_for: Date | null
 }
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
-  'result, error, request_id, trace_id'
+  'result, error, request_id, trace_id, schedule_id, scheduled_for'
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -72,6 +74,10 @@ function toRecord (row: RunRow): RunRecord {
   if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
   if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
   if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  if (row.schedule_id !== null) {
+    record.scheduleId = row.schedule_id
+    record.scheduledFor = iso(row.scheduled_for!)
+  }
   return record
 }
 
@@ -191,7 +197,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
         created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
         request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
         cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
-        detachable boolean NOT NULL DEFAULT false);
+        detachable boolean NOT NULL DEFAULT false, schedule_id text, scheduled_for timestamptz);
+      -- a schedule's fire (docs/schedules.md), added to a table made before schedules: its runs have neither
+      ALTER TABLE ${this.#runs} ADD COLUMN IF NOT EXISTS schedule_id text, ADD COLUMN IF NOT EXISTS scheduled_for timestamptz;
       CREATE INDEX IF NOT EXISTS ${this.index('runs_created')} ON ${this.#runs} (created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_session')} ON ${this.#runs} (session_id, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_agent')} ON ${this.#runs} (agent, created_seq);
@@ -249,21 +257,22 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     throw lockRaceError(sessionId)
   }
 
-  /** A new run's columns, `$1` to `$17` of the create statements. */
+  /** A new run's columns, `$1` to `$19` of the create statements. */
   #values (run: NewRun): unknown[] {
     const { record } = run
     return [
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
       record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
-      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
+      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease),
+      record.scheduleId ?? null, record.scheduledFor === undefined ? null : new Date(toMs('scheduledFor', record.scheduledFor))
     ]
   }
 
   #createWithSession: NamedStatement | null = null
 
   /**
-   * A run with its fresh session (the session store's INSERT, its parameters from $18) and the session's lock, in one
+   * A run with its fresh session (the session store's INSERT, its parameters from $20) and the session's lock, in one
    * statement (docs/stores.md, "Round trips").
    */
   async insertWithSession (run: NewRun, fresh: { text: string, values: unknown[] }): Promise<void> {
@@ -494,7 +503,7 @@ export class PostgresRunStore extends BackedRunStore {
     const backend = this.#pg
     backend.check()
     checkNewRun(backend.name, backend.text, run)
-    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 18))
+    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 20))
     if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
     return { outcome: 'created' }
   }
@@ -529,9 +538,10 @@ export class PostgresRunStore extends BackedRunStore {
 function statements (runs: string, events: string, sessions: string, channel: string, queued: string) {
   const insert = `
     INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
-      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
+      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
-      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz`
+      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz, $18::text,
+      $19::timestamptz`
   // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
     ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
@@ -539,7 +549,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
       cancel_requested = false, expires_at = NULL, detachable = EXCLUDED.detachable, owner = EXCLUDED.owner,
-      lease_until = EXCLUDED.lease_until
+      lease_until = EXCLUDED.lease_until, schedule_id = EXCLUDED.schedule_id, scheduled_for = EXCLUDED.scheduled_for
     RETURNING run_id`
   // a queued detachable run is news for every instance's claimer
   const created = `
@@ -572,7 +582,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
       ${created}`),
     take,
-    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $18), its lock taken
+    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $20), its lock taken
     createWithSession: (session: string): string => `
       WITH session AS (${session}),
       taken AS (${take.replace('($1, $2)', '($3, $1)')}),
