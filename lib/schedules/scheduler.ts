@@ -22,8 +22,11 @@ export const MAX_SLEEP_MS = 30_000
  * instances waking together share a burst between them.
  */
 const TAKE_BATCH = 100
-/** Fires whose runs are being stored at once on one instance (each its own statement: a run and its session). */
-const FIRING = 16
+/**
+ * Fires whose runs are being stored at once on one instance: a batch's, so that a store gathering its writes (the
+ * PostgreSQL run store writes the runs created meanwhile, with their sessions, in one statement) takes them together.
+ */
+const FIRING = TAKE_BATCH
 
 export type FireOutcome = 'started' | 'skipped' | 'failed'
 
@@ -131,7 +134,7 @@ export class Scheduler {
 
   /**
    * Rows taken: each decided and written back (one round trip for all; a row changed meanwhile, by a PATCH, is left
-   * as that write made it, due again if it is), then the fires carried out and settled together.
+   * as that write made it, due again if it is), then the fires carried out and settled together, in the background.
    */
   async #decide (rows: readonly ScheduleRow[]): Promise<void> {
     const now = Date.now()
@@ -165,9 +168,12 @@ export class Scheduler {
       if (step.kind === 'fire') fires.push({ row, recovered: step.recovered })
     }
     if (fires.length === 0) return
-    const carried = (async () => this.#fireAll(fires))()
+    // not waited for: the next batch is taken meanwhile, and the runs of both stored together where the store gathers
+    // its writes; a fire whose run could not be stored lapses, and is taken over at its claim's end (its wakeAt)
+    const carried: Promise<void> = this.#fireAll(fires)
+      .catch((err: unknown) => { this.#log?.warn({ err }, 'schedules: a fire could not store its run') })
+      .finally(() => this.#firing.delete(carried))
     this.#firing.add(carried)
-    await carried.finally(() => this.#firing.delete(carried))
   }
 
   /** The claimed fires' runs stored and started, then the claims settled in one round trip. */
@@ -246,8 +252,6 @@ export class Scheduler {
           if (run !== null) {
             run.start()
             host.stats.recordScheduleLag((Date.parse(record.startedAt!) - Date.parse(fire.scheduledFor)) / 1000)
-            // its end makes room for a queued run
-            void run.done.then(() => host.worker.claim())
           }
         } else {
           await queueRun(options)

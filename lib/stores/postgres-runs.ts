@@ -13,14 +13,22 @@ import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
 import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
-import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
 import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
 interface FreshSessions {
-  freshSession(session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }>
+  freshSessions(sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }>
+}
+
+/** A run with its fresh session, waiting for its group's statement. */
+interface Creating {
+  run: NewRun
+  session: NewSession
+  ttlMs: number
+  sessions: FreshSessions
 }
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -257,6 +265,15 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     throw lockRaceError(sessionId)
   }
 
+  /**
+   * Runs created with their fresh sessions while one such statement is in flight go together in the next (a burst of
+   * schedules' fires, of new conversations): one statement, whatever their number.
+   */
+  readonly creates = new GroupCommit<Creating, true>({
+    write: async (items) => this.#createGroup(items),
+    key: (item) => item.run.record.runId
+  })
+
   /** A new run's columns, `$1` to `$19` of the create statements. */
   #values (run: NewRun): unknown[] {
     const { record } = run
@@ -269,19 +286,19 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     ]
   }
 
-  #createWithSession: NamedStatement | null = null
-
   /**
-   * A run with its fresh session (the session store's INSERT, its parameters from $20) and the session's lock, in one
-   * statement (docs/stores.md, "Round trips").
+   * Runs with their fresh sessions (the session store's INSERT, its parameters from $20) and the sessions' locks, in
+   * one statement (docs/stores.md, "Round trips"): each run's column an array.
    */
-  async insertWithSession (run: NewRun, fresh: { text: string, values: unknown[] }): Promise<void> {
-    // (the session store's INSERT is the same text at every call: one statement, named once)
-    this.#createWithSession ??= named(this.#sql.createWithSession(fresh.text))
-    const { rowCount } = await (await this.#pool()).query({ ...this.#createWithSession, values: [...this.#values(run), ...fresh.values] })
-    // (the session was made with the run: no other run can hold it)
+  async #createGroup (items: readonly Creating[]): Promise<Array<true | Error>> {
+    const fresh = await items[0]!.sessions.freshSessions(items, 20)
+    const columns: unknown[][] = Array.from({ length: 19 }, () => [])
+    for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
+    const rows = await this.sql<{ run_id: string }>(this.#sql.createGroup(fresh.text), [...columns, ...fresh.values])
+    const created = new Set(rows.map((row) => row.run_id))
+    // (each session was made with its run: no other run can hold it)
     /* c8 ignore next */
-    if (rowCount !== 1) throw lockRaceError(run.record.sessionId!)
+    return items.map(({ run }) => created.has(run.record.runId) ? true : lockRaceError(run.record.sessionId!))
   }
 
   async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
@@ -503,7 +520,7 @@ export class PostgresRunStore extends BackedRunStore {
     const backend = this.#pg
     backend.check()
     checkNewRun(backend.name, backend.text, run)
-    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 20))
+    await backend.creates.add({ run, session, ttlMs, sessions: paired })
     if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
     return { outcome: 'created' }
   }
@@ -582,13 +599,26 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
       ${created}`),
     take,
-    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $20), its lock taken
-    createWithSession: (session: string): string => `
-      WITH session AS (${session}),
-      taken AS (${take.replace('($1, $2)', '($3, $1)')}),
-      cleared AS (DELETE FROM ${events} WHERE run_id = $1),
-      created AS (${insert} ${replace})
-      ${created}`,
+    // runs with their fresh sessions (`session`: the session store's INSERT, its parameters from $20), their locks
+    // taken: every parameter of a run an array
+    createGroup: (session: string): string => `
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::integer[],
+          $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::boolean[],
+          $15::boolean[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[]) WITH ORDINALITY
+        AS b (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for, n)),
+      session AS (${session}),
+      taken AS (${take.replace('VALUES ($1, $2)', 'SELECT session_id, run_id FROM batch WHERE true')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id IN (SELECT run_id FROM batch)),
+      created AS (
+        INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
+          request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
+        SELECT run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for FROM batch ORDER BY n
+        ${replace.replace('RETURNING run_id', 'RETURNING run_id, status, detachable')})
+      SELECT run_id, (SELECT pg_notify(${channel}, ${queued}) FROM created WHERE status = 'queued' AND detachable LIMIT 1) AS notified
+      FROM created`,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,
