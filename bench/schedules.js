@@ -23,7 +23,7 @@ const started = []
 const agents = { tick: { async run (_input, ctx) { started.push({ id: ctx.schedule.id, runId: ctx.runId, scheduledFor: Date.parse(ctx.schedule.scheduledFor), at: Date.now() }); return { output: null } } } }
 
 function service () {
-  return createAgentService({ logger: false, agents, ...postgresStores({ connectionString: url, max: 10 }, { schema }), runConcurrency: 500 })
+  return createAgentService({ logger: process.env.BENCH_LOG === undefined ? false : { level: process.env.BENCH_LOG }, agents, ...postgresStores({ connectionString: url, max: 10 }, { schema }), runConcurrency: 500 })
 }
 
 /** A schedule row as POST /v1/schedules makes it, inserted straight into the store (the bench measures firing, not the route). */
