@@ -13,7 +13,7 @@ import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
 import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
-import type { PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
+import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
 import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
@@ -286,6 +286,8 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     ]
   }
 
+  #createGroupStatement: NamedStatement | null = null
+
   /**
    * Runs with their fresh sessions (the session store's INSERT, its parameters from $20) and the sessions' locks, in
    * one statement (docs/stores.md, "Round trips"): each run's column an array.
@@ -294,7 +296,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     const fresh = await items[0]!.sessions.freshSessions(items, 20)
     const columns: unknown[][] = Array.from({ length: 19 }, () => [])
     for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
-    const rows = await this.sql<{ run_id: string }>(this.#sql.createGroup(fresh.text), [...columns, ...fresh.values])
+    // (the session store's INSERT is the same text at every call: one statement, named once)
+    this.#createGroupStatement ??= named(this.#sql.createGroup(fresh.text))
+    const { rows } = await (await this.#pool()).query<{ run_id: string }>({ ...this.#createGroupStatement, values: [...columns, ...fresh.values] })
     const created = new Set(rows.map((row) => row.run_id))
     // (each session was made with its run: no other run can hold it)
     /* c8 ignore next */
