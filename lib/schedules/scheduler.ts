@@ -115,7 +115,9 @@ export class Scheduler {
       // a row taken is this instance's until its claim's end: should this instance go, it is due again then
       const rows = await this.#store.take(now, TAKE_BATCH, now + this.#claimMs)
       if (rows.length > 0) await this.#decide(rows)
-      if (rows.length < TAKE_BATCH || this.#stopped) break
+      if (rows.length < TAKE_BATCH) break
+      /* c8 ignore next: a drain that begins in a burst of more than a batch: the rest is left to the other instances */
+      if (this.#stopped) break
     }
     const next = await this.#store.nextWake()
     this.#arm(next ?? Date.now() + MAX_SLEEP_MS)

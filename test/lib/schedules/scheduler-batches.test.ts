@@ -6,7 +6,7 @@ import type { Agent, RunContext } from '../../../lib/core/types.js'
 import { MemoryRunStore } from '../../../lib/stores/memory-runs.js'
 import { MemoryScheduleStore } from '../../../lib/stores/memory-schedules.js'
 import { build, eventually, gate, sleep } from '../../helper.js'
-import { stateOf } from '../../helpers/schedules.js'
+import { serveScheduler, stateOf } from '../../helpers/schedules.js'
 
 function serve (t: Parameters<typeof build>[0], options: { runConcurrency?: number } = {}) {
   const seen: Array<{ runId: string, schedule: RunContext['schedule'], sessionId: string | null }> = []
@@ -109,4 +109,35 @@ t.test('a store that fails to take the due rows: looked at again a second later,
   await eventually(() => seen.length === 1, 5_000, 'fired after the store came back')
   t.ok(failures >= 2, 'taken again')
   t.equal(seen[0]!.schedule!.scheduledFor, at)
+})
+
+t.test('a schedule deleted while its fire\'s run is stored: the settling finds it gone, the run goes on', async (t) => {
+  const holder: { app?: import('fastify').FastifyInstance } = {}
+  const { app, seen, scheduleStore } = await serveScheduler(t, {
+    async afterClaim (row) {
+      const res = await holder.app!.inject({ method: 'DELETE', url: `/v1/schedules/${row.id}` })
+      if (res.statusCode !== 204) throw new Error(res.body)
+    }
+  })
+  holder.app = app
+  const created = (await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at: new Date(Date.now() + 300).toISOString() } })).json()
+  await eventually(() => seen.length === 1, 10_000, 'the run')
+  t.equal(seen[0]!.schedule!.id, created.id)
+  t.equal(await scheduleStore.get(created.id), null, 'still gone')
+})
+
+t.test('an instance closing while it looks at the due schedules arms no timer after', async (t) => {
+  const { service, scheduleStore } = serve(t)
+  const take = scheduleStore.take.bind(scheduleStore)
+  let slow = false
+  scheduleStore.take = async (...args) => {
+    if (slow) await sleep(300)
+    return take(...args)
+  }
+  await service.app.ready()
+  slow = true
+  await scheduleStore.insert({ id: 's1', principal: 'anonymous', createdAt: Date.now(), wakeAt: Date.now() + 60_000, state: stateOf('s1', {}) })
+  await sleep(50)
+  await service.close(0)
+  t.pass('closed while the look was under way')
 })
