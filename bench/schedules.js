@@ -73,8 +73,10 @@ try {
   const begun = rows.filter((r) => r.started_at !== null).map((r) => r.started_at.getTime() - r.created_at.getTime())
   const startedAt = new Map(rows.map((r) => [r.run_id, r.started_at?.getTime()]))
   const called = started.filter((s) => startedAt.get(s.runId) !== undefined).map((s) => s.at - startedAt.get(s.runId))
-  console.log(`burst: ${rows.length} runs stored; due → stored (claimed, its run and session stored) p50 ${percentile(stored, 0.5)} ms, p99 ${percentile(stored, 0.99)} ms; ` +
-    `stored → started p50 ${percentile(begun, 0.5)} ms, p99 ${percentile(begun, 0.99)} ms; started → agent called p50 ${percentile(called, 0.5)} ms, p99 ${percentile(called, 0.99)} ms`)
+  // createdAt and startedAt are the instance's clock before the run's INSERT: a run started where it was claimed has
+  // both at once, and its INSERT falls in the last step
+  console.log(`burst: ${rows.length} runs stored; due → record made (taken, claimed) p50 ${percentile(stored, 0.5)} ms, p99 ${percentile(stored, 0.99)} ms; ` +
+    `record made → started p50 ${percentile(begun, 0.5)} ms, p99 ${percentile(begun, 0.99)} ms; started → agent called (stored, begun) p50 ${percentile(called, 0.5)} ms, p99 ${percentile(called, 0.99)} ms`)
   console.log(`burst: this process (the three instances) used ${(100 * busy).toFixed(0)}% of a core from the due time to the last start; load average ${os.loadavg()[0].toFixed(1)}`)
 } finally {
   await Promise.all(services.map((s) => s.close(0)))
