@@ -20,7 +20,15 @@ import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, 
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
 interface FreshSessions {
-  freshSession(session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }>
+  freshSessions(sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }>
+}
+
+/** A run with its fresh session, waiting for its group's statement. */
+interface Creating {
+  run: NewRun
+  session: NewSession
+  ttlMs: number
+  sessions: FreshSessions
 }
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -49,10 +57,12 @@ interface RunRow {
   error: string | null
   request_id: string
   trace_id: string
+  schedule_id: string | null
+  scheduled_for: Date | null
 }
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
-  'result, error, request_id, trace_id'
+  'result, error, request_id, trace_id, schedule_id, scheduled_for'
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -72,6 +82,10 @@ function toRecord (row: RunRow): RunRecord {
   if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
   if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
   if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  if (row.schedule_id !== null) {
+    record.scheduleId = row.schedule_id
+    record.scheduledFor = iso(row.scheduled_for!)
+  }
   return record
 }
 
@@ -191,7 +205,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
         created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
         request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
         cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
-        detachable boolean NOT NULL DEFAULT false);
+        detachable boolean NOT NULL DEFAULT false, schedule_id text, scheduled_for timestamptz);
+      -- a schedule's fire (docs/schedules.md), added to a table made before schedules: its runs have neither
+      ALTER TABLE ${this.#runs} ADD COLUMN IF NOT EXISTS schedule_id text, ADD COLUMN IF NOT EXISTS scheduled_for timestamptz;
       CREATE INDEX IF NOT EXISTS ${this.index('runs_created')} ON ${this.#runs} (created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_session')} ON ${this.#runs} (session_id, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_agent')} ON ${this.#runs} (agent, created_seq);
@@ -249,30 +265,44 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     throw lockRaceError(sessionId)
   }
 
-  /** A new run's columns, `$1` to `$17` of the create statements. */
+  /**
+   * Runs created with their fresh sessions while one such statement is in flight go together in the next (a burst of
+   * schedules' fires, of new conversations): one statement, whatever their number.
+   */
+  readonly creates = new GroupCommit<Creating, true>({
+    write: async (items) => this.#createGroup(items),
+    key: (item) => item.run.record.runId
+  })
+
+  /** A new run's columns, `$1` to `$19` of the create statements. */
   #values (run: NewRun): unknown[] {
     const { record } = run
     return [
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
       record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
-      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
+      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease),
+      record.scheduleId ?? null, record.scheduledFor === undefined ? null : new Date(toMs('scheduledFor', record.scheduledFor))
     ]
   }
 
-  #createWithSession: NamedStatement | null = null
+  #createGroupStatement: NamedStatement | null = null
 
   /**
-   * A run with its fresh session (the session store's INSERT, its parameters from $18) and the session's lock, in one
-   * statement (docs/stores.md, "Round trips").
+   * Runs with their fresh sessions (the session store's INSERT, its parameters from $20) and the sessions' locks, in
+   * one statement (docs/stores.md, "Round trips"): each run's column an array.
    */
-  async insertWithSession (run: NewRun, fresh: { text: string, values: unknown[] }): Promise<void> {
+  async #createGroup (items: readonly Creating[]): Promise<Array<true | Error>> {
+    const fresh = await items[0]!.sessions.freshSessions(items, 20)
+    const columns: unknown[][] = Array.from({ length: 19 }, () => [])
+    for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
     // (the session store's INSERT is the same text at every call: one statement, named once)
-    this.#createWithSession ??= named(this.#sql.createWithSession(fresh.text))
-    const { rowCount } = await (await this.#pool()).query({ ...this.#createWithSession, values: [...this.#values(run), ...fresh.values] })
-    // (the session was made with the run: no other run can hold it)
+    this.#createGroupStatement ??= named(this.#sql.createGroup(fresh.text))
+    const { rows } = await (await this.#pool()).query<{ run_id: string }>({ ...this.#createGroupStatement, values: [...columns, ...fresh.values] })
+    const created = new Set(rows.map((row) => row.run_id))
+    // (each session was made with its run: no other run can hold it)
     /* c8 ignore next */
-    if (rowCount !== 1) throw lockRaceError(run.record.sessionId!)
+    return items.map(({ run }) => created.has(run.record.runId) ? true : lockRaceError(run.record.sessionId!))
   }
 
   async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
@@ -494,7 +524,7 @@ export class PostgresRunStore extends BackedRunStore {
     const backend = this.#pg
     backend.check()
     checkNewRun(backend.name, backend.text, run)
-    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 18))
+    await backend.creates.add({ run, session, ttlMs, sessions: paired })
     if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
     return { outcome: 'created' }
   }
@@ -529,9 +559,10 @@ export class PostgresRunStore extends BackedRunStore {
 function statements (runs: string, events: string, sessions: string, channel: string, queued: string) {
   const insert = `
     INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
-      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
+      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
-      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz`
+      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz, $18::text,
+      $19::timestamptz`
   // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
     ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
@@ -539,7 +570,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
       cancel_requested = false, expires_at = NULL, detachable = EXCLUDED.detachable, owner = EXCLUDED.owner,
-      lease_until = EXCLUDED.lease_until
+      lease_until = EXCLUDED.lease_until, schedule_id = EXCLUDED.schedule_id, scheduled_for = EXCLUDED.scheduled_for
     RETURNING run_id`
   // a queued detachable run is news for every instance's claimer
   const created = `
@@ -572,13 +603,26 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
       ${created}`),
     take,
-    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $18), its lock taken
-    createWithSession: (session: string): string => `
-      WITH session AS (${session}),
-      taken AS (${take.replace('($1, $2)', '($3, $1)')}),
-      cleared AS (DELETE FROM ${events} WHERE run_id = $1),
-      created AS (${insert} ${replace})
-      ${created}`,
+    // runs with their fresh sessions (`session`: the session store's INSERT, its parameters from $20), their locks
+    // taken: every parameter of a run an array
+    createGroup: (session: string): string => `
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::integer[],
+          $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::boolean[],
+          $15::boolean[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[]) WITH ORDINALITY
+        AS b (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for, n)),
+      session AS (${session}),
+      taken AS (${take.replace('VALUES ($1, $2)', 'SELECT session_id, run_id FROM batch WHERE true')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id IN (SELECT run_id FROM batch)),
+      created AS (
+        INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
+          request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
+        SELECT run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for FROM batch ORDER BY n
+        ${replace.replace('RETURNING run_id', 'RETURNING run_id, status, detachable')})
+      SELECT run_id, (SELECT pg_notify(${channel}, ${queued}) FROM created WHERE status = 'queued' AND detachable LIMIT 1) AS notified
+      FROM created`,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,

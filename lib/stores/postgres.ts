@@ -145,7 +145,12 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
    * (docs/stores.md, "Round trips").
    */
   async freshSession (session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }> {
-    checkTtl('ttlMs', ttlMs)
+    return this.freshSessions([{ session, ttlMs }], first)
+  }
+
+  /** New sessions' INSERT, one row each, from arrays (parameters numbered from `first`): see freshSession. */
+  async freshSessions (sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }> {
+    for (const { ttlMs } of sessions) checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     if (now - this.#purgedAt >= PURGE_MS) {
       this.#purgedAt = now
@@ -156,11 +161,20 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     const $ = (n: number): string => `$${first + n}`
     const text = `
       INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
-      VALUES (${$(0)}::text, ${$(1)}::text, ${$(2)}::text, ${$(3)}::timestamptz, ${$(3)}::timestamptz, ${$(4)}::timestamptz, 0, ${$(5)}::jsonb, '[]')
+      SELECT s.id, s.agent, s.principal, ${$(0)}::timestamptz, ${$(0)}::timestamptz, s.expires_at, 0, s.metadata::jsonb, '[]'
+      FROM unnest(${$(1)}::text[], ${$(2)}::text[], ${$(3)}::text[], ${$(4)}::timestamptz[], ${$(5)}::text[]) WITH ORDINALITY
+        AS s (id, agent, principal, expires_at, metadata, n)
+      ORDER BY s.n
       ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
         created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
         turns = 0, metadata = EXCLUDED.metadata, messages = '[]'`
-    return { text, values: [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)] }
+    return {
+      text,
+      values: [
+        new Date(now), sessions.map((s) => s.session.id), sessions.map((s) => s.session.agent), sessions.map((s) => s.session.principal),
+        sessions.map((s) => new Date(now + s.ttlMs)), sessions.map((s) => toJson(s.session.metadata))
+      ]
+    }
   }
 
   async get (id: string): Promise<SessionWithMessages | null> {
