@@ -20,7 +20,10 @@ import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, 
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
 interface FreshSessions {
-  freshSession(session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }>
+  /** a fresh session's six values (the session store's table made) */
+  freshSession(session: NewSession, ttlMs: number): Promise<unknown[]>
+  /** the INSERT of fresh sessions from six expressions (parameters, or the columns of `from`) */
+  freshInsert(values: readonly string[], from?: string): string
 }
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -91,6 +94,26 @@ type Ended = RunRow & { freed: string | null, queue_waits: boolean }
 
 function noop (): void {}
 
+/** A run waiting for its group's create-with-session statement: its columns, and its session's. */
+interface Creating {
+  values: unknown[]
+  session: unknown[]
+}
+
+/** A run's end waiting for its group's statement: as `end`'s arguments. */
+interface Ending {
+  runId: string
+  condition: RunCondition
+  events: readonly StoredEvent[]
+  end: RunEnd
+  expiresAt: number
+}
+
+/** Column `i` of each row: the arrays one unnest turns back into rows. */
+function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] {
+  return rows.map((row) => row[i])
+}
+
 /** One run's batch waiting for its group's statement. */
 interface Appending {
   runId: string
@@ -158,6 +181,14 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     maxWeight: NOTIFY_BYTES,
     windowMs: GROUP_WINDOW_MS
   })
+
+  /**
+   * The runs' creates with their sessions, and their ends, that come while one of the kind is in flight go together in
+   * the next one: concurrent runs, each in the same phase, cost one statement a group (docs/stores.md, "Round trips").
+   */
+  readonly #creates = new GroupCommit<Creating, null>({ write: async (items) => this.#createGroup(items), key: (item) => item.values[0] as string })
+  readonly #ends = new GroupCommit<Ending, RunEnded | null>({ write: async (items) => this.#endGroup(items), key: (item) => item.runId })
+  #createWithSession: NamedStatement | null = null
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -260,19 +291,39 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     ]
   }
 
-  #createWithSession: NamedStatement | null = null
+  /** Pairs the backend with the session store of its database: its INSERT goes in the statement of runs with their sessions. */
+  pairSessions (sessions: FreshSessions): void {
+    const from = 'FROM unnest($18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::timestamptz[], $23::text[]) ' +
+      'AS s (id, agent, principal, at, expires, metadata)'
+    this.#createWithSession = named(this.#sql.createWithSessions(sessions.freshInsert(['s.id', 's.agent', 's.principal', 's.at', 's.expires', 's.metadata'], from)))
+  }
 
   /**
-   * A run with its fresh session (the session store's INSERT, its parameters from $18) and the session's lock, in one
-   * statement (docs/stores.md, "Round trips").
+   * A run with its fresh session (`session`: the session store's values) and the session's lock, in one statement
+   * with those of the other runs doing the same meanwhile (docs/stores.md, "Round trips").
    */
-  async insertWithSession (run: NewRun, fresh: { text: string, values: unknown[] }): Promise<void> {
-    // (the session store's INSERT is the same text at every call: one statement, named once)
-    this.#createWithSession ??= named(this.#sql.createWithSession(fresh.text))
-    const { rowCount } = await (await this.#pool()).query({ ...this.#createWithSession, values: [...this.#values(run), ...fresh.values] })
+  async insertWithSession (run: NewRun, session: unknown[]): Promise<void> {
+    await this.#creates.add({ values: this.#values(run), session })
+  }
+
+  async #createGroup (items: readonly Creating[]): Promise<Array<null | Error>> {
+    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: a
+    // group of them goes one run at a time.
+    if (new Set(items.map((item) => item.session[0])).size < items.length) {
+      const outcomes: Array<null | Error> = []
+      for (const item of items) outcomes.push(await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
+      return outcomes
+    }
+    const values = items.map((item) => item.values)
+    const sessions = items.map((item) => item.session)
+    const { rows } = await (await this.#pool()).query<{ run_id: string }>({
+      ...this.#createWithSession!,
+      values: [...values[0]!.map((_, i) => column(values, i)), ...sessions[0]!.map((_, i) => column(sessions, i))]
+    })
+    const created = new Set(rows.map((row) => row.run_id))
     // (the session was made with the run: no other run can hold it)
     /* c8 ignore next */
-    if (rowCount !== 1) throw lockRaceError(run.record.sessionId!)
+    return items.map((item) => created.has(item.values[0] as string) ? null : lockRaceError(item.session[0] as string))
   }
 
   async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
@@ -343,12 +394,24 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
   }
 
   async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {
-    const [ended] = await this.sql<Ended>(this.#sql.end, [
+    return this.#ends.add({ runId, condition, events, end, expiresAt })
+  }
+
+  /** The ends of a group of runs in one statement: each one's, null for one whose condition failed (nothing written). */
+  async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
+    const rows = items.map(({ runId, condition, events, end, expiresAt }) => [
       runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
-      end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length,
-      events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), ...conditionValues(condition)
+      end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
-    return ended === undefined ? null : { record: toRecord(ended), freed: ended.freed, queueWaits: ended.queue_waits }
+    const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))
+    const ended = await this.sql<Ended>(this.#sql.endGroup, [
+      ...rows[0]!.map((_, i) => column(rows, i)), ...[0, 1, 2, 3].map((i) => column(events, i))
+    ])
+    const byRun = new Map(ended.map((row) => [row.run_id, row]))
+    return items.map(({ runId }) => {
+      const row = byRun.get(runId)
+      return row === undefined ? null : { record: toRecord(row), freed: row.freed, queueWaits: row.queue_waits }
+    })
   }
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<Taken | null> {
@@ -480,6 +543,7 @@ export class PostgresRunStore extends BackedRunStore {
   /** Pairs this store with the session store of the same database (postgresStores does): see createWithSession. */
   withSessions (sessions: FreshSessions): this {
     this.#sessionStore = sessions
+    this.#pg.pairSessions(sessions)
     return this
   }
 
@@ -494,7 +558,7 @@ export class PostgresRunStore extends BackedRunStore {
     const backend = this.#pg
     backend.check()
     checkNewRun(backend.name, backend.text, run)
-    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs, 18))
+    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs))
     if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
     return { outcome: 'created' }
   }
@@ -539,8 +603,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
       cancel_requested = false, expires_at = NULL, detachable = EXCLUDED.detachable, owner = EXCLUDED.owner,
-      lease_until = EXCLUDED.lease_until
-    RETURNING run_id`
+      lease_until = EXCLUDED.lease_until`
   // a queued detachable run is news for every instance's claimer
   const created = `
     SELECT run_id, CASE WHEN $5::text = 'queued' AND $15::boolean THEN pg_notify(${channel}, ${queued}) END AS notified FROM created`
@@ -559,26 +622,32 @@ function statements (runs: string, events: string, sessions: string, channel: st
     AND ($${n + 2}::text IS NULL OR owner = $${n + 2}) AND ($${n + 3}::timestamptz IS NULL OR lease_until < $${n + 3})
     AND ($${n + 4}::boolean IS NULL OR cancel_requested = $${n + 4})`
   const leased = `${COLUMNS}, owner, lease_until, detachable, cancel_requested`
-  const addEvents = (seqs: number, types: number, data: number, when: string): string => `
-    INSERT INTO ${events} (run_id, seq, type, data)
-    SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
-    WHERE EXISTS (SELECT 1 FROM ${when})`
   return {
     // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
-    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
+    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace} RETURNING run_id) ${created}`),
     createExclusive: named(`
       WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
       cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken)),
-      created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
+      created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace} RETURNING run_id)
       ${created}`),
     take,
-    // a run with its fresh session (`session`: the session store's INSERT, its parameters from $18), its lock taken
-    createWithSession: (session: string): string => `
+    // runs with their fresh sessions (`session`: the session store's INSERT from arrays $18 to $23), their locks taken;
+    // each column of the runs an array ($1 to $17, as \`create\`'s parameters)
+    createWithSessions: (session: string): string => `
       WITH session AS (${session}),
-      taken AS (${take.replace('($1, $2)', '($3, $1)')}),
-      cleared AS (DELETE FROM ${events} WHERE run_id = $1),
-      created AS (${insert} ${replace})
-      ${created}`,
+      batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::integer[], $8::integer[],
+          $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::boolean[], $15::boolean[], $16::text[],
+          $17::timestamptz[])
+        AS b (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until)),
+      taken AS (${take.replace('VALUES ($1, $2)', 'SELECT session_id, run_id FROM batch')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id = ANY($1::text[])),
+      created AS (
+        INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
+          request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
+        SELECT * FROM batch ${replace} RETURNING run_id, status, detachable)
+      SELECT run_id, CASE WHEN status = 'queued' AND detachable THEN pg_notify(${channel}, ${queued}) END AS notified FROM created`,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,
@@ -638,26 +707,39 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT run_id, last_seq,
         (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
       FROM run`),
-    // The last events, the end and the session given back, in one statement, if the run is as the condition says:
-    // a queued detachable run waiting for that session is news for the claimers.
-    end: named(`
-      WITH ended AS (
-        UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
-          owner = NULL, lease_until = NULL
-        WHERE run_id = $1 AND ${condition(11)}
-        RETURNING ${COLUMNS}),
-      added AS (${addEvents(8, 9, 10, 'ended')}),
+    // The last events, the end and the session given back of each run of a group, in one statement, if the run is as its
+    // condition says: a queued detachable run waiting for that session is news for the claimers. Each column of the
+    // ends an array ($1 to $12: run, status, end, result, error, expiry, its events' count, its condition), and of
+    // their events ($13 to $16).
+    endGroup: named(`
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::timestamptz[], $7::integer[],
+          $8::text[], $9::integer[], $10::text[], $11::timestamptz[], $12::boolean[])
+        AS b (id, to_status, at, res, err, expires, n, c_status, c_seq, c_owner, c_lapsed, c_cancel)),
+      ended AS (
+        UPDATE ${runs} r SET status = b.to_status, ended_at = b.at, result = b.res, error = b.err, expires_at = b.expires,
+          last_seq = r.last_seq + b.n, owner = NULL, lease_until = NULL
+        FROM batch b
+        WHERE r.run_id = b.id AND r.status = b.c_status AND (b.c_seq IS NULL OR r.last_seq = b.c_seq)
+          AND (b.c_owner IS NULL OR r.owner = b.c_owner) AND (b.c_lapsed IS NULL OR r.lease_until < b.c_lapsed)
+          AND (b.c_cancel IS NULL OR r.cancel_requested = b.c_cancel)
+        RETURNING ${COLUMNS.split(', ').map((name) => `r.${name}`).join(', ')}),
+      added AS (
+        INSERT INTO ${events} (run_id, seq, type, data)
+        SELECT e.run_id, e.seq, e.type, e.data FROM unnest($13::text[], $14::integer[], $15::text[], $16::text[]) AS e (run_id, seq, type, data)
+        WHERE e.run_id IN (SELECT run_id FROM ended)),
       freed AS (
         DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
-        RETURNING h.session_id),
+        RETURNING h.session_id, h.run_id),
       waits AS (
-        SELECT EXISTS (SELECT 1 FROM ${runs} q JOIN freed ON q.session_id = freed.session_id
-          WHERE q.status = 'queued' AND q.detachable) AS queue_waits)
-      SELECT ended.*, (SELECT session_id FROM freed) AS freed, waits.queue_waits,
-        pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
-        (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session,
+        SELECT freed.run_id, EXISTS (SELECT 1 FROM ${runs} q WHERE q.session_id = freed.session_id AND q.status = 'queued' AND q.detachable)
+          AS queue_waits
+        FROM freed)
+      SELECT ended.*, freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
+        pg_notify(${channel}, 'e:' || ended.run_id || ':' || ended.last_seq) AS notified,
+        CASE WHEN freed.session_id IS NOT NULL THEN pg_notify(${channel}, 's:' || freed.session_id) END AS notified_session,
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended, waits`),
+      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id`),
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

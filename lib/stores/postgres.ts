@@ -10,6 +10,7 @@ import { decidedStatus, failedDecision } from './rules.js'
 import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
 import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
+import { GroupCommit } from './group-commit.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
@@ -116,9 +117,19 @@ function toSession (row: SessionRow): SessionRecord {
 
 const SESSION_COLUMNS = 'id, agent, principal, created_at, last_active_at, turns, metadata'
 
+/** A session's turn waiting for its group's statement. */
+interface Turn {
+  id: string
+  /** the messages, as JSON */
+  messages: string
+  at: Date
+  expires: Date
+}
+
 export class PostgresSessionStore extends PostgresStore implements SessionStore {
   #purgedAt = 0
   #appendTurn: NamedStatement | null = null
+  readonly #turns = new GroupCommit<Turn, boolean>({ write: async (turns) => this.#appendTurns(turns), key: (turn) => turn.id })
 
   protected ddl (): string {
     // COLLATE "C": list() pages by (last_active_at, id); a byte order keeps that independent of the locale
@@ -134,17 +145,16 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
-    const { text, values } = await this.freshSession(session, ttlMs, 1)
-    const [row] = await this.sql<SessionRow>(`${text} RETURNING ${SESSION_COLUMNS}`, values)
+    const values = await this.freshSession(session, ttlMs)
+    const [row] = await this.sql<SessionRow>(`${this.freshInsert(values.map((_, n) => `$${n + 1}`))} RETURNING ${SESSION_COLUMNS}`, values)
     return toSession(row)
   }
 
   /**
-   * A new session's INSERT (its parameters numbered from `first`), its table made and the expired sessions purged
-   * when due: `create`'s, and the run store's when it writes a run with its fresh session in one statement
-   * (docs/stores.md, "Round trips").
+   * A new session's values (`freshInsert`'s six), its table made and the expired sessions purged when due: `create`'s,
+   * and the run store's when it writes runs with their fresh sessions in one statement (docs/stores.md, "Round trips").
    */
-  async freshSession (session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }> {
+  async freshSession (session: NewSession, ttlMs: number): Promise<unknown[]> {
     checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     if (now - this.#purgedAt >= PURGE_MS) {
@@ -153,14 +163,21 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     } else {
       await this.pool()
     }
-    const $ = (n: number): string => `$${first + n}`
-    const text = `
+    return [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)]
+  }
+
+  /**
+   * The INSERT of fresh sessions, from `values`: the six expressions of freshSession's values (parameters, or the
+   * columns of `from`, an unnest of arrays of them, for many sessions in one statement).
+   */
+  freshInsert (values: readonly string[], from = ''): string {
+    const [id, agent, principal, at, expires, metadata] = values
+    return `
       INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
-      VALUES (${$(0)}::text, ${$(1)}::text, ${$(2)}::text, ${$(3)}::timestamptz, ${$(3)}::timestamptz, ${$(4)}::timestamptz, 0, ${$(5)}::jsonb, '[]')
+      SELECT ${id}::text, ${agent}::text, ${principal}::text, ${at}::timestamptz, ${at}::timestamptz, ${expires}::timestamptz, 0, ${metadata}::jsonb, '[]' ${from}
       ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
         created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
         turns = 0, metadata = EXCLUDED.metadata, messages = '[]'`
-    return { text, values: [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)] }
   }
 
   async get (id: string): Promise<SessionWithMessages | null> {
@@ -172,14 +189,27 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
+    this.check()
     const now = Date.now()
+    return this.#turns.add({ id, messages: JSON.stringify(messages), at: new Date(now), expires: new Date(now + ttlMs) })
+  }
+
+  /**
+   * The turns of concurrent runs, each session's once per group, in one statement (docs/stores.md, "Round trips"):
+   * whether each session was there to take it.
+   */
+  async #appendTurns (turns: readonly Turn[]): Promise<boolean[]> {
     // every run's (named: prepared once per connection)
     this.#appendTurn ??= named(`
-      UPDATE ${this.table('sessions')} SET messages = messages || $2::jsonb, turns = turns + 1,
-        last_active_at = $3, expires_at = $4
-      WHERE id = $1 AND expires_at > $3 RETURNING id`)
-    const rows = await this.sql(this.#appendTurn, [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
-    return rows.length === 1
+      UPDATE ${this.table('sessions')} s SET messages = s.messages || t.messages::jsonb, turns = s.turns + 1,
+        last_active_at = t.at, expires_at = t.expires
+      FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS t (id, messages, at, expires)
+      WHERE s.id = t.id AND s.expires_at > t.at RETURNING s.id`)
+    const rows = await this.sql<{ id: string }>(this.#appendTurn, [
+      turns.map((turn) => turn.id), turns.map((turn) => turn.messages), turns.map((turn) => turn.at), turns.map((turn) => turn.expires)
+    ])
+    const recorded = new Set(rows.map((row) => row.id))
+    return turns.map((turn) => recorded.has(turn.id))
   }
 
   async delete (id: string): Promise<boolean> {
