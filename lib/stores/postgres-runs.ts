@@ -307,15 +307,18 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
   }
 
   async #createGroup (items: readonly Creating[]): Promise<Array<null | Error>> {
-    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: a
-    // group of them goes one run at a time.
-    if (new Set(items.map((item) => item.session[0])).size < items.length) {
-      const outcomes: Array<null | Error> = []
-      for (const item of items) outcomes.push(await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
-      return outcomes
-    }
-    const values = items.map((item) => item.values)
-    const sessions = items.map((item) => item.session)
+    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: the
+    // later one goes after, on its own.
+    const sessionIds = new Set<unknown>()
+    const later: Creating[] = []
+    const group = items.filter((item) => {
+      if (!sessionIds.has(item.session[0])) return sessionIds.add(item.session[0])
+      later.push(item)
+      return false
+    })
+    const outcomes = new Map<Creating, null | Error>()
+    const values = group.map((item) => item.values)
+    const sessions = group.map((item) => item.session)
     const { rows } = await (await this.#pool()).query<{ run_id: string }>({
       ...this.#createWithSession!,
       values: [...values[0]!.map((_, i) => column(values, i)), ...sessions[0]!.map((_, i) => column(sessions, i))]
@@ -323,7 +326,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     const created = new Set(rows.map((row) => row.run_id))
     // (the session was made with the run: no other run can hold it)
     /* c8 ignore next */
-    return items.map((item) => created.has(item.values[0] as string) ? null : lockRaceError(item.session[0] as string))
+    for (const item of group) outcomes.set(item, created.has(item.values[0] as string) ? null : lockRaceError(item.session[0] as string))
+    for (const item of later) outcomes.set(item, await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
+    return items.map((item) => outcomes.get(item)!)
   }
 
   async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
