@@ -10,20 +10,41 @@ import { InputValidationError } from './errors.js'
 // Made on first use, once per process: importing the package loads no Ajv (bench/import.js), hence require().
 const require = createRequire(import.meta.url)
 const strictOptions = { coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false } as const
-let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema> } | null = null
+let compilers: { strict: FastifySchemaCompiler<FastifySchema>, coercing: FastifySchemaCompiler<FastifySchema>, agents: FastifySchemaCompiler<FastifySchema> } | null = null
 function ajvCompilers (): NonNullable<typeof compilers> {
   if (compilers !== null) return compilers
   const AjvCompiler = require('@fastify/ajv-compiler') as typeof import('@fastify/ajv-compiler')
   const buildCompiler = AjvCompiler()
   compilers = {
-    strict: buildCompiler({}, { customOptions: strictOptions }),
-    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false } })
+    // our routes' schemas are ours (and tested): not checked against the meta-schema, whose compile costs more than
+    // theirs; an agent's schema is the user's, checked (a draft-04 `$schema` is refused, docs/agents.md)
+    strict: buildCompiler({}, { customOptions: { ...strictOptions, validateSchema: false } }),
+    coercing: buildCompiler({}, { customOptions: { coerceTypes: 'array', removeAdditional: false, useDefaults: true, allErrors: false, validateSchema: false } }),
+    agents: buildCompiler({}, { customOptions: strictOptions })
   }
   return compilers
 }
 
-export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) =>
-  route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
+type Validator = ReturnType<FastifySchemaCompiler<FastifySchema>> & { schemaEnv?: unknown }
+
+/**
+ * Each route's validator is compiled at its first request, not at registration: a service has some 365 routes and
+ * statuses, and a process that starts several services (a test, a worker) would otherwise compile them all
+ * (bench/README.md, "The test suite's time"). Compiled once per schema object and process (Ajv's own cache).
+ */
+export const strictValidatorCompiler: FastifySchemaCompiler<FastifySchema> = (route) => {
+  let compiled: Validator | undefined
+  const validate: Validator = (data: unknown, context?: unknown) => {
+    compiled ??= route.httpPart === 'body' ? ajvCompilers().strict(route) : ajvCompilers().coercing(route)
+    const valid = (compiled as (data: unknown, context?: unknown) => ReturnType<Validator>)(data, context)
+    validate.errors = compiled.errors
+    return valid
+  }
+  // Fastify hands an Ajv validator (one with `schemaEnv`) the request as the value's parent, so that a default or a
+  // coerced root value lands on the request
+  validate.schemaEnv = true
+  return validate
+}
 
 /** `body/foo is not allowed` rather than Ajv's `must NOT have additional properties`, which names nothing. */
 export function formatSchemaErrors (errors: FastifySchemaValidationError[], dataVar: string): Error {
@@ -77,7 +98,7 @@ export function jsonSchemaProblem (schema: unknown): string | null {
 export function compileInputValidator (schema: unknown): InputValidator {
   const validate = (is2020(schema)
     ? ajv2020().compile(schema as object)
-    : ajvCompilers().strict({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
+    : ajvCompilers().agents({ schema: schema as FastifySchema, method: 'POST', url: '/v1/agents/:name/runs', httpPart: 'body' })) as ((data: unknown) => boolean) & { errors?: FastifySchemaValidationError[] | null }
   return (input, name) => {
     if (!validate(input)) throw new InputValidationError(formatSchemaErrors(validate.errors!, name).message)
     return input

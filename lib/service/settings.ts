@@ -146,7 +146,7 @@ function validators (): Validators {
   // required here, not imported: the package's import loads no Ajv either
   const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
   // unoptimized code: the options are checked once per service, and this halves the compile (every process pays it)
-  const ajv = new AjvClass({ allErrors: true, strict: false, code: { optimize: false } })
+  const ajv = new AjvClass({ allErrors: true, strict: false, code: { optimize: false }, validateSchema: false })
   ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
   compiled = {
     options: ajv.compile(OptionsSchema),

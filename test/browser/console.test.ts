@@ -1,8 +1,9 @@
 // The operator console (docs/operations.md) in Chromium driven by playwright-core: it loads with no request leaving
 // the service's origin, shows agents and stats, approves a waiting approval under the operator's name (the run
 // completes), follows a run live and cancels another after a confirmation; an idle tab costs one audit entry per
-// live feed; run history searches and shows a failed run's events; the playground streams a run and decides its
-// approval inline. Screenshots (laptop and phone) are kept in test-artifacts/ (gitignored).
+// live feed; run history searches and shows a failed run's events; schedules are disabled and enabled through the
+// service's routes; the playground streams a run and decides its approval inline. Screenshots (laptop and phone)
+// are kept in test-artifacts/ (gitignored).
 import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
@@ -20,6 +21,8 @@ import { projectRoot } from '../helpers/files.js'
 const CHROMIUM = '/usr/bin/chromium'
 const KEY = 'console-key-0123456789'
 const ADMIN_TOKEN = 'console-admin-token'
+// two Chromium sessions and a dozen pages' worth of steps: more than tap's 60 s a file on a loaded machine
+t.setTimeout(180_000)
 
 
 /** Chromium on a fresh profile, every request that leaves the origin refused and listed, page errors collected. */
@@ -208,6 +211,14 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   await run('failing', 'x')
   const adminGet = async (path: string): Promise<any> => (await fetch(`${origin}/admin${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json()
   const failedId = (await adminGet('/runs?status=failed')).runs[0].runId as string
+  const serviceGet = async (path: string, key = KEY): Promise<any> => (await fetch(`${origin}${path}`, { headers: { 'x-api-key': key } })).json()
+  const schedule = async (body: unknown, key = KEY): Promise<{ id: string }> => {
+    const res = await fetch(`${origin}/v1/schedules`, { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    t.equal(res.status, 201)
+    return await res.json() as { id: string }
+  }
+  const nightly = await schedule({ agent: 'echo', input: 'nightly', cron: '0 3 * * *', timezone: 'Europe/Berlin' })
+  const others = await schedule({ agent: 'echo', input: 'theirs', everyMs: 60_000 }, OTHER_KEY)
   const otherPrincipal = (await adminGet(`/runs?runId=${theirs.runId}`)).runs[0].principal as string
 
   const { browser, page, failures, elsewhere } = await openBrowser(t, origin)
@@ -257,6 +268,24 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   t.ok(await page.isHidden('#run-events-more'), 'the whole log on one page')
   await page.locator('#history').screenshot({ path: join(artifacts, 'console-history.png') })
 
+  // schedules: listed with their trigger and next run; disabled and enabled again through the service's routes
+  await page.getByRole('button', { name: 'Disable schedule ' + nightly.id }).click()
+  await page.waitForSelector(`#schedules-body button[aria-label="Enable schedule ${nightly.id}"]`)
+  t.equal((await serviceGet(`/v1/schedules/${nightly.id}`)).enabled, false, 'disabled through PATCH /v1/schedules/:id')
+  t.match(await page.textContent('#schedules-body'), /0 3 \* \* \* \(Europe\/Berlin\)/, 'its trigger and time zone')
+  t.match(await page.textContent('#schedules-body'), /every 60000 ms/, 'an interval schedule too')
+  await page.getByRole('button', { name: 'Enable schedule ' + nightly.id }).click()
+  await page.waitForSelector(`#schedules-body button[aria-label="Disable schedule ${nightly.id}"]`)
+  const enabled = await serviceGet(`/v1/schedules/${nightly.id}`)
+  t.equal(enabled.enabled, true, 'and enabled again')
+  t.ok(enabled.nextRunAt !== null, 'with its next due time')
+  // another principal's schedule is listed (the Admin API sees every principal's) but the service credential cannot
+  // change it: the service's 404 is shown in the section
+  await page.getByRole('button', { name: 'Disable schedule ' + others.id }).click()
+  await page.waitForSelector('#schedules .section-error:text-matches("not found", "i")')
+  t.equal((await serviceGet(`/v1/schedules/${others.id}`, OTHER_KEY)).enabled, true, 'another principal\'s schedule is left as it was')
+  await page.locator('#schedules').screenshot({ path: join(artifacts, 'console-schedules.png') })
+
   // the playground: the input shaped by the schema, a run streamed, its approval decided inline
   await page.getByLabel('Agent', { exact: true }).and(page.locator('#play-agent')).selectOption('planner')
   t.same(JSON.parse(await page.inputValue('#play-input')), { city: '', nights: 1 }, 'an input shaped by the agent\'s schema')
@@ -302,5 +331,6 @@ t.test('the console in Chromium: an idle tab\'s audit entries, run history and a
   await page.screenshot({ path: join(artifacts, 'console-deep.png'), fullPage: true })
   await browser.close()
   t.same(elsewhere, [], 'no request left the origin')
-  t.same(failures.filter((f) => !/status of 400/.test(f)), [])
+  // the 400s of bad input and the 404 of another principal's schedule, which the page shows
+  t.same(failures.filter((f) => !/status of 40[04]/.test(f)), [])
 })

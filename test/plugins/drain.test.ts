@@ -163,7 +163,12 @@ t.test('plugin mode: a drain longer than Fastify\'s plugin timeout completes, th
   const auditStore = Object.assign(new MemoryAuditStore(), { ownsConnection: true, async close () { storeClosedAt = Date.now() } })
   const held = gated()
   t.teardown(held.release)
-  // a plugin timeout of 300 ms stands for the default 10 s: the drain below outlasts it four times
+  // a plugin timeout of 300 ms stands for the default 10 s: the drain below outlasts it four times. The modules the
+  // plugins load as they register are loaded first, by a service with the default timeout: on a loaded machine their
+  // loading alone can take 300 ms
+  const warm = Fastify()
+  await warm.register(fastifyAgents, { agents, websocket: true })
+  await warm.close()
   const app = Fastify({ pluginTimeout: 300 })
   await app.register(fastifyAgents, { agents: { ...agents, held: held.agent }, auditStore, drainTimeoutMs: 30_000, websocket: true })
   await app.listen({ port: 0, host: '127.0.0.1' })
