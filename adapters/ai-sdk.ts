@@ -9,6 +9,8 @@
  * previous call's response messages and a tool message holding the SDK's `tool-approval-response`s wait in a
  * symbol-keyed slot on ctx, and `modelMessages(ctx, input)` appends them, so the SDK executes or denies the tool
  * and the model goes on. A `run` that does not build its messages with `modelMessages` cannot be continued.
+ * Durable agents (docs/durable-agents.md): `durableModel` and `durableTools` make the model's calls and the tools'
+ * executions steps of the run, replayed on a later attempt instead of made again.
  * Only types are imported from `ai`: this module loads nothing of it.
  */
 import type { ModelMessage, TextStreamPart, ToolApprovalResponse, ToolSet } from 'ai'
@@ -222,6 +224,101 @@ export function durableTools<T extends ToolSet> (ctx: RunContext, tools: T): T {
     }
   }
   return wrapped as T
+}
+
+/** What `durableModel` needs of a model: the AI SDK's language models (spec v2, v3, v4) all have these. */
+export interface StreamingLanguageModel {
+  readonly specificationVersion: string
+  readonly provider: string
+  readonly modelId: string
+  doStream(options: never): PromiseLike<{ stream: ReadableStream<unknown> }>
+}
+
+/** The step a model call is journaled as (docs/durable-agents.md). */
+const MODEL_STEP = 'model'
+
+type StreamPart = { type: string } & Record<string, unknown>
+
+/**
+ * The model, each streamed call of it a durable step (`ctx.step`, docs/durable-agents.md): a call that finished on an
+ * earlier attempt of the run is not made again, its journaled stream parts are given back to the SDK, which goes on
+ * as it did (the tool calls they hold find their tools' steps, with `durableTools`). The parts stream to the run as
+ * they come, and are journaled once the call has finished; a call that ends in an error is not journaled. Built as
+ * `wrapLanguageModel` builds a model (the same fields, `doGenerate` untouched), without loading `ai`.
+ */
+export function durableModel<M extends StreamingLanguageModel> (ctx: RunContext, model: M): M {
+  if (typeof model?.doStream !== 'function') throw new TypeError('durableModel: model must be a language model object (a provider\'s model, not a model id)')
+  const generate = (model as unknown as { doGenerate?: (options: unknown) => unknown }).doGenerate
+  return {
+    specificationVersion: model.specificationVersion,
+    provider: model.provider,
+    modelId: model.modelId,
+    get supportedUrls (): unknown { return (model as unknown as { supportedUrls?: unknown }).supportedUrls },
+    doGenerate: (options: unknown) => generate?.call(model, options),
+    doStream: (options: never) => journaledCall(ctx, () => model.doStream(options))
+  } as unknown as M
+}
+
+/**
+ * One model call as a step. The step's `fn` hands the live stream to the SDK as soon as the call answers, and
+ * returns (is journaled) when the stream has ended; a journaled call resolves the step without `fn`, and its parts
+ * are replayed. Whichever comes first is the stream the SDK reads.
+ */
+function journaledCall (ctx: RunContext, call: () => PromiseLike<{ stream: ReadableStream<unknown> }>): Promise<{ stream: ReadableStream<unknown> }> {
+  let live!: (result: { stream: ReadableStream<unknown> }) => void
+  const started = new Promise<{ stream: ReadableStream<unknown> }>((resolve) => { live = resolve })
+  const step = ctx.step(MODEL_STEP, async () => {
+    const result = await call()
+    const [forModel, forJournal] = result.stream.tee()
+    live({ ...result, stream: forModel })
+    return { parts: await journalOf(forJournal as ReadableStream<StreamPart>) }
+  })
+  return Promise.race([started, step.then(({ parts }) => ({ stream: replayed(parts) }))])
+}
+
+/**
+ * The call's parts as JSON, the deltas of one text (reasoning, tool input) merged; bytes as base64, which every
+ * spec accepts where it takes bytes. A call that errs or ends without its `finish` part is not finished: it throws.
+ */
+async function journalOf (stream: ReadableStream<StreamPart>): Promise<StreamPart[]> {
+  const parts: StreamPart[] = []
+  let finished = false
+  const reader = stream.getReader()
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    if (value.type === 'error') {
+      await reader.cancel()
+      throw new Error('The model call ended in an error: not journaled')
+    }
+    if (value.type === 'finish') finished = true
+    const last = parts.at(-1)
+    if (DELTAS.has(value.type) && last?.type === value.type && last.id === value.id && last.providerMetadata === undefined && value.providerMetadata === undefined) {
+      last.delta = (last.delta as string) + (value.delta as string)
+      continue
+    }
+    parts.push(JSON.parse(JSON.stringify(value, bytesAsBase64)) as StreamPart)
+  }
+  if (!finished) throw new Error('The model call ended without finishing: not journaled')
+  return parts
+}
+
+const DELTAS = new Set(['text-delta', 'reasoning-delta', 'tool-input-delta'])
+
+function bytesAsBase64 (_key: string, value: unknown): unknown {
+  return value instanceof Uint8Array ? Buffer.from(value).toString('base64') : value
+}
+
+/** The journaled parts as a model stream; the response's timestamp is a Date again. */
+function replayed (parts: StreamPart[]): ReadableStream<unknown> {
+  return new ReadableStream({
+    start (controller) {
+      for (const part of parts) {
+        controller.enqueue(part.type === 'response-metadata' && typeof part.timestamp === 'string' ? { ...part, timestamp: new Date(part.timestamp) } : part)
+      }
+      controller.close()
+    }
+  })
 }
 
 function isAsyncIterable (value: unknown): value is AsyncIterable<unknown> {

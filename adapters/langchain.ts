@@ -9,6 +9,8 @@
  * value) and streams the graph again on the same thread with `new Command({ resume })`, the decisions keyed by
  * interrupt id, so `interrupt()` returns the decision `{ approved, comment, decidedBy, status }`.
  * A plain Runnable (a chat model, a chain) is streamed too: its message chunks or strings are the text.
+ * With `resumable: true`, a graph runs with a checkpointer kept in the run's checkpoint (./langgraph-checkpointer.ts),
+ * so that an attempt that takes the run over continues the graph from its last checkpoint.
  */
 import { AIMessage, HumanMessage, ToolMessage } from '@langchain/core/messages'
 import type { Agent, AgentEvent, AgentResult, Decision, RunContext } from '../lib/core/types.js'
@@ -16,6 +18,9 @@ import type { TypedAgent } from '../lib/runs/define-agent.js'
 import type { AgentSchema, InferSchema } from '../lib/core/agent-schemas.js'
 import { checkApprovalTimeout, textOf } from './common.js'
 import type { AdapterOptions } from './common.js'
+import { runCheckpointer } from './langgraph-checkpointer.js'
+import type { RunCheckpointer } from './langgraph-checkpointer.js'
+import type { BaseCheckpointSaver } from '@langchain/langgraph'
 
 /**
  * What `interrupt()` returns in a graph this adapter runs: the decision. LangGraph types it `any`; name it
@@ -23,16 +28,25 @@ import type { AdapterOptions } from './common.js'
  */
 export type InterruptDecision = Decision
 
+// How a LangGraph graph is lent a checkpointer for one call: the key a parent graph hands its subgraphs theirs by,
+// which wins over the graph's own.
+const CHECKPOINTER = '__pregel_checkpointer'
+
 export interface GraphStreamOptions {
-  configurable: { thread_id: string }
+  configurable: { thread_id: string, [CHECKPOINTER]?: BaseCheckpointSaver }
   streamMode: Array<'messages' | 'updates'>
   signal: AbortSignal
+  /** a resumable graph's: each super-step's checkpoint stored before the next one starts */
+  durability?: 'sync'
 }
 
 /** What the adapter calls: a compiled graph's (or any Runnable's) `stream()`. */
 export interface StreamableGraph {
   stream(input: unknown, options: GraphStreamOptions): Promise<AsyncIterable<unknown>>
+  /** a compiled graph's own checkpointer (`false`: it never checkpoints) */
+  checkpointer?: BaseCheckpointSaver | boolean
 }
+
 
 export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
   /** The graph's input for a run; by default one human message holding the input (JSON unless a string). */
@@ -65,16 +79,34 @@ function messagesIn (update: unknown): unknown[] {
   return Array.isArray(messages) ? messages : [messages]
 }
 
+/** The text of the last AI message in the graph's last checkpoint, if its state has messages. */
+async function lastAiMessageText (saver: RunCheckpointer, config: GraphStreamOptions): Promise<string | undefined> {
+  const { messages } = (await saver.getTuple(config))!.checkpoint.channel_values as { messages?: unknown }
+  return [messages].flat().findLast((message) => AIMessage.isInstance(message))?.text
+}
+
 export function langGraphAgent<S extends AgentSchema> (graph: StreamableGraph, options: TypedLangGraphAgentOptions<S>): TypedAgent<S>
 export function langGraphAgent<Input = unknown> (graph: StreamableGraph, options?: LangGraphAgentOptions<Input> & { input?: undefined }): Agent<Input>
 export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGraphAgentOptions<Input> = {}): Agent<Input> {
   if (typeof graph?.stream !== 'function') throw new TypeError('langGraphAgent: graph must be a compiled graph or a Runnable (an object with stream())')
   const { toGraphInput = defaultInput, approvalTimeoutMs, ...fields } = options
   checkApprovalTimeout('langGraphAgent', approvalTimeoutMs)
+  // a graph (not a plain Runnable) that may checkpoint, in a run that may be taken over: docs/durable-agents.md
+  const durable = fields.resumable === true && 'checkpointer' in graph && graph.checkpointer !== false
 
   async function * run (input: Input, ctx: RunContext): AsyncGenerator<string | AgentEvent, AgentResult> {
     const config: GraphStreamOptions = { configurable: { thread_id: ctx.sessionId }, streamMode: ['messages', 'updates'], signal: ctx.signal }
     let graphInput = toGraphInput(input, ctx)
+    let saver: RunCheckpointer | undefined
+    // an ephemeral run (store: false) keeps no checkpoint, and is never taken over
+    if (durable && ctx.sessionId !== null) {
+      saver = await runCheckpointer(ctx, typeof graph.checkpointer === 'object' ? graph.checkpointer : undefined)
+      config.configurable[CHECKPOINTER] = saver
+      // LangGraph's default stores a checkpoint while the next super-step runs: one that completed could run again
+      config.durability = 'sync'
+      // an earlier attempt checkpointed the graph: it goes on from there (LangGraph's resume is a null input)
+      if (saver.resumed) graphInput = null
+    }
     let text = ''
     let lastAiText: string | undefined
     let inputTokens = 0
@@ -130,7 +162,11 @@ export function langGraphAgent<Input> (graph: StreamableGraph, options: LangGrap
           yield chunk
         }
       }
-      if (interrupts.length === 0) return { output: lastAiText ?? text, usage: { inputTokens, outputTokens } }
+      if (interrupts.length === 0) {
+        // a graph that had ended before its run was taken over: nothing ran now, its last AI message is in the checkpoint
+        if (lastAiText === undefined && text === '' && saver?.resumed === true) lastAiText = await lastAiMessageText(saver, config)
+        return { output: lastAiText ?? text, usage: { inputTokens, outputTokens } }
+      }
 
       // One approval after the other; the graph goes on once every interrupt of this step is answered.
       const resume: Record<string, Decision> = {}

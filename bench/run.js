@@ -6,7 +6,7 @@ import os from 'node:os'
 import { config, pinLoadGenerator } from './lib/harness.js'
 import { printScenario } from './lib/report.js'
 
-const SCENARIOS = ['http-default', 'http-full', 'audit-durable', 'sse-stream', 'sse-idle', 'websocket', 'adapter', 'run-log', 'frontends', 'tracing', 'metrics', 'openai', 'mcp']
+const SCENARIOS = ['http-default', 'http-full', 'audit-durable', 'sse-stream', 'sse-idle', 'websocket', 'adapter', 'run-log', 'frontends', 'tracing', 'metrics', 'openai', 'mcp', 'steps']
 
 if (pinLoadGenerator()) await main()
 

@@ -27,7 +27,7 @@ export const storeMethods = {
   ],
   webhookStore: ['enqueue', 'claim', 'record', 'attempts', 'purge'],
   quotaStore: ['acquire', 'renew', 'release', 'addTokens', 'tokens', 'purge'],
-  scheduleStore: ['insert', 'get', 'write', 'delete', 'list', 'due', 'nextWake', 'watch']
+  scheduleStore: ['insert', 'get', 'write', 'writeAll', 'delete', 'list', 'take', 'nextWake', 'watch']
 } as const
 
 // Agents are checked for a `run` method at registration, whatever their input type.

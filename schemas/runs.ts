@@ -94,7 +94,9 @@ export const RunRecord = Type.Object({
   result: Type.Optional(RunResult),
   error: Type.Optional(RunError),
   requestId: Type.String(),
-  traceId: Type.String()
+  traceId: Type.String(),
+  scheduleId: Type.Optional(Type.String({ description: 'the schedule whose fire the run is (docs/schedules.md)' })),
+  scheduledFor: Type.Optional(Type.String({ format: 'date-time', description: 'the due time the schedule fired for (with scheduleId)' }))
 })
 export type RunRecord = Static<typeof RunRecord>
 

@@ -1,8 +1,8 @@
 import type { AgentRun, RunCapabilities } from './run.js'
 import { iso } from '../stores/common.js'
 import type { ApprovalRecord, ApprovalStore, CheckpointStore, RunStore, SessionStore } from '../stores/types.js'
-import { readJournal } from './steps.js'
-import type { JournalSource, JournaledStep } from './steps.js'
+import { readApprovals, readJournal } from './steps.js'
+import type { JournalSource, JournaledApproval, JournaledStep } from './steps.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
 import { randomId } from '../core/ids.js'
 import { storableJsonSchema } from '../core/agent-schemas.js'
@@ -69,6 +69,19 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       }
     }
     const now = Date.now()
+    // asked by an earlier attempt of this run (requeued, resumed): its decision, or the same approval waited for
+    const earlier = await run.earlierApproval()
+    if (earlier !== undefined && earlier.approval.action === request.action) {
+      if (earlier.decided !== undefined) return toDecision(earlier.decided)
+      const stored = await approvalStore.get(earlier.approval.id)
+      if (stored?.status === 'pending') return await awaitDecision(run, stored, now, Date.parse(stored.expiresAt))
+      // decided (or expired) after the earlier attempt's log ends: the decision joins this attempt's log
+      if (stored !== null && stored.status !== 'cancelled') {
+        run.emit('approval.decided', { approval: stored })
+        return toDecision(stored)
+      }
+      // cancelled with its attempt (a drain's hand-off) or gone: nobody decided it, so it is asked again
+    }
     const expiresMs = now + timeoutMs
     const approval: ApprovalRecord = {
       id: randomId(),
@@ -86,7 +99,11 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (schema !== undefined) approval.schema = schema
     await approvalStore.create(approval)
     run.emit('approval.requested', { approval })
+    return await awaitDecision(run, approval, now, expiresMs)
+  }
 
+  /** Waits for a pending approval's decision, until it expires (`expiresMs`) or the run stops. */
+  async function awaitDecision (run: AgentRun, approval: ApprovalRecord, now: number, expiresMs: number): Promise<Decision> {
     // Measured from expiresAt, not from now: the store's write took some of the time already.
     const expiry = new AbortController()
     const timer = setTimeout(() => expiry.abort(), Math.max(0, expiresMs - Date.now()))
@@ -142,5 +159,9 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     return readJournal((runId, after, limit) => runStore.events(runId, after, limit), sources)
   }
 
-  return { requestApproval, checkpoint, finish, journal }
+  function approvals (runId: string, lastSeq: number): Promise<JournaledApproval[]> {
+    return readApprovals((id, after, limit) => runStore.events(id, after, limit), runId, lastSeq)
+  }
+
+  return { requestApproval, checkpoint, finish, journal, approvals }
 }

@@ -8,7 +8,7 @@ import type { RunTrace } from '../core/tracing.js'
 import { CANCELLED_ERROR } from '../stores/run-policy.js'
 import { agentEventProblem } from './events.js'
 import { STEP_COMPLETED, stepNameProblem } from './steps.js'
-import type { JournalSource, JournaledStep } from './steps.js'
+import type { JournalSource, JournaledApproval, JournaledStep } from './steps.js'
 import { StepMismatchError } from '../core/errors.js'
 import type { RunResult } from '../../schemas/runs.js'
 
@@ -79,6 +79,8 @@ export interface RunCapabilities {
   finish(run: AgentRun, result: RunResult): Promise<void>
   /** The completed steps of some logs (the run store's), the first source's first; without it, a run has no journal to replay. */
   journal?(sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>>
+  /** The approvals an earlier attempt of the run asked for, read from its own log up to `lastSeq`. */
+  approvals?(runId: string, lastSeq: number): Promise<JournaledApproval[]>
 }
 
 export interface RunOptions {
@@ -222,6 +224,9 @@ export class AgentRun {
   #steps = 0
   /** the completed steps of earlier attempts, read on the first `ctx.step` */
   #journal: Promise<Map<number, JournaledStep>> | null = null
+  /** the number of `ctx.requestApproval` calls so far, and the approvals earlier attempts asked for (read on the first) */
+  #approvals = 0
+  #earlierApprovals: Promise<JournaledApproval[]> | null = null
   #seq = 0
   #settled = false
   /** the agent returned its result, which is being persisted: a drain no longer stops the run */
@@ -463,6 +468,17 @@ export class AgentRun {
     const sources = options.lastSeq > 0 ? [{ runId: this.runId, lastSeq: options.lastSeq }, ...options.journal ?? []] : options.journal ?? []
     const read = options.capabilities.journal
     return sources.length === 0 || read === undefined ? Promise.resolve(new Map()) : read(sources)
+  }
+
+  /**
+   * The approval an earlier attempt of the run asked for at this `ctx.requestApproval` call's index, if any: a
+   * requeued or resumed run waits for it, or gets its decision back, rather than asking again (docs/durable-agents.md).
+   */
+  async earlierApproval (): Promise<JournaledApproval | undefined> {
+    const index = this.#approvals++
+    const { lastSeq, capabilities } = this.options
+    if (lastSeq === 0 || capabilities.approvals === undefined) return undefined
+    return (await (this.#earlierApprovals ??= capabilities.approvals(this.runId, lastSeq)))[index]
   }
 
   /** `ctx.emit`, `ctx.requestApproval`, `ctx.checkpoint`, `ctx.step`: made on an agent's first look, one of each per run. */

@@ -65,9 +65,26 @@ export interface PrepareRunOptions {
  * SESSION_NOT_FOUND, SESSION_BUSY.
  */
 export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun> {
+  return agentRunOf(options, await resolveRun(options, 'foreground'))
+}
+
+/**
+ * A background run started on this instance at once (a schedule's fire, docs/schedules.md): checked and stored as
+ * any background run is, but `running` under this instance's lease (recovered as a background run is, should the
+ * instance go) instead of queued for whichever instance claims it; queued as any background run when its session
+ * is busy. Resolves with its record and, when it runs here, the run to start (no client listens).
+ */
+export async function startBackgroundRun (options: PrepareRunOptions): Promise<{ record: RunRecord, run: AgentRun | null }> {
+  const resolved = await resolveRun(options, 'here')
+  const { record } = resolved.newRun
+  return { record, run: record.status === 'running' ? agentRunOf(options, resolved) : null }
+}
+
+/** The registered run of a request resolved and stored running here: not started yet. */
+function agentRunOf (options: PrepareRunOptions, resolved: ResolvedRun): AgentRun {
   const { service, request, caller } = options
   const { settings } = service
-  const { agent, agentInput, newRun, history, resume } = await resolveRun(options, false)
+  const { agent, agentInput, newRun, history, resume } = resolved
   const { record, ephemeral } = newRun
   const { runId, sessionId } = record
   return service.runs.create({
@@ -97,11 +114,12 @@ export async function prepareRun (options: PrepareRunOptions): Promise<AgentRun>
       onLost: () => { service.runs.get(runId)?.detach('INSTANCE_LOST', true) },
       onStored: (events) => { service.eventsStored({ runId, agent: record.agent, sessionId, principal: caller.principal }, events) }
     })),
-    onDisconnect: request.onDisconnect ?? 'cancel',
+    onDisconnect: record.background ? 'continue' : request.onDisconnect ?? 'cancel',
     attempt: record.attempt,
     lastSeq: record.lastSeq,
     detachable: newRun.detachable,
     leaseUntil: newRun.lease?.until,
+    schedule: options.schedule,
     journal: replayJournal(options.replay)
   })
 }
@@ -116,13 +134,20 @@ export function replayJournal (replay: RunReplay | undefined): RunOptions['journ
  * as `multitask` says), then run by whichever instance sharing the run store has room. Resolves with its record.
  */
 export async function queueRun (options: PrepareRunOptions): Promise<RunRecord> {
-  const { newRun } = await resolveRun(options, true)
+  const { newRun } = await resolveRun(options, 'background')
   return newRun.record
 }
 
+/**
+ * How a run is stored: running here for its client (`foreground`), queued for any instance (`background`), or a
+ * background run running here (`here`).
+ */
+type RunMode = 'foreground' | 'background' | 'here'
+
 /** What a run request resolves to before it runs: checked, its session found or made, its record stored. */
-async function resolveRun (options: PrepareRunOptions, background: boolean): Promise<ResolvedRun> {
+async function resolveRun (options: PrepareRunOptions, mode: RunMode): Promise<ResolvedRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
+  const background = mode !== 'foreground'
   const { settings } = service
   const agent = settings.agents.get(name)
   if (agent === undefined) throw new AgentNotFoundError(name)
@@ -164,7 +189,7 @@ async function resolveRun (options: PrepareRunOptions, background: boolean): Pro
   // (without quotas, no await: an await of nothing still costs the run a tick)
   const admitted = service.quotas !== null && await service.quotas.admit(caller.principal, runId)
   try {
-    return await storeRun(options, background, { agent, agentInput, runId, sessionId, resume, history, ephemeral })
+    return await storeRun(options, mode, { agent, agentInput, runId, sessionId, resume, history, ephemeral })
   } catch (err) {
     // not a resume that lost to the same run in progress: that run holds the slot
     if (admitted && !(err instanceof RunInProgressError)) await service.quotas!.release(caller.principal, runId)
@@ -182,13 +207,15 @@ interface ResolvedRun {
 }
 
 /** The rest of resolveRun, once the run is admitted: its session found or made, its record stored. */
-async function storeRun (options: PrepareRunOptions, background: boolean, resolved: {
+async function storeRun (options: PrepareRunOptions, mode: RunMode, resolved: {
   agent: Agent, agentInput: unknown, runId: string, sessionId: string | null, resume: { step: number, state: unknown } | undefined,
   history: Message[] | undefined, ephemeral: boolean
 }): Promise<ResolvedRun> {
   const { service, agent: name, request, caller, auditedRequest } = options
   const { settings } = service
   const { agent, agentInput, runId, resume, ephemeral } = resolved
+  const background = mode !== 'foreground'
+  const queued = mode === 'background'
   let { sessionId, history } = resolved
   // a session made for this run is this run's alone: nothing to wait for
   let fresh = false
@@ -211,7 +238,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     agent: name,
     sessionId,
     principal: caller.principal,
-    status: background ? 'queued' : 'running',
+    status: queued ? 'queued' : 'running',
     background,
     attempt: 1,
     lastSeq: 0,
@@ -219,7 +246,11 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     requestId: caller.requestId,
     traceId: caller.trace.traceId
   }
-  if (!background) record.startedAt = now
+  if (!queued) record.startedAt = now
+  if (options.schedule !== undefined) {
+    record.scheduleId = options.schedule.id
+    record.scheduledFor = options.schedule.scheduledFor
+  }
   const spec: RunSpec = request.metadata === undefined ? { input: request.input } : { input: request.input, metadata: request.metadata }
   if (options.history !== undefined && options.history.length > 0) spec.history = options.history
   if (options.frontend !== undefined) spec.frontend = options.frontend
@@ -231,7 +262,7 @@ async function storeRun (options: PrepareRunOptions, background: boolean, resolv
     spec,
     ephemeral,
     detachable: background || request.onDisconnect === 'continue',
-    lease: background ? null : service.worker.lease()
+    lease: queued ? null : service.worker.lease()
   }
   if (resumed && !background && await reopened(service, newRun)) {
     // a resumed run goes on in the same record and log
@@ -302,11 +333,14 @@ async function takeSession (service: RunHost, run: NewRun, multitask: Multitask,
   const store = service.settings.runStore
   const sessionId = run.record.sessionId!
   if (multitask === 'enqueue') {
+    // a background run to start here takes its session when it is free
+    if (run.record.background && run.lease !== null && (await store.create(run, { exclusive: true })).outcome === 'created') return
     run.record.status = 'queued'
     delete run.record.startedAt
     const lease = run.lease
     // a background run waits in the queue for whichever instance claims it once the session is free
     if (run.record.background) {
+      run.lease = null
       await store.create(run, { exclusive: false })
       return
     }

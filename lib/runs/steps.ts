@@ -3,7 +3,7 @@
 // returns; a later attempt of the run (requeued, resumed, replayed) reads them back and returns the journaled output
 // without calling `fn`. The log is the journal: no table of its own, readable from any instance sharing the run store.
 import { CUSTOM_EVENT_TYPE, MAX_EVENT_TYPE_LENGTH } from './events.js'
-import type { StoredEvent } from '../stores/types.js'
+import type { ApprovalRecord, StoredEvent } from '../stores/types.js'
 
 export const STEP_COMPLETED = 'step.completed'
 
@@ -62,4 +62,36 @@ export function stepNameProblem (name: unknown): string | null {
     return `${JSON.stringify(name.slice(0, MAX_EVENT_TYPE_LENGTH))} is not a valid step name (${CUSTOM_EVENT_TYPE.source}, at most ${MAX_EVENT_TYPE_LENGTH} characters)`
   }
   return null
+}
+
+/** An approval an earlier attempt of the run asked for, and its decision when the log holds it. */
+export interface JournaledApproval {
+  approval: ApprovalRecord
+  decided?: ApprovalRecord
+}
+
+/**
+ * The approvals the run's earlier attempts asked for (`approval.requested` in its own log up to `lastSeq`), in the
+ * order first asked, each with its `approval.decided` if logged: a later attempt's n-th `ctx.requestApproval` is the
+ * n-th of these (docs/durable-agents.md), not a new one to decide again.
+ */
+export async function readApprovals (read: ReadEvents, runId: string, lastSeq: number): Promise<JournaledApproval[]> {
+  const byId = new Map<string, JournaledApproval>()
+  let after = 0
+  while (after < lastSeq) {
+    const page = await read(runId, after, Math.min(PAGE, lastSeq - after))
+    if (page.length === 0) break
+    for (const event of page) {
+      if (event.type !== 'approval.requested' && event.type !== 'approval.decided') continue
+      const { approval } = JSON.parse(event.data) as { approval: ApprovalRecord }
+      if (event.type === 'approval.requested') {
+        if (!byId.has(approval.id)) byId.set(approval.id, { approval })
+      } else {
+        const asked = byId.get(approval.id)
+        if (asked !== undefined) asked.decided = approval
+      }
+    }
+    after = page.at(-1)!.seq
+  }
+  return [...byId.values()]
 }

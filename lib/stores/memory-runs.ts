@@ -54,6 +54,10 @@ function endedRecord (running: RunRecord, end: RunEnd): RunRecord {
   record.endedAt = end.endedAt
   if (end.result !== undefined) record.result = end.result
   if (end.error !== undefined) record.error = end.error
+  if (running.scheduleId !== undefined) {
+    record.scheduleId = running.scheduleId
+    record.scheduledFor = running.scheduledFor!
+  }
   return record
 }
 

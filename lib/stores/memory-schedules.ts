@@ -2,7 +2,7 @@
 // loop, so a conditional write is atomic without a lock; the watchers are told on the next tick.
 import { EventEmitter } from 'node:events'
 import { checkLimit, decodeKeyCursor, encodeKeyCursor } from './common.js'
-import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore } from './types.js'
+import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
 
 export const MAX_SCHEDULE_LIST_LIMIT = 500
 
@@ -29,12 +29,20 @@ export class MemoryScheduleStore implements ScheduleStore {
   }
 
   async write (id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null> {
-    const row = this.#rows.get(id)
-    if (row === undefined || row.revision !== revision) return null
-    const written: ScheduleRow = { ...row, wakeAt: change.wakeAt, state: structuredClone(change.state), revision: revision + 1 }
-    this.#rows.set(id, written)
-    this.#changed()
-    return structuredClone(written)
+    const [written] = await this.writeAll([{ id, revision, ...change }])
+    return written!
+  }
+
+  async writeAll (writes: readonly ScheduleWrite[]): Promise<Array<ScheduleRow | null>> {
+    const results = writes.map(({ id, revision, wakeAt, state }) => {
+      const row = this.#rows.get(id)
+      if (row === undefined || row.revision !== revision) return null
+      const written: ScheduleRow = { ...row, wakeAt, state: structuredClone(state), revision: revision + 1 }
+      this.#rows.set(id, written)
+      return structuredClone(written)
+    })
+    if (results.some((result) => result !== null)) this.#changed()
+    return results
   }
 
   async delete (id: string): Promise<boolean> {
@@ -58,12 +66,16 @@ export class MemoryScheduleStore implements ScheduleStore {
     }
   }
 
-  async due (now: number, limit: number): Promise<ScheduleRow[]> {
+  async take (now: number, limit: number, until: number): Promise<ScheduleRow[]> {
     return [...this.#rows.values()]
       .filter((row) => row.wakeAt !== null && row.wakeAt <= now)
       .sort((a, b) => a.wakeAt! - b.wakeAt!)
       .slice(0, limit)
-      .map((row) => structuredClone(row))
+      .map((row) => {
+        const taken: ScheduleRow = { ...row, wakeAt: until, revision: row.revision + 1 }
+        this.#rows.set(row.id, taken)
+        return structuredClone(taken)
+      })
   }
 
   async nextWake (): Promise<number | null> {

@@ -20,10 +20,15 @@ import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, 
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
 interface FreshSessions {
-  /** a fresh session's six values (the session store's table made) */
-  freshSession(session: NewSession, ttlMs: number): Promise<unknown[]>
-  /** the INSERT of fresh sessions from six expressions (parameters, or the columns of `from`) */
-  freshInsert(values: readonly string[], from?: string): string
+  freshSessions(sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }>
+}
+
+/** A run with its fresh session, waiting for its group's statement. */
+interface Creating {
+  run: NewRun
+  session: NewSession
+  ttlMs: number
+  sessions: FreshSessions
 }
 
 export interface PostgresRunStoreOptions extends PostgresStoreOptions {
@@ -52,10 +57,12 @@ interface RunRow {
   error: string | null
   request_id: string
   trace_id: string
+  schedule_id: string | null
+  scheduled_for: Date | null
 }
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
-  'result, error, request_id, trace_id'
+  'result, error, request_id, trace_id, schedule_id, scheduled_for'
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -75,6 +82,10 @@ function toRecord (row: RunRow): RunRecord {
   if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
   if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
   if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  if (row.schedule_id !== null) {
+    record.scheduleId = row.schedule_id
+    record.scheduledFor = iso(row.scheduled_for!)
+  }
   return record
 }
 
@@ -93,12 +104,6 @@ type Queryable = Pick<Pool, 'query'> | Pick<PoolClient, 'query'>
 type Ended = RunRow & { freed: string | null, queue_waits: boolean }
 
 function noop (): void {}
-
-/** A run waiting for its group's create-with-session statement: its columns, and its session's. */
-interface Creating {
-  values: unknown[]
-  session: unknown[]
-}
 
 /** A run's end waiting for its group's statement: as `end`'s arguments. */
 interface Ending {
@@ -183,12 +188,10 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
   })
 
   /**
-   * The runs' creates with their sessions, and their ends, that come while one of the kind is in flight go together in
-   * the next one: concurrent runs, each in the same phase, cost one statement a group (docs/stores.md, "Round trips").
+   * The runs' ends that come while one is in flight go together in the next one: concurrent runs ending cost one
+   * statement a group (docs/stores.md, "Round trips").
    */
-  readonly #creates = new GroupCommit<Creating, null>({ write: async (items) => this.#createGroup(items), key: (item) => item.values[0] as string })
   readonly #ends = new GroupCommit<Ending, RunEnded | null>({ write: async (items) => this.#endGroup(items), key: (item) => item.runId })
-  #createWithSession: NamedStatement | null = null
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -222,7 +225,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
         created_at timestamptz NOT NULL, started_at timestamptz, ended_at timestamptz, result text, error text,
         request_id text NOT NULL, trace_id text NOT NULL, spec text NOT NULL, ephemeral boolean NOT NULL,
         cancel_requested boolean NOT NULL DEFAULT false, expires_at timestamptz, owner text, lease_until timestamptz,
-        detachable boolean NOT NULL DEFAULT false);
+        detachable boolean NOT NULL DEFAULT false, schedule_id text, scheduled_for timestamptz);
+      -- a schedule's fire (docs/schedules.md), added to a table made before schedules: its runs have neither
+      ALTER TABLE ${this.#runs} ADD COLUMN IF NOT EXISTS schedule_id text, ADD COLUMN IF NOT EXISTS scheduled_for timestamptz;
       CREATE INDEX IF NOT EXISTS ${this.index('runs_created')} ON ${this.#runs} (created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_session')} ON ${this.#runs} (session_id, created_seq);
       CREATE INDEX IF NOT EXISTS ${this.index('runs_agent')} ON ${this.#runs} (agent, created_seq);
@@ -280,55 +285,61 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     throw lockRaceError(sessionId)
   }
 
-  /** A new run's columns, `$1` to `$17` of the create statements. */
+  /**
+   * Runs created with their fresh sessions while one such statement is in flight go together in the next (a burst of
+   * schedules' fires, of new conversations): one statement, whatever their number.
+   */
+  readonly creates = new GroupCommit<Creating, true>({
+    write: async (items) => this.#createGroup(items),
+    key: (item) => item.run.record.runId
+  })
+
+  /** A new run's columns, `$1` to `$19` of the create statements. */
   #values (run: NewRun): unknown[] {
     const { record } = run
     return [
       record.runId, record.agent, record.sessionId, record.principal, record.status, record.background, record.attempt,
       record.lastSeq, new Date(toMs('createdAt', record.createdAt)),
       record.startedAt === undefined ? null : new Date(toMs('startedAt', record.startedAt)),
-      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease)
+      record.requestId, record.traceId, JSON.stringify(run.spec), run.ephemeral, run.detachable, ...leaseValues(run.lease),
+      record.scheduleId ?? null, record.scheduledFor === undefined ? null : new Date(toMs('scheduledFor', record.scheduledFor))
     ]
   }
 
-  /** Pairs the backend with the session store of its database: its INSERT goes in the statement of runs with their sessions. */
-  pairSessions (sessions: FreshSessions): void {
-    const from = 'FROM unnest($18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::timestamptz[], $23::text[]) ' +
-      'AS s (id, agent, principal, at, expires, metadata)'
-    this.#createWithSession = named(this.#sql.createWithSessions(sessions.freshInsert(['s.id', 's.agent', 's.principal', 's.at', 's.expires', 's.metadata'], from)))
-  }
+  #createGroupStatement: NamedStatement | null = null
 
   /**
-   * A run with its fresh session (`session`: the session store's values) and the session's lock, in one statement
-   * with those of the other runs doing the same meanwhile (docs/stores.md, "Round trips").
+   * Runs with their fresh sessions (the session store's INSERT, its parameters from $20) and the sessions' locks, in
+   * one statement (docs/stores.md, "Round trips"): each run's column an array.
    */
-  async insertWithSession (run: NewRun, session: unknown[]): Promise<void> {
-    await this.#creates.add({ values: this.#values(run), session })
-  }
-
-  async #createGroup (items: readonly Creating[]): Promise<Array<null | Error>> {
+  async #createGroup (items: readonly Creating[]): Promise<Array<true | Error>> {
     // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: the
     // later one goes after, on its own.
-    const sessionIds = new Set<unknown>()
-    const later: Creating[] = []
-    const group = items.filter((item) => {
-      if (!sessionIds.has(item.session[0])) return sessionIds.add(item.session[0])
-      later.push(item)
-      return false
-    })
-    const outcomes = new Map<Creating, null | Error>()
-    const values = group.map((item) => item.values)
-    const sessions = group.map((item) => item.session)
-    const { rows } = await (await this.#pool()).query<{ run_id: string }>({
-      ...this.#createWithSession!,
-      values: [...values[0]!.map((_, i) => column(values, i)), ...sessions[0]!.map((_, i) => column(sessions, i))]
-    })
-    const created = new Set(rows.map((row) => row.run_id))
-    // (the session was made with the run: no other run can hold it)
-    /* c8 ignore next */
-    for (const item of group) outcomes.set(item, created.has(item.values[0] as string) ? null : lockRaceError(item.session[0] as string))
+    const sessionIds = new Set<string | null>()
+    const later = new Set<Creating>()
+    for (const item of items) {
+      if (sessionIds.has(item.run.record.sessionId)) later.add(item)
+      else sessionIds.add(item.run.record.sessionId)
+    }
+    if (later.size === 0) return this.#createRows(items)
+    const outcomes = new Map<Creating, true | Error>()
+    const first = items.filter((item) => !later.has(item))
+    for (const [i, outcome] of (await this.#createRows(first)).entries()) outcomes.set(first[i]!, outcome)
     for (const item of later) outcomes.set(item, await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
     return items.map((item) => outcomes.get(item)!)
+  }
+
+  async #createRows (items: readonly Creating[]): Promise<Array<true | Error>> {
+    const fresh = await items[0]!.sessions.freshSessions(items, 20)
+    const columns: unknown[][] = Array.from({ length: 19 }, () => [])
+    for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
+    // (the session store's INSERT is the same text at every call: one statement, named once)
+    this.#createGroupStatement ??= named(this.#sql.createGroup(fresh.text))
+    const { rows } = await (await this.#pool()).query<{ run_id: string }>({ ...this.#createGroupStatement, values: [...columns, ...fresh.values] })
+    const created = new Set(rows.map((row) => row.run_id))
+    // (each session was made with its run: no other run can hold it)
+    /* c8 ignore next */
+    return items.map(({ run }) => created.has(run.record.runId) ? true : lockRaceError(run.record.sessionId!))
   }
 
   async insert (run: NewRun, takeSession: boolean): Promise<string | null> {
@@ -548,7 +559,6 @@ export class PostgresRunStore extends BackedRunStore {
   /** Pairs this store with the session store of the same database (postgresStores does): see createWithSession. */
   withSessions (sessions: FreshSessions): this {
     this.#sessionStore = sessions
-    this.#pg.pairSessions(sessions)
     return this
   }
 
@@ -563,7 +573,7 @@ export class PostgresRunStore extends BackedRunStore {
     const backend = this.#pg
     backend.check()
     checkNewRun(backend.name, backend.text, run)
-    await backend.insertWithSession(run, await paired.freshSession(session, ttlMs))
+    await backend.creates.add({ run, session, ttlMs, sessions: paired })
     if (run.record.status === 'queued' && run.detachable) backend.signals.queue()
     return { outcome: 'created' }
   }
@@ -598,9 +608,10 @@ export class PostgresRunStore extends BackedRunStore {
 function statements (runs: string, events: string, sessions: string, channel: string, queued: string) {
   const insert = `
     INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
-      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
+      request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
-      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz`
+      $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz, $18::text,
+      $19::timestamptz`
   // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
     ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
@@ -608,7 +619,8 @@ function statements (runs: string, events: string, sessions: string, channel: st
       created_at = EXCLUDED.created_at, started_at = EXCLUDED.started_at, ended_at = NULL, result = NULL, error = NULL,
       request_id = EXCLUDED.request_id, trace_id = EXCLUDED.trace_id, spec = EXCLUDED.spec, ephemeral = EXCLUDED.ephemeral,
       cancel_requested = false, expires_at = NULL, detachable = EXCLUDED.detachable, owner = EXCLUDED.owner,
-      lease_until = EXCLUDED.lease_until`
+      lease_until = EXCLUDED.lease_until, schedule_id = EXCLUDED.schedule_id, scheduled_for = EXCLUDED.scheduled_for
+    RETURNING run_id`
   // a queued detachable run is news for every instance's claimer
   const created = `
     SELECT run_id, CASE WHEN $5::text = 'queued' AND $15::boolean THEN pg_notify(${channel}, ${queued}) END AS notified FROM created`
@@ -629,30 +641,33 @@ function statements (runs: string, events: string, sessions: string, channel: st
   const leased = `${COLUMNS}, owner, lease_until, detachable, cancel_requested`
   return {
     // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
-    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace} RETURNING run_id) ${created}`),
+    create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
     createExclusive: named(`
       WITH taken AS (${take.replace('($1, $2)', '($3, $1)')}),
       cleared AS (DELETE FROM ${events} WHERE run_id = $1 AND EXISTS (SELECT 1 FROM taken)),
-      created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace} RETURNING run_id)
+      created AS (${insert} WHERE EXISTS (SELECT 1 FROM taken) ${replace})
       ${created}`),
     take,
-    // runs with their fresh sessions (`session`: the session store's INSERT from arrays $18 to $23), their locks taken;
-    // each column of the runs an array ($1 to $17, as \`create\`'s parameters)
-    createWithSessions: (session: string): string => `
-      WITH session AS (${session}),
-      batch AS (
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::integer[], $8::integer[],
-          $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::boolean[], $15::boolean[], $16::text[],
-          $17::timestamptz[])
+    // runs with their fresh sessions (`session`: the session store's INSERT, its parameters from $20), their locks
+    // taken: every parameter of a run an array
+    createGroup: (session: string): string => `
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::integer[],
+          $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::text[], $13::text[], $14::boolean[],
+          $15::boolean[], $16::text[], $17::timestamptz[], $18::text[], $19::timestamptz[]) WITH ORDINALITY
         AS b (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
-          trace_id, spec, ephemeral, detachable, owner, lease_until)),
-      taken AS (${take.replace('VALUES ($1, $2)', 'SELECT session_id, run_id FROM batch')}),
-      cleared AS (DELETE FROM ${events} WHERE run_id = ANY($1::text[])),
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for, n)),
+      session AS (${session}),
+      taken AS (${take.replace('VALUES ($1, $2)', 'SELECT session_id, run_id FROM batch WHERE true')}),
+      cleared AS (DELETE FROM ${events} WHERE run_id IN (SELECT run_id FROM batch)),
       created AS (
         INSERT INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at,
-          request_id, trace_id, spec, ephemeral, detachable, owner, lease_until)
-        SELECT * FROM batch ${replace} RETURNING run_id, status, detachable)
-      SELECT run_id, CASE WHEN status = 'queued' AND detachable THEN pg_notify(${channel}, ${queued}) END AS notified FROM created`,
+          request_id, trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for)
+        SELECT run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, request_id,
+          trace_id, spec, ephemeral, detachable, owner, lease_until, schedule_id, scheduled_for FROM batch ORDER BY n
+        ${replace.replace('RETURNING run_id', 'RETURNING run_id, status, detachable')})
+      SELECT run_id, (SELECT pg_notify(${channel}, ${queued}) FROM created WHERE status = 'queued' AND detachable LIMIT 1) AS notified
+      FROM created`,
     holder: `SELECT h.run_id, r.status FROM ${sessions} h LEFT JOIN ${runs} r ON r.run_id = h.run_id WHERE h.session_id = $1`,
     // a lock whose run is gone (nothing ends a run without giving its lock back; this is the safety net)
     dropOrphan: `DELETE FROM ${sessions} h WHERE session_id = $1 AND run_id = $2 AND NOT EXISTS (SELECT 1 FROM ${runs} r WHERE r.run_id = h.run_id)`,

@@ -8,7 +8,7 @@ import type { PostgresSource, PostgresStoreOptions } from './postgres-connection
 import { PgListener } from './postgres-clients.js'
 import { checkLimit, decodeKeyCursor, encodeKeyCursor } from './common.js'
 import { MAX_SCHEDULE_LIST_LIMIT } from './memory-schedules.js'
-import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore } from './types.js'
+import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
 
 interface Row {
   id: string
@@ -84,6 +84,25 @@ export class PostgresScheduleStore extends PostgresStore implements ScheduleStor
     return row === undefined ? null : toRow(row)
   }
 
+  async writeAll (writes: readonly ScheduleWrite[]): Promise<Array<ScheduleRow | null>> {
+    if (writes.length === 0) return []
+    // in the order of the ids: two batches sharing rows lock them in the same order, never each waiting for the other
+    const sorted = [...writes].sort((a, b) => a.id < b.id ? -1 : 1)
+    const rows = await this.sql<Row>(`
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::text[]) AS b (id, revision, wake_at, state)),
+      written AS (
+        UPDATE ${this.#table} s SET wake_at = b.wake_at, state = b.state::jsonb, revision = s.revision + 1 FROM batch b
+        WHERE s.id = b.id AND s.revision = b.revision
+        RETURNING s.id, s.principal, s.created_at, s.wake_at, s.revision, s.state),
+      told AS (${this.#notify} FROM (SELECT 1 FROM written LIMIT 1) AS w)
+      SELECT ${COLUMNS} FROM written, (SELECT count(*) FROM told) AS t`, [
+      sorted.map((w) => w.id), sorted.map((w) => w.revision), sorted.map((w) => w.wakeAt), sorted.map((w) => JSON.stringify(w.state))
+    ])
+    const byId = new Map(rows.map((row) => [row.id, toRow(row)]))
+    return writes.map((w) => byId.get(w.id) ?? null)
+  }
+
   async delete (id: string): Promise<boolean> {
     const [row] = await this.sql<{ deleted: number }>(`
       WITH deleted AS (DELETE FROM ${this.#table} WHERE id = $1 RETURNING 1),
@@ -107,10 +126,15 @@ export class PostgresScheduleStore extends PostgresStore implements ScheduleStor
     return { rows: page, nextCursor: rows.length > limit && last !== undefined ? encodeKeyCursor(last.createdAt, last.id) : null }
   }
 
-  async due (now: number, limit: number): Promise<ScheduleRow[]> {
-    const rows = await this.sql<Row>(`
-      SELECT ${COLUMNS} FROM ${this.#table} WHERE wake_at IS NOT NULL AND wake_at <= $1 ORDER BY wake_at LIMIT $2`, [now, limit])
-    return rows.map(toRow)
+  async take (now: number, limit: number, until: number): Promise<ScheduleRow[]> {
+    // rows another instance is taking are skipped, never waited for: instances taking at once share the due ones
+    const rows = await this.sql<Row & { was: string }>(`
+      WITH due AS (
+        SELECT id, wake_at FROM ${this.#table} WHERE wake_at IS NOT NULL AND wake_at <= $1 ORDER BY wake_at LIMIT $2
+        FOR UPDATE SKIP LOCKED)
+      UPDATE ${this.#table} s SET wake_at = $3, revision = s.revision + 1 FROM due WHERE s.id = due.id
+      RETURNING s.id, s.principal, s.created_at, s.wake_at, s.revision, s.state, due.wake_at AS was`, [now, limit, until])
+    return rows.sort((a, b) => Number(a.was) - Number(b.was) || (a.id < b.id ? -1 : 1)).map(toRow)
   }
 
   async nextWake (): Promise<number | null> {

@@ -145,17 +145,23 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   async create (session: NewSession, ttlMs: number): Promise<SessionRecord> {
-    const values = await this.freshSession(session, ttlMs)
-    const [row] = await this.sql<SessionRow>(`${this.freshInsert(values.map((_, n) => `$${n + 1}`))} RETURNING ${SESSION_COLUMNS}`, values)
+    const { text, values } = await this.freshSession(session, ttlMs, 1)
+    const [row] = await this.sql<SessionRow>(`${text} RETURNING ${SESSION_COLUMNS}`, values)
     return toSession(row)
   }
 
   /**
-   * A new session's values (`freshInsert`'s six), its table made and the expired sessions purged when due: `create`'s,
-   * and the run store's when it writes runs with their fresh sessions in one statement (docs/stores.md, "Round trips").
+   * A new session's INSERT (its parameters numbered from `first`), its table made and the expired sessions purged
+   * when due: `create`'s, and the run store's when it writes a run with its fresh session in one statement
+   * (docs/stores.md, "Round trips").
    */
-  async freshSession (session: NewSession, ttlMs: number): Promise<unknown[]> {
-    checkTtl('ttlMs', ttlMs)
+  async freshSession (session: NewSession, ttlMs: number, first: number): Promise<{ text: string, values: unknown[] }> {
+    return this.freshSessions([{ session, ttlMs }], first)
+  }
+
+  /** New sessions' INSERT, one row each, from arrays (parameters numbered from `first`): see freshSession. */
+  async freshSessions (sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }> {
+    for (const { ttlMs } of sessions) checkTtl('ttlMs', ttlMs)
     const now = Date.now()
     if (now - this.#purgedAt >= PURGE_MS) {
       this.#purgedAt = now
@@ -163,21 +169,23 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     } else {
       await this.pool()
     }
-    return [session.id, session.agent, session.principal, new Date(now), new Date(now + ttlMs), toJson(session.metadata)]
-  }
-
-  /**
-   * The INSERT of fresh sessions, from `values`: the six expressions of freshSession's values (parameters, or the
-   * columns of `from`, an unnest of arrays of them, for many sessions in one statement).
-   */
-  freshInsert (values: readonly string[], from = ''): string {
-    const [id, agent, principal, at, expires, metadata] = values
-    return `
+    const $ = (n: number): string => `$${first + n}`
+    const text = `
       INSERT INTO ${this.table('sessions')} (id, agent, principal, created_at, last_active_at, expires_at, turns, metadata, messages)
-      SELECT ${id}::text, ${agent}::text, ${principal}::text, ${at}::timestamptz, ${at}::timestamptz, ${expires}::timestamptz, 0, ${metadata}::jsonb, '[]' ${from}
+      SELECT s.id, s.agent, s.principal, ${$(0)}::timestamptz, ${$(0)}::timestamptz, s.expires_at, 0, s.metadata::jsonb, '[]'
+      FROM unnest(${$(1)}::text[], ${$(2)}::text[], ${$(3)}::text[], ${$(4)}::timestamptz[], ${$(5)}::text[]) WITH ORDINALITY
+        AS s (id, agent, principal, expires_at, metadata, n)
+      ORDER BY s.n
       ON CONFLICT (id) DO UPDATE SET agent = EXCLUDED.agent, principal = EXCLUDED.principal,
         created_at = EXCLUDED.created_at, last_active_at = EXCLUDED.last_active_at, expires_at = EXCLUDED.expires_at,
         turns = 0, metadata = EXCLUDED.metadata, messages = '[]'`
+    return {
+      text,
+      values: [
+        new Date(now), sessions.map((s) => s.session.id), sessions.map((s) => s.session.agent), sessions.map((s) => s.session.principal),
+        sessions.map((s) => new Date(now + s.ttlMs)), sessions.map((s) => toJson(s.session.metadata))
+      ]
+    }
   }
 
   async get (id: string): Promise<SessionWithMessages | null> {

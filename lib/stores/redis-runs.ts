@@ -378,7 +378,7 @@ return 1
 type Hash = Record<string, string>
 
 /** The parts of a record that never change after create(), stored as one JSON field. */
-type RunBase = Pick<RunRecord, 'runId' | 'agent' | 'sessionId' | 'principal' | 'background' | 'createdAt'>
+type RunBase = Pick<RunRecord, 'runId' | 'agent' | 'sessionId' | 'principal' | 'background' | 'createdAt' | 'scheduleId' | 'scheduledFor'>
 
 function pairs (flat: string[]): Hash {
   const hash: Hash = {}
@@ -505,6 +505,10 @@ class RedisRunBackend extends RedisStore implements RunBackend {
       principal: record.principal,
       background: record.background,
       createdAt: record.createdAt
+    }
+    if (record.scheduleId !== undefined) {
+      base.scheduleId = record.scheduleId
+      base.scheduledFor = record.scheduledFor!
     }
     return await CREATE.run(this.#client(), [
       this.prefix, record.runId, takeSession ? '1' : '0', record.sessionId ?? '', record.sessionId === null ? '0' : '1',

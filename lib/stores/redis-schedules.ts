@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis'
 import { RedisScript, RedisStore } from './redis-connection.js'
 import { checkLimit, decodeKeyCursor, encodeKeyCursor } from './common.js'
 import { MAX_SCHEDULE_LIST_LIMIT } from './memory-schedules.js'
-import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore } from './types.js'
+import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
 
 const FIELDS = ['principal', 'createdAt', 'wakeAt', 'revision', 'state'] as const
 
@@ -25,19 +25,28 @@ redis.call('PUBLISH', P .. 'schedules', id)
 return 1
 `)
 
-// ARGV: prefix, id, revision, wakeAt ('' for none), state. Returns { new revision, principal, createdAt }, or 0 when the
-// revision was not `revision`.
+// ARGV: prefix, then id, revision, wakeAt ('' for none), state per write. Returns per write { new revision, principal,
+// createdAt }, or 0 when its revision was not the one given; one PUBLISH for them all.
 const WRITE = new RedisScript(`
-local P, id = ARGV[1], ARGV[2]
-local key = P .. 'schedule:' .. id
-local revision = redis.call('HGET', key, 'revision')
-if not revision or revision ~= ARGV[3] then return 0 end
-local next = tonumber(revision) + 1
-redis.call('HSET', key, 'wakeAt', ARGV[4], 'revision', next, 'state', ARGV[5])
-if ARGV[4] == '' then redis.call('ZREM', P .. 'schedules:wake', id) else redis.call('ZADD', P .. 'schedules:wake', ARGV[4], id) end
-redis.call('PUBLISH', P .. 'schedules', id)
-local kept = redis.call('HMGET', key, 'principal', 'createdAt')
-return { next, kept[1], kept[2] }
+local P = ARGV[1]
+local out, any = {}, false
+for i = 2, #ARGV, 4 do
+  local id = ARGV[i]
+  local key = P .. 'schedule:' .. id
+  local revision = redis.call('HGET', key, 'revision')
+  if not revision or revision ~= ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    local next = tonumber(revision) + 1
+    redis.call('HSET', key, 'wakeAt', ARGV[i + 2], 'revision', next, 'state', ARGV[i + 3])
+    if ARGV[i + 2] == '' then redis.call('ZREM', P .. 'schedules:wake', id) else redis.call('ZADD', P .. 'schedules:wake', ARGV[i + 2], id) end
+    local kept = redis.call('HMGET', key, 'principal', 'createdAt')
+    out[#out + 1] = { next, kept[1], kept[2] }
+    any = true
+  end
+end
+if any then redis.call('PUBLISH', P .. 'schedules', '') end
+return out
 `)
 
 // ARGV: prefix, id. Returns 1 when it was there.
@@ -77,13 +86,17 @@ end
 return out
 `)
 
-// ARGV: prefix, now, limit. Returns id, fields… per row, soonest first.
-const DUE = new RedisScript(`
+// ARGV: prefix, now, limit, until. Returns id, fields… per row taken, soonest first.
+const TAKE = new RedisScript(`
 local P = ARGV[1]
 local out = {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'schedules:wake', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))) do
+  local key = P .. 'schedule:' .. id
+  redis.call('HINCRBY', key, 'revision', 1)
+  redis.call('HSET', key, 'wakeAt', ARGV[4])
+  redis.call('ZADD', P .. 'schedules:wake', ARGV[4], id)
   out[#out + 1] = id
-  out[#out + 1] = redis.call('HMGET', P .. 'schedule:' .. id, 'principal', 'createdAt', 'wakeAt', 'revision', 'state')
+  out[#out + 1] = redis.call('HMGET', key, 'principal', 'createdAt', 'wakeAt', 'revision', 'state')
 end
 return out
 `)
@@ -129,10 +142,21 @@ export class RedisScheduleStore extends RedisStore implements ScheduleStore {
   }
 
   async write (id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null> {
-    const written = await WRITE.run(this.#client(), [this.prefix, id, revision, change.wakeAt ?? '', JSON.stringify(change.state)]) as 0 | [number, string, string]
-    if (written === 0) return null
-    const [next, principal, createdAt] = written
-    return { id, principal, createdAt: Number(createdAt), wakeAt: change.wakeAt, state: structuredClone(change.state), revision: next }
+    const [written] = await this.writeAll([{ id, revision, ...change }])
+    return written!
+  }
+
+  async writeAll (writes: readonly ScheduleWrite[]): Promise<Array<ScheduleRow | null>> {
+    if (writes.length === 0) return []
+    const args: Array<string | number> = [this.prefix]
+    for (const { id, revision, wakeAt, state } of writes) args.push(id, revision, wakeAt ?? '', JSON.stringify(state))
+    const results = await WRITE.run(this.#client(), args) as Array<0 | [number, string, string]>
+    return results.map((written, i) => {
+      if (written === 0) return null
+      const [next, principal, createdAt] = written
+      const { id, wakeAt, state } = writes[i]!
+      return { id, principal, createdAt: Number(createdAt), wakeAt, state: structuredClone(state), revision: next }
+    })
   }
 
   async delete (id: string): Promise<boolean> {
@@ -149,8 +173,8 @@ export class RedisScheduleStore extends RedisStore implements ScheduleStore {
     return { rows: page, nextCursor: rows.length > limit && last !== undefined ? encodeKeyCursor(last.createdAt, last.id) : null }
   }
 
-  async due (now: number, limit: number): Promise<ScheduleRow[]> {
-    return toRows(await DUE.run(this.#client(), [this.prefix, now, limit]))
+  async take (now: number, limit: number, until: number): Promise<ScheduleRow[]> {
+    return toRows(await TAKE.run(this.#client(), [this.prefix, now, limit, until]))
   }
 
   async nextWake (): Promise<number | null> {

@@ -205,6 +205,12 @@ export function checkNewRun (backend: string, text: TextKind, run: NewRun): void
   if (record.sessionId !== null) checkText(backend, text, 'sessionId', record.sessionId)
   toMs('createdAt', record.createdAt)
   if (record.startedAt !== undefined) toMs('startedAt', record.startedAt)
+  // a schedule's fire names both its schedule and its due time, or neither (docs/schedules.md)
+  if ((record.scheduleId === undefined) !== (record.scheduledFor === undefined)) {
+    throw new TypeError('a run record has scheduleId and scheduledFor together, or neither')
+  }
+  if (record.scheduleId !== undefined) checkText(backend, text, 'scheduleId', record.scheduleId)
+  if (record.scheduledFor !== undefined) toMs('scheduledFor', record.scheduledFor)
 }
 
 export function checkEvents (backend: string, text: TextKind, events: readonly StoredEvent[]): void {

@@ -50,10 +50,12 @@ interface RunRow {
   lease_until: number | null
   detachable: number
   cancel_requested: number
+  schedule_id: string | null
+  scheduled_for: number | null
 }
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
-  'result, error, request_id, trace_id, owner, lease_until, detachable, cancel_requested'
+  'result, error, request_id, trace_id, owner, lease_until, detachable, cancel_requested, schedule_id, scheduled_for'
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -73,6 +75,10 @@ function toRecord (row: RunRow): RunRecord {
   if (row.ended_at !== null) record.endedAt = iso(row.ended_at)
   if (row.result !== null) record.result = JSON.parse(row.result) as RunRecord['result']
   if (row.error !== null) record.error = JSON.parse(row.error) as RunRecord['error']
+  if (row.schedule_id !== null) {
+    record.scheduleId = row.schedule_id
+    record.scheduledFor = iso(row.scheduled_for!)
+  }
   return record
 }
 
@@ -92,7 +98,7 @@ function runStatements (db: Db, prefix: string) {
       background INTEGER NOT NULL, attempt INTEGER NOT NULL, last_seq INTEGER NOT NULL, created_at INTEGER NOT NULL,
       started_at INTEGER, ended_at INTEGER, result TEXT, error TEXT, request_id TEXT NOT NULL, trace_id TEXT NOT NULL,
       spec TEXT NOT NULL, ephemeral INTEGER NOT NULL, cancel_requested INTEGER NOT NULL DEFAULT 0, expires_at INTEGER,
-      owner TEXT, lease_until INTEGER, detachable INTEGER NOT NULL DEFAULT 0);
+      owner TEXT, lease_until INTEGER, detachable INTEGER NOT NULL DEFAULT 0, schedule_id TEXT, scheduled_for INTEGER);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_session" ON ${runs} (session_id, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_agent" ON ${runs} (agent, created_seq);
     CREATE INDEX IF NOT EXISTS "${prefix}runs_status" ON ${runs} (status, created_seq);
@@ -106,6 +112,9 @@ function runStatements (db: Db, prefix: string) {
     CREATE TABLE IF NOT EXISTS ${sessions} (session_id TEXT PRIMARY KEY, run_id TEXT NOT NULL) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS ${queue} (id INTEGER PRIMARY KEY, version INTEGER NOT NULL);
   `)
+  // a schedule's fire (docs/schedules.md), added to a table made before schedules: its runs have neither
+  const columns = db.prepare<[], { name: string }>(`SELECT name FROM pragma_table_info('${prefix}runs')`).all()
+  if (!columns.some((column) => column.name === 'schedule_id')) db.exec(`ALTER TABLE ${runs} ADD COLUMN schedule_id TEXT; ALTER TABLE ${runs} ADD COLUMN scheduled_for INTEGER`)
   const live = '(expires_at IS NULL OR expires_at > @now)'
   const inserts = new Map<number, Database.Statement<unknown[]>>()
   for (let rows = INSERT_ROWS; rows >= 1; rows /= 2) {
@@ -120,9 +129,9 @@ function runStatements (db: Db, prefix: string) {
     alive: db.prepare<[{ runId: string, now: number }], number>(`SELECT 1 FROM ${runs} INDEXED BY "${prefix}runs_live" WHERE run_id = @runId AND ${live}`).pluck(),
     insert: db.prepare<[Record<string, unknown>]>(`
       INSERT OR REPLACE INTO ${runs} (run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at,
-        started_at, request_id, trace_id, spec, ephemeral, owner, lease_until, detachable)
+        started_at, request_id, trace_id, spec, ephemeral, owner, lease_until, detachable, schedule_id, scheduled_for)
       VALUES (@runId, @agent, @sessionId, @principal, @status, @background, @attempt, @lastSeq, @createdAt, @startedAt, @requestId,
-        @traceId, @spec, @ephemeral, @owner, @leaseUntil, @detachable)`),
+        @traceId, @spec, @ephemeral, @owner, @leaseUntil, @detachable, @scheduleId, @scheduledFor)`),
     clearEvents: db.prepare<[string]>(`DELETE FROM ${events} WHERE run_id = ?`),
     // the run holding a session, and its status (null: the run is gone)
     holder: db.prepare<[string], { run_id: string, status: RunStatus | null }>(`
@@ -333,7 +342,9 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
       ephemeral: run.ephemeral ? 1 : 0,
       owner: run.lease?.owner ?? null,
       leaseUntil: run.lease?.until ?? null,
-      detachable: run.detachable ? 1 : 0
+      detachable: run.detachable ? 1 : 0,
+      scheduleId: record.scheduleId ?? null,
+      scheduledFor: record.scheduledFor === undefined ? null : toMs('scheduledFor', record.scheduledFor)
     }
     const done = this.#write((statements): { holder: string } | { queue?: number } => {
       if (takeSession) {

@@ -9,7 +9,7 @@ import { immediateWrites } from './sqlite-writes.js'
 import type { SqliteWrites } from './sqlite-writes.js'
 import { checkLimit, checkTtl, decodeKeyCursor, encodeKeyCursor, unrefInterval } from './common.js'
 import { MAX_SCHEDULE_LIST_LIMIT } from './memory-schedules.js'
-import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore } from './types.js'
+import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
 
 type Db = Database.Database
 
@@ -59,6 +59,7 @@ function statements (db: Db, prefix: string) {
     listOfAfter: db.prepare<[string, number, number, string, number], Row>(`
       SELECT ${COLUMNS} FROM ${table} WHERE principal = ? AND (created_at < ? OR (created_at = ? AND id < ?)) ORDER BY created_at DESC, id DESC LIMIT ?`),
     due: db.prepare<[number, number], Row>(`SELECT ${COLUMNS} FROM ${table} WHERE wake_at IS NOT NULL AND wake_at <= ? ORDER BY wake_at LIMIT ?`),
+    take: db.prepare<[number, string], Row>(`UPDATE ${table} SET wake_at = ?, revision = revision + 1 WHERE id = ? RETURNING ${COLUMNS}`),
     nextWake: db.prepare<[], number | null>(`SELECT min(wake_at) FROM ${table} WHERE wake_at IS NOT NULL`).pluck(),
     bump: db.prepare(`UPDATE ${version} SET version = version + 1 WHERE id = 1`),
     version: db.prepare<[], number>(`SELECT version FROM ${version} WHERE id = 1`).pluck()
@@ -101,14 +102,18 @@ export class SqliteScheduleStore extends SqliteStore implements ScheduleStore {
   }
 
   async write (id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null> {
-    const row = this.#use().write((s) => {
-      const written = s.write.get(change.wakeAt, JSON.stringify(change.state), id, revision)
-      if (written !== undefined) s.bump.run()
+    const [written] = await this.writeAll([{ id, revision, ...change }])
+    return written!
+  }
+
+  async writeAll (writes: readonly ScheduleWrite[]): Promise<Array<ScheduleRow | null>> {
+    const rows = this.#use().write((s) => {
+      const written = writes.map(({ id, revision, wakeAt, state }) => s.write.get(wakeAt, JSON.stringify(state), id, revision))
+      if (written.some((row) => row !== undefined)) s.bump.run()
       return written
     })
-    if (row === undefined) return null
-    this.#changed()
-    return toRow(row)
+    if (rows.some((row) => row !== undefined)) this.#changed()
+    return rows.map((row) => row === undefined ? null : toRow(row))
   }
 
   async delete (id: string): Promise<boolean> {
@@ -134,8 +139,9 @@ export class SqliteScheduleStore extends SqliteStore implements ScheduleStore {
     return { rows: page, nextCursor: rows.length > limit && last !== undefined ? encodeKeyCursor(last.createdAt, last.id) : null }
   }
 
-  async due (now: number, limit: number): Promise<ScheduleRow[]> {
-    return this.#use().statements.due.all(now, limit).map(toRow)
+  async take (now: number, limit: number, until: number): Promise<ScheduleRow[]> {
+    // one IMMEDIATE transaction: another process takes what is left after it
+    return this.#use().write((s) => s.due.all(now, limit).map((row) => toRow(s.take.get(until, row.id)!)))
   }
 
   async nextWake (): Promise<number | null> {

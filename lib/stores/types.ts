@@ -564,6 +564,15 @@ export interface ScheduleRow {
   revision: number
 }
 
+/** One compare-and-set of `writeAll`. */
+export interface ScheduleWrite {
+  id: string
+  /** the revision the write is compared on */
+  revision: number
+  wakeAt: number | null
+  state: ScheduleState
+}
+
 export interface ScheduleListQuery {
   /** 1..500 */
   limit: number
@@ -588,12 +597,22 @@ export interface ScheduleStore {
    * the row is gone. Of writers racing from one revision, exactly one wins.
    */
   write(id: string, revision: number, change: { wakeAt: number | null, state: ScheduleState }): Promise<ScheduleRow | null>
+  /**
+   * Several compare-and-sets, each one as `write` (one may win while another fails), in one round trip and one
+   * notification: what each one wrote, null where it changed nothing, in the order given.
+   */
+  writeAll(writes: readonly ScheduleWrite[]): Promise<Array<ScheduleRow | null>>
   /** true when something was deleted */
   delete(id: string): Promise<boolean>
   /** Rows (of one principal when given), most recently created first; pages are stable while rows are added. */
   list(query: ScheduleListQuery): Promise<ScheduleRowPage>
-  /** Rows whose wakeAt is at or before `now`, soonest first, at most `limit` (from an index, never a scan). */
-  due(now: number, limit: number): Promise<ScheduleRow[]>
+  /**
+   * Takes at most `limit` of the rows whose wakeAt is at or before `now`, soonest first (from an index, never a scan),
+   * for the caller: each one's wakeAt moved to `until` and its revision + 1, its state as it was, in one atomic step.
+   * Of instances taking at once, each row goes to one; a row its taker never writes back is due again at `until`.
+   * Resolves with the rows as taken (their new revision), soonest first.
+   */
+  take(now: number, limit: number, until: number): Promise<ScheduleRow[]>
   /** The earliest wakeAt of every row (from an index); null when none is set. */
   nextWake(): Promise<number | null>
   /** Calls `listener` after any row changes, here or on any instance sharing the store. Returns the function that stops watching. */

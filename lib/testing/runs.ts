@@ -96,6 +96,36 @@ export function runStoreConformance<C> (registrar: Registrar<C>, factories: RunS
     t.same(await store.events('nope', 0, 10), [])
   })
 
+  test('runs: a schedule\'s fire keeps scheduleId and scheduledFor on its record, claimed, requeued, ended, listed', async (t) => {
+    const store = await open(t, factory)
+    const fire = { scheduleId: 'schedule-1', scheduledFor: '2026-03-29T01:30:00.000Z' }
+    const run = newRun({ ...fire, status: 'queued', background: true, startedAt: undefined })
+    delete run.record.startedAt
+    run.detachable = true
+    run.spec.schedule = { id: fire.scheduleId, scheduledFor: fire.scheduledFor }
+    await store.create(run, { exclusive: false })
+    const id = run.record.runId
+    t.same(await store.get(id), run.record)
+    const [claimed] = await store.claim(lease(), new Date().toISOString(), 10)
+    t.match(claimed, { runId: id, status: 'running', ...fire }, 'claimed')
+    const requeued = await store.requeue(id, { owner: OWNER }, 'SHUTDOWN', cancelled(), HOUR)
+    t.match(requeued, { status: 'queued', attempt: 2, ...fire }, 'requeued')
+    const [again] = await store.claim(lease(), new Date().toISOString(), 10)
+    t.match(again, { runId: id, ...fire })
+    const ended = await store.finish(id, [event(2, 'run.completed')], completed(again!), HOUR, OWNER)
+    t.match(ended, { status: 'completed', ...fire }, 'ended')
+    t.match((await store.list({ limit: 10 })).runs, [{ runId: id, ...fire }], 'listed')
+    t.match((await store.listBySession(run.record.sessionId!, { limit: 10 })).runs, [{ runId: id, ...fire }])
+    const plain = newRun()
+    await store.create(plain, { exclusive: false })
+    const record = await store.get(plain.record.runId)
+    t.notOk(record !== null && ('scheduleId' in record || 'scheduledFor' in record), 'a run that is no fire has neither')
+    for (const half of [{ scheduleId: 'schedule-1' }, { scheduledFor: fire.scheduledFor }]) {
+      await t.rejects(store.create(newRun(half), { exclusive: false }), TypeError, `${Object.keys(half)[0]!} alone is refused`)
+    }
+    await t.rejects(store.create(newRun({ ...fire, scheduledFor: 'soon' }), { exclusive: false }), TypeError, 'scheduledFor is a time')
+  })
+
   test('runs: events are appended in order, read after a cursor, in pages; a gap is refused', async (t) => {
     const store = await open(t, factory)
     const run = newRun()

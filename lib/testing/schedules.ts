@@ -81,7 +81,7 @@ export function scheduleStoreConformance<C> (registrar: Registrar<C>, factories:
     const cleared = await store.write('s1', 2, { wakeAt: null, state: next })
     t.equal(cleared!.wakeAt, null)
     t.equal(cleared!.revision, 3)
-    t.same(await store.due(T0 + 10 * 60_000, 10), [], 'a row whose wakeAt was cleared is never due')
+    t.same(await store.take(T0 + 10 * 60_000, 10, T0 + 20 * 60_000), [], 'a row whose wakeAt was cleared is never due')
   })
 
   test('schedules: 20 writers racing from one revision: exactly one wins', async (t) => {
@@ -105,7 +105,7 @@ export function scheduleStoreConformance<C> (registrar: Registrar<C>, factories:
     t.equal(await store.delete('s1'), true)
     t.equal(await store.delete('s1'), false)
     t.equal(await store.get('s1'), null)
-    t.same(await store.due(T0, 10), [])
+    t.same(await store.take(T0, 10, T0 + 1_000), [])
     t.equal(await store.nextWake(), null)
     t.same(await store.list({ limit: 10 }), { rows: [], nextCursor: null })
     t.same(await store.list({ limit: 10, principal: 'alice' }), { rows: [], nextCursor: null })
@@ -145,22 +145,54 @@ export function scheduleStoreConformance<C> (registrar: Registrar<C>, factories:
     await t.rejects(store.list({ limit: 10, cursor: 'not a cursor' }), { code: 'FA_INVALID_CURSOR' })
   })
 
-  test('schedules: the due rows are those whose wakeAt has come, soonest first, at most limit; nextWake is the earliest', async (t) => {
+  test('schedules: take moves the due rows (wakeAt come), soonest first, at most limit, to a later wakeAt; nextWake is the earliest', async (t) => {
     const store = await open(t, factory)
     t.equal(await store.nextWake(), null)
     await store.insert(row('late', { wakeAt: T0 + 3_000 }))
     await store.insert(row('soon', { wakeAt: T0 + 1_000 }))
     await store.insert(row('mid', { wakeAt: T0 + 2_000 }))
+    await store.insert(row('twin', { wakeAt: T0 + 2_000 }))
     await store.insert(row('never', { wakeAt: null }))
     t.equal(await store.nextWake(), T0 + 1_000)
-    t.same((await store.due(T0 + 999, 10)).map((r) => r.id), [])
-    t.same((await store.due(T0 + 2_000, 10)).map((r) => r.id), ['soon', 'mid'], 'at its wakeAt a row is due')
-    t.same((await store.due(T0 + 10_000, 2)).map((r) => r.id), ['soon', 'mid'])
-    const [soon] = await store.due(T0 + 10_000, 1)
-    t.same(soon, { ...row('soon', { wakeAt: T0 + 1_000 }), revision: 1 }, 'a due row is the whole row')
-    await store.write('soon', 1, { wakeAt: T0 + 5_000, state: soon!.state })
-    t.equal(await store.nextWake(), T0 + 2_000, 'a row woken later no longer comes first')
-    t.same((await store.due(T0 + 10_000, 10)).map((r) => r.id), ['mid', 'late', 'soon'])
+    t.same(await store.take(T0 + 999, 10, T0 + 60_000), [], 'none due yet')
+    const [soon] = await store.take(T0 + 1_000, 1, T0 + 60_000)
+    t.same(soon, { ...row('soon', { wakeAt: T0 + 60_000 }), revision: 2 }, 'at its wakeAt a row is due: taken, the whole row, its state as it was')
+    t.same(await store.get('soon'), soon)
+    t.equal(await store.nextWake(), T0 + 2_000, 'a row taken no longer comes first')
+    t.same((await store.take(T0 + 10_000, 2, T0 + 30_000)).map((r) => r.id), ['mid', 'twin'], 'soonest first (ties by id), at most limit')
+    t.same((await store.take(T0 + 10_000, 10, T0 + 30_000)).map((r) => r.id), ['late'], 'a row taken is not taken again before its new wakeAt')
+    t.same((await store.take(T0 + 30_000, 10, T0 + 90_000)).map((r) => r.id), ['late', 'mid', 'twin'], 'then due again, should its taker not write it')
+    t.equal(await store.write('soon', 1, { wakeAt: T0, state: soon!.state }), null, 'a write compared on the revision before the take fails')
+    t.not(await store.write('soon', 2, { wakeAt: T0 + 5_000, state: soon!.state }), null, 'one on the taken revision is written')
+    t.equal(await store.nextWake(), T0 + 5_000)
+  })
+
+  test('schedules: writeAll is a compare-and-set per row, in the order given: some win while others fail', async (t) => {
+    const store = await open(t, factory)
+    t.same(await store.writeAll([]), [])
+    await store.insert(row('a'))
+    await store.insert(row('b'))
+    await store.insert(row('c'))
+    await store.write('b', 1, { wakeAt: T0, state: state('b', 'alice') })
+    const told = heard(store)
+    const next = (id: string): ScheduleState => state(id, 'alice', { lastRunId: `${id}-run` })
+    const results = await store.writeAll([
+      { id: 'c', revision: 1, wakeAt: null, state: next('c') },
+      { id: 'b', revision: 1, wakeAt: T0 + 1, state: next('b') },
+      { id: 'gone', revision: 1, wakeAt: T0, state: next('gone') },
+      { id: 'a', revision: 1, wakeAt: T0 + 2, state: next('a') }
+    ])
+    await told.promise
+    t.same(results, [
+      { ...row('c'), wakeAt: null, state: next('c'), revision: 2 },
+      null,
+      null,
+      { ...row('a'), wakeAt: T0 + 2, state: next('a'), revision: 2 }
+    ])
+    t.same(await store.get('a'), results[3])
+    t.same(await store.get('c'), results[0])
+    t.match(await store.get('b'), { revision: 2, wakeAt: T0 }, 'the stale one changed nothing')
+    t.same(await store.writeAll([{ id: 'a', revision: 1, wakeAt: T0, state: next('a') }]), [null], 'none won: nothing changes')
   })
 
   test('schedules: a watcher is told of every insert, write and delete; one that stopped is not', async (t) => {
@@ -182,6 +214,18 @@ export function scheduleStoreConformance<C> (registrar: Registrar<C>, factories:
     await store.insert(row('s2'))
     await new Promise((resolve) => setTimeout(resolve, 50))
     t.equal(told, after, 'not told once stopped')
+  })
+
+  test('schedules: instances taking at once share the due rows: each row goes to one', async (t) => {
+    const store = await open(t, factory)
+    const other = twin === undefined ? store : await twin(t.context, store)
+    if (other !== store) t.teardown(async () => { await other.close?.() })
+    const ids = Array.from({ length: 60 }, (_, i) => `s${String(i).padStart(2, '0')}`)
+    for (const id of ids) await store.insert(row(id, { wakeAt: T0 }))
+    const takes = await Promise.all(Array.from({ length: 6 }, (_, i) => (i % 2 === 0 ? store : other).take(T0, 15, T0 + 60_000)))
+    const taken = takes.flat().map((r) => r.id)
+    t.equal(taken.length, new Set(taken).size, 'none taken twice')
+    t.same([...taken].sort(), ids, 'every due row taken once')
   })
 
   if (twin !== undefined) {

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module'
 import t from 'tap'
+import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { Chat } from '@ai-sdk/react'
@@ -11,7 +12,7 @@ import type { ModelMessage, UIMessage } from 'ai'
 import * as aiTest from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
-import { aiSdkAgent, durableTools, modelMessages } from '../../adapters/ai-sdk.js'
+import { aiSdkAgent, durableModel, durableTools, modelMessages } from '../../adapters/ai-sdk.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
@@ -25,6 +26,7 @@ type MockLanguageModelV4 = aiTest.MockLanguageModelV4
 const aiVersion = (createRequire(import.meta.url)('ai/package.json') as { version: string }).version
 t.comment(`ai ${aiVersion}`)
 /** What ai 6 lacks: the `toolApproval` option, and the UI stream's `tool-approval-response` chunk (its Chat refuses it). */
+const specV4 = aiTest.MockLanguageModelV4 !== undefined
 const ai7Only = (what: string): { skip: string | false } => ({ skip: Number(aiVersion.split('.')[0]) < 7 ? `ai 7 only: ${what}` : false })
 
 type Prompt = LanguageModelV4CallOptions['prompt']
@@ -496,6 +498,168 @@ t.test('durableTools: a tool completed before a drain\'s hand-off is not execute
   // a streaming tool's durable output is its last value
   const stream = await durableTools({ step: async (_name: string, fn: () => unknown) => fn() } as unknown as Parameters<typeof durableTools>[0], { streamingTool }).streamingTool.execute!({}, { toolCallId: 's', messages: [] } as never)
   t.equal(stream, 'whole')
+})
+
+/** A model stream that ends only when the call is aborted (a run handed off mid-call). */
+function untilAborted (options: LanguageModelV4CallOptions): ReadableStream<LanguageModelV4StreamPart> {
+  return new ReadableStream<LanguageModelV4StreamPart>({ start (c) { options.abortSignal?.addEventListener('abort', () => c.error(options.abortSignal?.reason)) } })
+}
+
+/** Two services on one set of stores: `a` runs the first attempt, `b` takes the run over when `a` drains. */
+async function handOff (t: Test, agents: Record<string, ReturnType<typeof aiSdkAgent>>) {
+  const stores = memoryStores()
+  const a = build(t, { ...stores, agents })
+  const b = build(t, { ...stores, agents })
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  return { a, b }
+}
+
+t.test('durableModel: a model call finished before a drain\'s hand-off is not made again, nor its tool executed', async (t) => {
+  const charged: unknown[] = []
+  let attempt = 0
+  const png = new Uint8Array([137, 80, 78, 71])
+  // call 0: a tool call (with the response's metadata and a file); call 1 (attempt 1): hangs until the hand-off;
+  // call 2 (attempt 2): the text. Attempt 2 gets call 0 from the journal.
+  const model: MockLanguageModelV4 = new MockLanguageModelV4({
+    doStream: async (options) => {
+      const call = model.doStreamCalls.length - 1
+      if (call === 0) {
+        return {
+          stream: simulateReadableStream<LanguageModelV4StreamPart>({
+            chunks: [
+              { type: 'stream-start', warnings: [] },
+              { type: 'response-metadata', id: 'resp_0', modelId: 'mock', timestamp: new Date(1000) },
+              // ai 7's spec (v4) wraps a file's bytes in { type: 'data' }, ai 6's (v3) gives them as they are
+              { type: 'file', mediaType: 'image/png', data: specV4 ? { type: 'data', data: png } : png } as unknown as LanguageModelV4StreamPart,
+              { type: 'tool-input-start', id: 'pay_1', toolName: 'chargeCard' },
+              { type: 'tool-input-delta', id: 'pay_1', delta: '{"cents":' },
+              { type: 'tool-input-delta', id: 'pay_1', delta: '500}' },
+              { type: 'tool-input-end', id: 'pay_1' },
+              toolCall('pay_1', 'chargeCard', { cents: 500 }),
+              finish('tool-calls', usage(3, 2))
+            ]
+          })
+        }
+      }
+      if (attempt === 1) return { stream: untilAborted(options) }
+      return { stream: simulateReadableStream({ chunks: [...text('charged '), ...text(JSON.stringify((lastToolOutput(options.prompt) as { value: unknown }).value), 'u'), finish('stop')] }) }
+    }
+  })
+  const chargeCard = tool({
+    inputSchema: z.object({ cents: z.number() }),
+    execute: async ({ cents }, { toolCallId }) => { charged.push({ cents, toolCallId }); return { receipt: `r-${cents}` } }
+  })
+  const steps: unknown[] = []
+  const payer = aiSdkAgent({
+    resumable: true,
+    run: (input, ctx) => {
+      attempt++
+      return streamText({
+        model: durableModel(ctx, model),
+        tools: durableTools(ctx, { chargeCard }),
+        messages: modelMessages(ctx, input),
+        abortSignal: ctx.signal,
+        stopWhen: stepCountIs(5),
+        onStepFinish: (step) => { steps.push({ attempt, timestamp: step.response.timestamp, files: step.files.length }) }
+      })
+    }
+  })
+  const { a, b } = await handOff(t, { payer })
+  const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/payer/runs', payload: { input: 'pay', background: true } })).json()
+  await eventually(() => model.doStreamCalls.length === 2)
+  await a.close(50)
+  b.app.agentService.worker.start(b.app.log)
+  const record = await eventually(async () => {
+    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
+    return run.status === 'completed' && run
+  })
+  t.equal(model.doStreamCalls.length, 3, 'the model was called for the first step once, over two attempts')
+  t.same(charged, [{ cents: 500, toolCallId: 'pay_1' }], 'the tool executed once')
+  t.match(record.result, { output: 'charged {"receipt":"r-500"}', usage: { inputTokens: 4, outputTokens: 3 } }, 'the replayed step counts in the output and the usage')
+  t.match(steps, [
+    { attempt: 1, timestamp: new Date(1000), files: 1 },
+    { attempt: 2, timestamp: new Date(1000), files: 1 },
+    { attempt: 2 }
+  ], 'the SDK reads the replayed step as it read the call: its timestamp a Date, its file bytes')
+  const log = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body)
+  const journaled = log.filter((e) => e.event === 'step.completed').map((e) => e.data)
+  t.same(journaled.map((step) => [step.name, step.index]), [['tool.chargecard', 1], ['model', 0], ['model', 2]], 'each call and tool journaled once, the model\'s once it finished')
+  t.same(journaled[1].output.parts.filter((part: { type: string }) => part.type.startsWith('tool-input')), [
+    { type: 'tool-input-start', id: 'pay_1', toolName: 'chargeCard' },
+    { type: 'tool-input-delta', id: 'pay_1', delta: '{"cents":500}' },
+    { type: 'tool-input-end', id: 'pay_1' }
+  ], 'a call\'s deltas journaled as one')
+  t.match(journaled[1].output.parts, [
+    { type: 'stream-start' },
+    { type: 'response-metadata', timestamp: '1970-01-01T00:00:01.000Z' },
+    { type: 'file', data: specV4 ? { type: 'data', data: 'iVBORw==' } : 'iVBORw==' }
+  ], 'the timestamp as JSON, the bytes as base64')
+})
+
+t.test('durableModel: a model call at a journaled step of another name fails the run STEP_MISMATCH; a failed call is not journaled', async (t) => {
+  let attempt = 0
+  const model = new MockLanguageModelV4({
+    doStream: async (options) => attempt === 1
+      ? { stream: untilAborted(options) }
+      : { stream: simulateReadableStream({ chunks: [...text('hi'), finish('stop')] }) }
+  })
+  // attempt 1: a step of its own, then the model (hangs); attempt 2: the model first, where the journal holds that step
+  const reordered = aiSdkAgent({
+    resumable: true,
+    run: async (input, ctx) => {
+      attempt++
+      if (attempt === 1) await ctx.step('setup', () => 'ready')
+      return streamText({ model: durableModel(ctx, model), messages: modelMessages(ctx, input), abortSignal: ctx.signal })
+    }
+  })
+  const { a, b } = await handOff(t, { reordered })
+  const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/reordered/runs', payload: { input: 'go', background: true } })).json()
+  await eventually(() => model.doStreamCalls.length === 1)
+  await a.close(50)
+  b.app.agentService.worker.start(b.app.log)
+  const record = await eventually(async () => {
+    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
+    return run.status === 'failed' && run
+  })
+  t.match(record.error, { code: 'STEP_MISMATCH', message: /Step 0 is "model" in this attempt, but "setup"/ })
+  t.equal(model.doStreamCalls.length, 1, 'the model is not called at a mismatched step')
+  const log = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body)
+  t.same(log.filter((e) => e.event === 'step.completed').map((e) => e.data.name), ['setup'], 'the hung call, aborted, journaled nothing')
+})
+
+t.test('durableModel: only a finished call is journaled; generate calls and the model\'s fields pass through', async (t) => {
+  const journaled: unknown[] = []
+  const failures: string[] = []
+  const ctx = {
+    step: async (_name: string, fn: () => Promise<unknown>) => fn().then((output) => { journaled.push(output); return output }, (error: Error) => { failures.push(error.message); throw error })
+  } as unknown as Parameters<typeof durableModel>[0]
+  const model: MockLanguageModelV4 = new MockLanguageModelV4({
+    provider: 'mock-provider',
+    modelId: 'mock-id',
+    doGenerate: async () => ({ content: [{ type: 'text', text: 'generated' }], finishReason: { unified: 'stop', raw: 'stop' }, usage: usage(1, 1), warnings: [] }),
+    doStream: async () => ({
+      stream: simulateReadableStream<LanguageModelV4StreamPart>({
+        chunks: model.doStreamCalls.length === 1 ? [...text('half')] : [...text('no'), { type: 'error', error: new Error('overloaded') }]
+      })
+    })
+  })
+  const durable = durableModel(ctx, model)
+  t.match(durable, { specificationVersion: model.specificationVersion, provider: 'mock-provider', modelId: 'mock-id' })
+  t.same(await durable.supportedUrls, await model.supportedUrls)
+  const generated = await durable.doGenerate({ prompt: [] } as never)
+  t.match(generated.content, [{ text: 'generated' }], 'doGenerate is the model\'s own')
+  for (let i = 0; i < 2; i++) {
+    const { stream } = await durable.doStream({ prompt: [] } as never)
+    const parts: unknown[] = []
+    for await (const part of stream) parts.push(part)
+    t.ok(parts.length > 0, 'the call streams to the SDK all the same')
+  }
+  await eventually(() => failures.length === 2)
+  t.same(journaled, [])
+  t.same(failures, ['The model call ended without finishing: not journaled', 'The model call ended in an error: not journaled'])
+  t.throws(() => durableModel(ctx, 'openai/gpt-4.1' as never), /durableModel: model must be a language model object/)
 })
 
 t.test('a second turn: modelMessages gives the model the session history', async (t) => {

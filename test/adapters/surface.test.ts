@@ -12,7 +12,7 @@ const root = projectRoot()
 const peer = /(?:^|\n)\s*(import|export)(\s+type)?[^'";]*?from\s+['"](ai|ai\/[^'"]*|@langchain\/[^'"]+)['"]|import\(\s*['"](ai|@langchain\/[^'"]+)['"]\s*\)/g
 
 t.test('each subpath exports its functions', async (t) => {
-  t.same(Object.keys(aiSdk).sort(), ['aiSdkAgent', 'durableTools', 'modelMessages'])
+  t.same(Object.keys(aiSdk).sort(), ['aiSdkAgent', 'durableModel', 'durableTools', 'modelMessages'])
   t.same(Object.keys(langchain).sort(), ['langGraphAgent'])
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
   t.match(pkg.exports['./ai-sdk'], { import: './dist/adapters/ai-sdk.js' })

@@ -5,7 +5,8 @@
 import t from 'tap'
 import type { Agent, RunContext, StepInfo } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
-import { build, eventually, gate, orAbort, parseSse } from '../helper.js'
+import { build, eventually, gate, orAbort, parseSse, sleep } from '../helper.js'
+import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 
 t.test('a drain hands a stepped run off: the next attempt gets the completed steps from the journal, runs the rest', async (t) => {
   const executed: Array<{ step: string, info: StepInfo }> = []
@@ -149,4 +150,106 @@ t.test('a step that returns nothing journals null; a step that ends after its ru
   t.match(await late, /did not finish within 30 ms/)
   await eventually(async () => await after !== undefined)
   t.match(await after, /did not finish within 30 ms/, 'a step asked for after the run stopped throws why it stopped')
+})
+
+t.test('an approval an earlier attempt asked for is not asked again: a requeued run waits for it, or gets its decision back', async (t) => {
+  // the instance that dies is played through the stores: it claims the run, logs its approval (and maybe the
+  // decision), and its lease lapses; this instance requeues the run and runs the agent's next attempt
+  const decisions: unknown[] = []
+  const asking: Agent = {
+    resumable: true,
+    async run (_input, ctx) {
+      const decision = await ctx.requestApproval({ action: 'send-mail', payload: { to: 'ada@example.com' } })
+      decisions.push(decision)
+      return { output: decision.approved ? 'sent' : 'not sent' }
+    }
+  }
+  const stores = memoryStores()
+  const { app } = build(t, { ...stores, runLeaseMs: MIN_RUN_LEASE_MS, agents: { asking } })
+  await app.ready()
+  const { worker } = app.agentService
+  await worker.stop()
+  // how the dying instance leaves its approval: decided and logged, decided after its last event was logged, still
+  // pending, cancelled, or asked for another action than the next attempt's
+  type Left = 'logged' | 'stored' | 'pending' | 'cancelled' | 'other-action'
+  const dieAfterAsking = async (left: Left): Promise<{ runId: string, approvalId: string }> => {
+    const { runId } = (await app.inject({ method: 'POST', url: '/v1/agents/asking/runs', payload: { input: null, background: true } })).json() as { runId: string }
+    const [claimed] = await stores.runStore.claim({ owner: 'dying-instance', until: Date.now() + MIN_RUN_LEASE_MS }, new Date().toISOString(), 1)
+    const now = Date.now()
+    const approval = {
+      id: `approval-${runId}`,
+      runId,
+      agent: 'asking',
+      sessionId: claimed!.sessionId!,
+      principal: claimed!.principal,
+      action: left === 'other-action' ? 'send-fax' : 'send-mail',
+      payload: { to: 'ada@example.com' },
+      reason: null,
+      status: 'pending' as const,
+      requestedAt: new Date(now).toISOString(),
+      expiresAt: new Date(now + 60_000).toISOString()
+    }
+    await stores.approvalStore.create(approval)
+    const events = [
+      { seq: 1, type: 'run.started', data: JSON.stringify({ runId, attempt: 1 }) },
+      { seq: 2, type: 'approval.requested', data: JSON.stringify({ approval }) }
+    ]
+    if (left === 'logged' || left === 'stored') {
+      const decided = await stores.approvalStore.decide(approval.id, { approved: true, comment: null, decidedBy: 'ops', decidedAt: new Date().toISOString() })
+      if (left === 'logged') events.push({ seq: 3, type: 'approval.decided', data: JSON.stringify({ approval: (decided as { approval: unknown }).approval }) })
+    }
+    if (left === 'cancelled') await stores.approvalStore.cancel(approval.id)
+    await stores.runStore.append(runId, events, 'dying-instance')
+    return { runId, approvalId: approval.id }
+  }
+  const ended = async (runId: string): Promise<Record<string, any>> => await eventually(async () => {
+    const record = (await app.inject({ url: `/v1/runs/${runId}` })).json()
+    return record.status === 'completed' && record
+  }, MIN_RUN_LEASE_MS + 5_000, 'the requeued run completed')
+
+  // decided before the instance died: the next attempt gets the decision, nobody is asked again
+  const decided = await dieAfterAsking('logged')
+  worker.start(app.log)
+  t.match(await ended(decided.runId), { attempt: 2, result: { output: 'sent' } })
+  t.match(decisions, [{ approved: true, decidedBy: 'ops' }])
+  t.same((await stores.approvalStore.listPending({ runId: decided.runId })), [], 'no new approval')
+  const log = parseSse((await app.inject({ url: `/v1/runs/${decided.runId}/events` })).body)
+  t.same(log.map((e) => e.event), ['run.started', 'approval.requested', 'approval.decided', 'run.requeued', 'run.started', 'run.completed'])
+
+  // still pending when it died: the next attempt waits for that same approval, whose decision ends the run
+  await worker.stop()
+  const pending = await dieAfterAsking('pending')
+  worker.start(app.log)
+  await eventually(async () => (await app.inject({ url: `/v1/runs/${pending.runId}` })).json().attempt === 2 || undefined, MIN_RUN_LEASE_MS + 5_000, 'requeued')
+  await sleep(100)
+  t.same((await stores.approvalStore.listPending({ runId: pending.runId })).map((a) => a.id), [pending.approvalId], 'the one asked before, not a new one')
+  const decide = await app.inject({ method: 'POST', url: `/v1/approvals/${pending.approvalId}`, payload: { approved: false, comment: 'not today' } })
+  t.equal(decide.statusCode, 200)
+  t.match(await ended(pending.runId), { attempt: 2, result: { output: 'not sent' } })
+  t.match(decisions[1], { approved: false, comment: 'not today' })
+  const pendingLog = parseSse((await app.inject({ url: `/v1/runs/${pending.runId}/events` })).body)
+  t.same(pendingLog.map((e) => e.event), ['run.started', 'approval.requested', 'run.requeued', 'run.started', 'approval.decided', 'run.completed'])
+
+  // decided after the dying instance's last event was stored: the decision joins the next attempt's log
+  await worker.stop()
+  const late = await dieAfterAsking('stored')
+  worker.start(app.log)
+  t.match(await ended(late.runId), { attempt: 2, result: { output: 'sent' } })
+  const lateLog = parseSse((await app.inject({ url: `/v1/runs/${late.runId}/events` })).body)
+  t.same(lateLog.map((e) => e.event), ['run.started', 'approval.requested', 'run.requeued', 'run.started', 'approval.decided', 'run.completed'])
+  t.match(lateLog[4]!.data, { approval: { id: late.approvalId, status: 'approved' } })
+
+  // cancelled (nobody decided it), or asked for another action: asked again, a new approval
+  for (const left of ['cancelled', 'other-action'] as const) {
+    await worker.stop()
+    const asked = await dieAfterAsking(left)
+    worker.start(app.log)
+    const [fresh] = await eventually(async () => {
+      const waiting = await stores.approvalStore.listPending({ runId: asked.runId })
+      return waiting.some((a) => a.id !== asked.approvalId) && waiting.filter((a) => a.id !== asked.approvalId)
+    }, MIN_RUN_LEASE_MS + 5_000, `a new approval (${left})`)
+    t.equal(fresh!.action, 'send-mail', `${left}: asked again`)
+    t.equal((await app.inject({ method: 'POST', url: `/v1/approvals/${fresh!.id}`, payload: { approved: true } })).statusCode, 200)
+    t.match(await ended(asked.runId), { attempt: 2, result: { output: 'sent' } })
+  }
 })

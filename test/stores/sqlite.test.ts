@@ -499,6 +499,23 @@ t.test('idempotency: a table made before reservation tokens gets its token colum
   t.equal(await store.complete('new', token, { status: 200, body: '{}', contentType: 'application/json' }, 60_000), true)
 })
 
+t.test('a runs table made before schedules gets schedule_id and scheduled_for on open; its runs have neither', async (t) => {
+  const file = join(t.testdir(), 'old.db')
+  const first = sqliteStores(file)
+  const old = newRun()
+  await first.runStore.create(old, { exclusive: false })
+  await closeAll(first)
+  const db = new Database(file)
+  db.exec('ALTER TABLE "fa_runs" DROP COLUMN schedule_id; ALTER TABLE "fa_runs" DROP COLUMN scheduled_for')
+  db.close()
+  const again = sqliteStores(file)
+  t.teardown(() => closeAll(again))
+  t.same(await again.runStore.get(old.record.runId), old.record, 'a run stored before reads as it was')
+  const fire = newRun({ scheduleId: 'sch-1', scheduledFor: '2026-11-27T04:00:00.000Z' })
+  await again.runStore.create(fire, { exclusive: false })
+  t.same(await again.runStore.get(fire.record.runId), fire.record, 'a fire keeps them in the added columns')
+})
+
 t.test('an approvals table made before approvals kept a schema gets its column on open', async (t) => {
   const file = join(t.testdir(), 'old.db')
   const first = sqliteStores(file)

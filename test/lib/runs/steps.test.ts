@@ -1,6 +1,6 @@
 // The journal of durable steps (lib/runs/steps.ts) and the decision check (lib/runs/decisions.ts), on their own.
 import t from 'tap'
-import { readJournal } from '../../../lib/runs/steps.js'
+import { readApprovals, readJournal } from '../../../lib/runs/steps.js'
 import { decisionOf } from '../../../lib/runs/decisions.js'
 import type { ApprovalRecord, StoredEvent } from '../../../lib/stores/types.js'
 
@@ -22,6 +22,28 @@ t.test('readJournal: sources in order, the first found keeps an index; a log sho
     { name: 'b', index: 1, json: '{"n":1}', foreign: true }
   ])
   t.same(reads, ['own>0', 'own>2', 'source>0'], 'the own log ended before its lastSeq: no more reads of it')
+})
+
+t.test('readApprovals: the approvals asked, in order, each with its decision; a decision of one not asked in the log is left out', async (t) => {
+  const record = (id: string, status: ApprovalRecord['status']): ApprovalRecord => ({
+    id, runId: 'r', agent: 'x', sessionId: 's', principal: 'p', action: 'act', payload: null, reason: null, status,
+    requestedAt: '2026-11-27T00:00:00.000Z', expiresAt: '2026-11-27T01:00:00.000Z'
+  })
+  const event = (seq: number, type: string, approval: ApprovalRecord): StoredEvent => ({ seq, type, data: JSON.stringify({ approval }) })
+  const log = [
+    event(1, 'approval.decided', record('elsewhere', 'approved')),
+    event(2, 'approval.requested', record('a', 'pending')),
+    step(3, 'x', 0, null),
+    event(4, 'approval.requested', record('b', 'pending')),
+    event(5, 'approval.decided', record('a', 'rejected')),
+    event(6, 'approval.requested', record('a', 'pending'))
+  ]
+  const read = async (_runId: string, after: number, limit: number) => log.filter((e) => e.seq > after).slice(0, limit)
+  t.same(await readApprovals(read, 'r', 9), [
+    { approval: record('a', 'pending'), decided: record('a', 'rejected') },
+    { approval: record('b', 'pending') }
+  ])
+  t.same(await readApprovals(read, 'r', 3), [{ approval: record('a', 'pending') }], 'up to lastSeq only')
 })
 
 t.test('decisionOf: the compiled schemas are kept for a few hundred approvals, the oldest dropped first', async (t) => {
