@@ -2,7 +2,9 @@
 // otherwise. `node bench/pg-round-trips.js [dir-of-a-build]` (a dir holding dist/index.js, as bench/compare.js takes;
 // default: this checkout's build). Every query a pg client sends is one round trip (pg sends one at a time per
 // connection, and waits for its answer); what the service's timers send meanwhile (lease renewals, polls) is counted
-// over an idle stretch as long as the runs took, and taken off.
+// over an idle stretch as long as the runs took, and taken off. BENCH_CONCURRENCY=50 sends the runs 50 at a time instead:
+// what concurrent runs share (a group's statement on PostgreSQL, docs/stores.md "Round trips") is then one query for
+// all of them, so the figure is statements per run under that load.
 import { resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
@@ -10,6 +12,7 @@ import { jsonBody } from './lib/agents.js'
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const RUNS = Number(process.env.BENCH_RUNS ?? 200)
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 1)
 
 /** Counts every query sent by any pg client of this process, by its first words. */
 export function countQueries () {
@@ -28,7 +31,7 @@ export function countQueries () {
   }
 }
 
-export async function roundTrips (pkgDir, { runs = RUNS, log = console.log } = {}) {
+export async function roundTrips (pkgDir, { runs = RUNS, concurrency = CONCURRENCY, log = console.log } = {}) {
   const pkg = pkgDir === undefined ? 'fastify-agents' : resolve(pkgDir, 'dist/index.js')
   const lib = await import(pkg)
   const schema = `fa_bench_rt_groupcommit_${process.pid}`
@@ -49,7 +52,8 @@ export async function roundTrips (pkgDir, { runs = RUNS, log = console.log } = {
     await sleep(300)
     const before = counter.snapshot()
     const t0 = performance.now()
-    for (let i = 0; i < runs; i++) await run()
+    let sent = 0
+    await Promise.all(Array.from({ length: concurrency }, async () => { while (sent++ < runs) await run() }))
     // what is written behind (the audit's group commit) is in by now
     await sleep(100)
     const took = performance.now() - t0
@@ -68,7 +72,7 @@ export async function roundTrips (pkgDir, { runs = RUNS, log = console.log } = {
     }
     rows.sort((a, b) => b.perRun - a.perRun)
     for (const row of rows) log(`  ${row.perRun.toFixed(2).padStart(6)}  ${row.kind}${row.background > 0 ? `  (${row.background} while idle)` : ''}`)
-    log(`round trips to PostgreSQL per JSON run: ${perRun.toFixed(2)} (${runs} runs, one after another)`)
+    log(`round trips to PostgreSQL per JSON run: ${perRun.toFixed(2)} (${runs} runs, ${concurrency === 1 ? 'one after another' : `${concurrency} at a time`})`)
     return { perRun, rows }
   } finally {
     await service.close(0)

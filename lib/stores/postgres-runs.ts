@@ -105,6 +105,20 @@ type Ended = RunRow & { freed: string | null, queue_waits: boolean }
 
 function noop (): void {}
 
+/** A run's end waiting for its group's statement: as `end`'s arguments. */
+interface Ending {
+  runId: string
+  condition: RunCondition
+  events: readonly StoredEvent[]
+  end: RunEnd
+  expiresAt: number
+}
+
+/** Column `i` of each row: the arrays one unnest turns back into rows. */
+function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] {
+  return rows.map((row) => row[i])
+}
+
 /** One run's batch waiting for its group's statement. */
 interface Appending {
   runId: string
@@ -172,6 +186,12 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     maxWeight: NOTIFY_BYTES,
     windowMs: GROUP_WINDOW_MS
   })
+
+  /**
+   * The runs' ends that come while one is in flight go together in the next one: concurrent runs ending cost one
+   * statement a group (docs/stores.md, "Round trips").
+   */
+  readonly #ends = new GroupCommit<Ending, RunEnded | null>({ write: async (items) => this.#endGroup(items), key: (item) => item.runId })
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -293,6 +313,23 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    * one statement (docs/stores.md, "Round trips"): each run's column an array.
    */
   async #createGroup (items: readonly Creating[]): Promise<Array<true | Error>> {
+    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: the
+    // later one goes after, on its own.
+    const sessionIds = new Set<string | null>()
+    const later = new Set<Creating>()
+    for (const item of items) {
+      if (sessionIds.has(item.run.record.sessionId)) later.add(item)
+      else sessionIds.add(item.run.record.sessionId)
+    }
+    if (later.size === 0) return this.#createRows(items)
+    const outcomes = new Map<Creating, true | Error>()
+    const first = items.filter((item) => !later.has(item))
+    for (const [i, outcome] of (await this.#createRows(first)).entries()) outcomes.set(first[i]!, outcome)
+    for (const item of later) outcomes.set(item, await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
+    return items.map((item) => outcomes.get(item)!)
+  }
+
+  async #createRows (items: readonly Creating[]): Promise<Array<true | Error>> {
     const fresh = await items[0]!.sessions.freshSessions(items, 20)
     const columns: unknown[][] = Array.from({ length: 19 }, () => [])
     for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
@@ -373,12 +410,24 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
   }
 
   async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {
-    const [ended] = await this.sql<Ended>(this.#sql.end, [
+    return this.#ends.add({ runId, condition, events, end, expiresAt })
+  }
+
+  /** The ends of a group of runs in one statement: each one's, null for one whose condition failed (nothing written). */
+  async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
+    const rows = items.map(({ runId, condition, events, end, expiresAt }) => [
       runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
-      end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length,
-      events.map((e) => e.seq), events.map((e) => e.type), events.map((e) => e.data), ...conditionValues(condition)
+      end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
-    return ended === undefined ? null : { record: toRecord(ended), freed: ended.freed, queueWaits: ended.queue_waits }
+    const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))
+    const ended = await this.sql<Ended>(this.#sql.endGroup, [
+      ...rows[0]!.map((_, i) => column(rows, i)), ...[0, 1, 2, 3].map((i) => column(events, i))
+    ])
+    const byRun = new Map(ended.map((row) => [row.run_id, row]))
+    return items.map(({ runId }) => {
+      const row = byRun.get(runId)
+      return row === undefined ? null : { record: toRecord(row), freed: row.freed, queueWaits: row.queue_waits }
+    })
   }
 
   async start (runId: string, startedAt: string, lease: RunLease): Promise<Taken | null> {
@@ -590,10 +639,6 @@ function statements (runs: string, events: string, sessions: string, channel: st
     AND ($${n + 2}::text IS NULL OR owner = $${n + 2}) AND ($${n + 3}::timestamptz IS NULL OR lease_until < $${n + 3})
     AND ($${n + 4}::boolean IS NULL OR cancel_requested = $${n + 4})`
   const leased = `${COLUMNS}, owner, lease_until, detachable, cancel_requested`
-  const addEvents = (seqs: number, types: number, data: number, when: string): string => `
-    INSERT INTO ${events} (run_id, seq, type, data)
-    SELECT $1, e.seq, e.type, e.data FROM unnest($${seqs}::integer[], $${types}::text[], $${data}::text[]) AS e (seq, type, data)
-    WHERE EXISTS (SELECT 1 FROM ${when})`
   return {
     // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
     create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
@@ -682,26 +727,39 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT run_id, last_seq,
         (SELECT pg_notify(${channel}, 'g:' || json_agg(json_build_array(run_id, last_seq))::text) FROM run) AS notified
       FROM run`),
-    // The last events, the end and the session given back, in one statement, if the run is as the condition says:
-    // a queued detachable run waiting for that session is news for the claimers.
-    end: named(`
-      WITH ended AS (
-        UPDATE ${runs} SET status = $2, ended_at = $3, result = $4, error = $5, expires_at = $6, last_seq = last_seq + $7,
-          owner = NULL, lease_until = NULL
-        WHERE run_id = $1 AND ${condition(11)}
-        RETURNING ${COLUMNS}),
-      added AS (${addEvents(8, 9, 10, 'ended')}),
+    // The last events, the end and the session given back of each run of a group, in one statement, if the run is as its
+    // condition says: a queued detachable run waiting for that session is news for the claimers. Each column of the
+    // ends an array ($1 to $12: run, status, end, result, error, expiry, its events' count, its condition), and of
+    // their events ($13 to $16).
+    endGroup: named(`
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::timestamptz[], $7::integer[],
+          $8::text[], $9::integer[], $10::text[], $11::timestamptz[], $12::boolean[])
+        AS b (id, to_status, at, res, err, expires, n, c_status, c_seq, c_owner, c_lapsed, c_cancel)),
+      ended AS (
+        UPDATE ${runs} r SET status = b.to_status, ended_at = b.at, result = b.res, error = b.err, expires_at = b.expires,
+          last_seq = r.last_seq + b.n, owner = NULL, lease_until = NULL
+        FROM batch b
+        WHERE r.run_id = b.id AND r.status = b.c_status AND (b.c_seq IS NULL OR r.last_seq = b.c_seq)
+          AND (b.c_owner IS NULL OR r.owner = b.c_owner) AND (b.c_lapsed IS NULL OR r.lease_until < b.c_lapsed)
+          AND (b.c_cancel IS NULL OR r.cancel_requested = b.c_cancel)
+        RETURNING ${COLUMNS.split(', ').map((name) => `r.${name}`).join(', ')}),
+      added AS (
+        INSERT INTO ${events} (run_id, seq, type, data)
+        SELECT e.run_id, e.seq, e.type, e.data FROM unnest($13::text[], $14::integer[], $15::text[], $16::text[]) AS e (run_id, seq, type, data)
+        WHERE e.run_id IN (SELECT run_id FROM ended)),
       freed AS (
         DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
-        RETURNING h.session_id),
+        RETURNING h.session_id, h.run_id),
       waits AS (
-        SELECT EXISTS (SELECT 1 FROM ${runs} q JOIN freed ON q.session_id = freed.session_id
-          WHERE q.status = 'queued' AND q.detachable) AS queue_waits)
-      SELECT ended.*, (SELECT session_id FROM freed) AS freed, waits.queue_waits,
-        pg_notify(${channel}, 'e:' || run_id || ':' || last_seq) AS notified,
-        (SELECT pg_notify(${channel}, 's:' || session_id) FROM freed) AS notified_session,
+        SELECT freed.run_id, EXISTS (SELECT 1 FROM ${runs} q WHERE q.session_id = freed.session_id AND q.status = 'queued' AND q.detachable)
+          AS queue_waits
+        FROM freed)
+      SELECT ended.*, freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
+        pg_notify(${channel}, 'e:' || ended.run_id || ':' || ended.last_seq) AS notified,
+        CASE WHEN freed.session_id IS NOT NULL THEN pg_notify(${channel}, 's:' || freed.session_id) END AS notified_session,
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended, waits`),
+      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id`),
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

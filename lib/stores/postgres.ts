@@ -10,6 +10,7 @@ import { decidedStatus, failedDecision } from './rules.js'
 import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
 import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
+import { GroupCommit } from './group-commit.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
@@ -116,9 +117,19 @@ function toSession (row: SessionRow): SessionRecord {
 
 const SESSION_COLUMNS = 'id, agent, principal, created_at, last_active_at, turns, metadata'
 
+/** A session's turn waiting for its group's statement. */
+interface Turn {
+  id: string
+  /** the messages, as JSON */
+  messages: string
+  at: Date
+  expires: Date
+}
+
 export class PostgresSessionStore extends PostgresStore implements SessionStore {
   #purgedAt = 0
   #appendTurn: NamedStatement | null = null
+  readonly #turns = new GroupCommit<Turn, boolean>({ write: async (turns) => this.#appendTurns(turns), key: (turn) => turn.id })
 
   protected ddl (): string {
     // COLLATE "C": list() pages by (last_active_at, id); a byte order keeps that independent of the locale
@@ -186,14 +197,27 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
 
   async appendTurn (id: string, messages: readonly Message[], ttlMs: number): Promise<boolean> {
     checkTtl('ttlMs', ttlMs)
+    this.check()
     const now = Date.now()
+    return this.#turns.add({ id, messages: JSON.stringify(messages), at: new Date(now), expires: new Date(now + ttlMs) })
+  }
+
+  /**
+   * The turns of concurrent runs, each session's once per group, in one statement (docs/stores.md, "Round trips"):
+   * whether each session was there to take it.
+   */
+  async #appendTurns (turns: readonly Turn[]): Promise<boolean[]> {
     // every run's (named: prepared once per connection)
     this.#appendTurn ??= named(`
-      UPDATE ${this.table('sessions')} SET messages = messages || $2::jsonb, turns = turns + 1,
-        last_active_at = $3, expires_at = $4
-      WHERE id = $1 AND expires_at > $3 RETURNING id`)
-    const rows = await this.sql(this.#appendTurn, [id, JSON.stringify(messages), new Date(now), new Date(now + ttlMs)])
-    return rows.length === 1
+      UPDATE ${this.table('sessions')} s SET messages = s.messages || t.messages::jsonb, turns = s.turns + 1,
+        last_active_at = t.at, expires_at = t.expires
+      FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS t (id, messages, at, expires)
+      WHERE s.id = t.id AND s.expires_at > t.at RETURNING s.id`)
+    const rows = await this.sql<{ id: string }>(this.#appendTurn, [
+      turns.map((turn) => turn.id), turns.map((turn) => turn.messages), turns.map((turn) => turn.at), turns.map((turn) => turn.expires)
+    ])
+    const recorded = new Set(rows.map((row) => row.id))
+    return turns.map((turn) => recorded.has(turn.id))
   }
 
   async delete (id: string): Promise<boolean> {

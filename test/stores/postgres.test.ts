@@ -6,8 +6,8 @@ import type { Test } from 'tap'
 import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
-import type { ApprovalDecision, NewRun, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { auditCount, eventually, idempotencyRecord, percentile, tapTest } from '../helper.js'
+import type { ApprovalDecision, Message, NewRun, NewSession, RunEnd, StoreSet } from '../../lib/stores/types.js'
+import { auditCount, eventually, gate, idempotencyRecord, percentile, tapTest } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { MemorySessionStore } from '../../lib/stores/memory.js'
@@ -360,6 +360,85 @@ if (await pgReachable()) {
     t.equal(await alone.createWithSession(second, itsSession, HOUR, sessionStore), undefined, 'a run store made alone')
     t.same(queries, [])
     t.equal(await runStore.get(second.record.runId), null)
+  })
+
+  t.test('runs: concurrent runs\' creates, turns and ends go in one statement a group, each with its own outcome', async (t) => {
+    // the first statement of a kind is held while the next calls gather behind it
+    let held: Promise<void> | null = null
+    // the statements that fail, as a connection lost during them would
+    let fails = (text: string): boolean => text === ''
+    const { pool, queries } = spiedPool(t, async (text) => {
+      if (held !== null && !text.includes('LISTEN')) await held
+      if (fails(text)) throw new Error('Connection terminated unexpectedly')
+    })
+    const schema = withPgSchema(t, admin)
+    const stores = postgresStores(pool, { schema })
+    t.teardown(() => closeAll(stores))
+    const { runStore, sessionStore } = stores
+    await runStore.get('none')
+    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    // the first call's statement held until the others wait behind it
+    const holding = async <T>(calls: Array<() => Promise<T>>): Promise<T[]> => {
+      const { promise, release } = gate()
+      held = promise
+      queries.length = 0
+      const first = calls[0]!()
+      await eventually(() => queries.length === 1)
+      const results = [first, ...calls.slice(1).map((call) => call())]
+      await sleep(50)
+      held = null
+      release()
+      return Promise.all(results)
+    }
+    const fresh = (run: NewRun): NewSession =>
+      ({ id: run.record.sessionId!, agent: 'echo', principal: 'alice', metadata: {} })
+
+    const runs = Array.from({ length: 5 }, () => newRun())
+    // two runs making one session (ids a caller chose) share no statement: the second is written after, and its
+    // statement failing fails it alone
+    const twins = [newRun({ sessionId: 'shared' }), newRun({ sessionId: 'shared' })]
+    let creates = 0
+    fails = (text) => text.includes('session AS (') && ++creates === 3
+    const created = await holding([...runs, ...twins].map((run) => async () =>
+      runStore.createWithSession!(run, fresh(run), HOUR, sessionStore).catch((error: Error) => error.message)))
+    t.same(created, [...Array(6).fill({ outcome: 'created' }), 'Connection terminated unexpectedly'])
+    t.equal(queries.length, 3, 'the first alone, then the others in one statement but for the second twin')
+    for (const run of [...runs, twins[0]!]) t.match(await runStore.get(run.record.runId), { status: 'running', sessionId: run.record.sessionId })
+    t.equal(await runStore.get(twins[1]!.record.runId), null)
+    t.match(await sessionStore.get('shared'), { id: 'shared', turns: 0 })
+
+    const turn = (runId: string): Message[] => [{ role: 'user', content: { text: runId }, runId, at: new Date().toISOString() }]
+    const turns = await holding([
+      async () => sessionStore.appendTurn('before', turn('first'), HOUR),
+      ...runs.map((run) => async () => sessionStore.appendTurn(run.record.sessionId!, turn(run.record.runId), HOUR)),
+      async () => sessionStore.appendTurn('missing', turn('x'), HOUR),
+      // a session's second turn waits for the next group, in order
+      async () => sessionStore.appendTurn(runs[0]!.record.sessionId!, turn('again'), HOUR)
+    ])
+    t.same(turns, [true, true, true, true, true, true, false, true])
+    t.equal(queries.length, 3, 'the first alone, the others but one together, then the second turn')
+    t.match(await sessionStore.get(runs[0]!.record.sessionId!), { turns: 2, messages: [{ content: { text: runs[0]!.record.runId } }, { content: { text: 'again' } }] })
+
+    // one end whose condition fails (its log moved: a retry bringing an event it holds) is decided again, alone
+    await runStore.append(runs[4]!.record.runId, [event(1)], OWNER)
+    const ended = await holding(runs.map((run) => async () =>
+      runStore.finish(run.record.runId, [event(1), event(2, 'run.failed')], cancelledEnd(), HOUR, OWNER)))
+    t.match(ended, runs.map((run) => ({ runId: run.record.runId, status: 'cancelled', lastSeq: 2 })))
+    t.equal(queries.filter((text) => text.includes('UPDATE')).length, 3, 'the first alone, the others in one statement, the moved one again')
+    for (const run of runs) t.same((await runStore.events(run.record.runId, 0, 10)).map((e) => e.seq), [1, 2])
+    // each ended run gave its session back
+    t.match(await runStore.create(newRun({ sessionId: runs[0]!.record.sessionId }), { exclusive: true }), { outcome: 'created' })
+
+    // a statement that fails fails each of its callers, as it would have failed each alone
+    const lost = Array.from({ length: 3 }, () => newRun())
+    await Promise.all(lost.map((run) => runStore.create(run, { exclusive: false })))
+    fails = (text) => text.includes('UPDATE')
+    const outcomes = await holding(lost.map((run) => async () =>
+      runStore.finish(run.record.runId, [], cancelledEnd(), HOUR, OWNER).then(() => 'ended', (error: Error) => error.message)))
+    fails = () => false
+    t.same(outcomes, Array(3).fill('Connection terminated unexpectedly'))
+    t.equal(queries.length, 2, 'two statements, the first alone')
+    for (const run of lost) t.match(await runStore.get(run.record.runId), { status: 'running' })
   })
 
   t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
