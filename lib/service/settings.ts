@@ -1,8 +1,8 @@
-import { createRequire } from 'node:module'
 import type { Registry } from 'prom-client'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import { AgentNamePattern } from '../../schemas/common.js'
-import { AgentServiceOptions as OptionsSchema, AdminApiOptions as AdminApiSchema, ApiKeyAuthOptions, JwtAuthOptions, storeMethods } from '../../schemas/options.js'
+import { storeMethods } from '../../schemas/options.js'
+import * as generatedValidators from './options-validators.js'
 import { jwtAlgorithms } from '../auth/credentials.js'
 import { DEFAULT_DRAIN_TIMEOUT_MS } from './drain.js'
 import { DEFAULT_MAX_RUN_ATTEMPTS, DEFAULT_RUN_CONCURRENCY, DEFAULT_RUN_LEASE_MS } from '../runs/worker.js'
@@ -125,37 +125,10 @@ export interface Injected {
   readonly scheduleHooks?: SchedulerHooks
 }
 
-const checkMethods: ((methods: string[], data: unknown) => boolean) & { errors?: Array<Partial<ErrorObject>> } = (methods, data) => {
-  const missing = methods.filter((m) => typeof (data as Record<string, unknown>)?.[m] !== 'function')
-  if (missing.length === 0) return true
-  checkMethods.errors = [{ keyword: 'x-methods', message: `must have method${missing.length > 1 ? 's' : ''} ${missing.map((m) => `${m}()`).join(', ')}`, params: { missing } }]
-  return false
-}
-
-interface Validators {
-  options: ValidateFunction
-  apiKeyAuth: ValidateFunction
-  jwtAuth: ValidateFunction
-  adminApi: ValidateFunction
-}
-let compiled: Validators | null = null
-
-/** The options' validators, compiled once, on first use: importing the package compiles nothing (bench/import.js). */
-function validators (): Validators {
-  if (compiled !== null) return compiled
-  // required here, not imported: the package's import loads no Ajv either
-  const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv')
-  // unoptimized code: the options are checked once per service, and this halves the compile (every process pays it)
-  const ajv = new AjvClass({ allErrors: true, strict: false, code: { optimize: false }, validateSchema: false })
-  ajv.addKeyword({ keyword: 'x-methods', schemaType: 'array', errors: true, validate: checkMethods })
-  compiled = {
-    options: ajv.compile(OptionsSchema),
-    apiKeyAuth: ajv.compile(ApiKeyAuthOptions),
-    jwtAuth: ajv.compile(JwtAuthOptions),
-    adminApi: ajv.compile(AdminApiSchema)
-  }
-  return compiled
-}
+// The options' validators: Ajv's code generated from their schemas (test/app/options-validators.test.ts keeps it so),
+// so that no process compiles them
+const { options: validateOptions, adminApi: validateAdminApi, apiKeyAuth: validateApiKeyAuth, jwtAuth: validateJwtAuth } =
+  generatedValidators as unknown as Record<'options' | 'adminApi' | 'apiKeyAuth' | 'jwtAuth', ValidateFunction>
 
 const agentName = new RegExp(AgentNamePattern)
 let adminApiTrueWarned = false
@@ -199,7 +172,6 @@ function adminApiProblems (adminApi: AdminApiOptions): string[] {
 function authProblems (auth: unknown): string[] {
   if (typeof auth !== 'object' || auth === null) return ['/auth must be object']
   const strategy = (auth as { strategy?: unknown }).strategy
-  const { apiKeyAuth: validateApiKeyAuth, jwtAuth: validateJwtAuth } = validators()
   if (strategy === 'api-key') return validateApiKeyAuth(auth) ? [] : describe(validateApiKeyAuth.errors, '/auth')
   if (strategy !== 'jwt') return ['/auth/strategy must be "api-key" or "jwt"']
   if (!validateJwtAuth(auth)) return describe(validateJwtAuth.errors, '/auth')
@@ -237,7 +209,6 @@ function agentProblems (name: string, agent: Agent | null | undefined, compiled:
 export function resolveSettings (options: AgentServiceOptions): Settings {
   if (typeof options !== 'object' || options === null) throw new InvalidOptionsError('/ must be object')
   const problems: string[] = []
-  const { options: validateOptions, adminApi: validateAdminApi } = validators()
   if (!validateOptions(options)) problems.push(...describe(validateOptions.errors))
 
   const agentSchemas = new Map<string, CompiledAgentSchemas>()
