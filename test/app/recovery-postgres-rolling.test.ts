@@ -23,8 +23,9 @@ if (await requirePg(t)) {
     const lease = 5_000
     const drain = 1_000
     const [a, b] = await Promise.all([start('a1', lease, drain), start('b1', lease, drain)])
-    // long enough to be in flight through both drains (an instance takes a few seconds to start on a busy machine)
-    const ids = await Promise.all(Array.from({ length: 50 }, (_, i) => postBackground(i % 2 === 0 ? a : b, 'resumable', { steps: 40, stepMs: 200 })))
+    // long enough to be in flight through both drains: an instance takes a few seconds to start on a busy machine
+    // (at 8 s, a restart under the whole suite's load came up after B had run every run to its end)
+    const ids = await Promise.all(Array.from({ length: 50 }, (_, i) => postBackground(i % 2 === 0 ? a : b, 'resumable', { steps: 75, stepMs: 200 })))
     // every run in flight before the first drain (a fixed wait of 300 ms could be too short on a busy machine: runs
     // still being claimed as A began to drain)
     await eventually(() => new Set(executions().filter((row) => row.kind === 'start').map((row) => row.run_id)).size === ids.length, 30_000, 'every run started')
