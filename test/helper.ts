@@ -6,6 +6,7 @@ import { createAgentService } from '../app/service.js'
 import type { AgentService } from '../app/service.js'
 import type { Agent, AgentServiceOptions } from '../lib/core/types.js'
 import { INJECT } from '../lib/service/settings.js'
+import { memoryStores } from '../lib/stores/memory.js'
 import type { Injected } from '../lib/service/settings.js'
 import type { Registrar } from '../lib/testing/check.js'
 
@@ -26,6 +27,20 @@ export function build (t: Test, options: Partial<AgentServiceOptions> = {}): Age
   const service = createAgentService({ logger: false, agents: { echo }, ...options })
   t.teardown(() => service.close(0))
   return service
+}
+
+/**
+ * Two services on one set of memory stores, both ready: `a` runs what is posted to it, `b` claims nothing until the
+ * test starts its worker (`b.app.agentService.worker.start(b.app.log)`), to take a run over after a drain or a death.
+ */
+export async function handOffPair (t: Test, options: Partial<AgentServiceOptions> = {}): Promise<{ a: AgentService, b: AgentService, stores: ReturnType<typeof memoryStores> }> {
+  const stores = memoryStores()
+  const a = build(t, { ...stores, ...options })
+  const b = build(t, { ...stores, ...options })
+  await a.app.ready()
+  await b.app.ready()
+  b.app.agentService.worker.stopClaiming()
+  return { a, b, stores }
 }
 
 /** A service listening on 127.0.0.1 with a random port, for tests about sockets. */

@@ -13,10 +13,9 @@ import * as aiTest from 'ai/test'
 import type { LanguageModelV4CallOptions, LanguageModelV4StreamPart, LanguageModelV4Usage } from '@ai-sdk/provider'
 import { z } from 'zod'
 import { aiSdkAgent, durableModel, durableTools, modelMessages } from '../../adapters/ai-sdk.js'
-import { memoryStores } from '../../lib/stores/memory.js'
 import type { StreamTextOutputV6 } from '../../adapters/ai-sdk.js'
 import type { ApprovalRecord } from '../../lib/stores/types.js'
-import { build, eventually, keepAlive, listen, parseSse } from '../helper.js'
+import { build, eventually, handOffPair, keepAlive, listen, parseSse } from '../helper.js'
 import { openSse, openWs } from '../helpers/streams.js'
 
 // test/adapters/ai-sdk-majors.test.ts runs this file against ai 6 too (what Node 20 installs). ai 7's models speak
@@ -476,12 +475,7 @@ t.test('durableTools: a tool completed before a drain\'s hand-off is not execute
       return streamText({ model, tools, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
     }
   })
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents: { payer } })
-  const b = build(t, { ...stores, agents: { payer } })
-  await a.app.ready()
-  await b.app.ready()
-  b.app.agentService.worker.stopClaiming()
+  const { a, b } = await handOffPair(t, { agents: { payer } })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/payer/runs', payload: { input: 'pay', background: true } })).json()
   await eventually(() => model.doStreamCalls.length === 2)
   await a.close(50)
@@ -507,13 +501,7 @@ function untilAborted (options: LanguageModelV4CallOptions): ReadableStream<Lang
 
 /** Two services on one set of stores: `a` runs the first attempt, `b` takes the run over when `a` drains. */
 async function handOff (t: Test, agents: Record<string, ReturnType<typeof aiSdkAgent>>) {
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents })
-  const b = build(t, { ...stores, agents })
-  await a.app.ready()
-  await b.app.ready()
-  b.app.agentService.worker.stopClaiming()
-  return { a, b }
+  return await handOffPair(t, { agents })
 }
 
 t.test('durableModel: a model call finished before a drain\'s hand-off is not made again, nor its tool executed', async (t) => {

@@ -10,8 +10,7 @@ import { langGraphAgent } from '../../adapters/langchain.js'
 import type { InterruptDecision } from '../../adapters/langchain.js'
 import { runCheckpointer } from '../../adapters/langgraph-checkpointer.js'
 import type { Agent, AgentEvent, AgentResult, RunContext } from '../../lib/core/types.js'
-import { memoryStores } from '../../lib/stores/memory.js'
-import { build, eventually, gate, keepAlive, orAbort, parseSse } from '../helper.js'
+import { build, eventually, handOffPair, gate, keepAlive, orAbort, parseSse } from '../helper.js'
 
 /**
  * Two nodes, each counting its executions: `first` answers "one", `second` "two: <what it saw>", and waits for
@@ -45,13 +44,7 @@ function savedText (state: unknown): string {
 }
 
 async function handOff (t: Test, agents: Record<string, Agent>) {
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents })
-  const b = build(t, { ...stores, agents })
-  await a.app.ready()
-  await b.app.ready()
-  b.app.agentService.worker.stopClaiming()
-  return { a, b, stores }
+  return await handOffPair(t, { agents })
 }
 
 t.test('a graph handed off after its first node: the next attempt goes on from the checkpoint, the first node not run again', async (t) => {

@@ -8,7 +8,7 @@ import { memoryStores } from '../../lib/stores/memory.js'
 import { cancelledEnd } from '../../lib/runs/start.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
-import { build, eventually, gate, keepAlive, orAbort, parseSse, sleep } from '../helper.js'
+import { build, eventually, handOffPair, gate, keepAlive, orAbort, parseSse, sleep } from '../helper.js'
 import { cancelAskedAtHandOff, cancelAskedBeforeDeath } from '../helpers/recovery.js'
 
 type Service = ReturnType<typeof build>
@@ -186,12 +186,7 @@ t.test('a drain hands off what can go on elsewhere, and ends the rest with SHUTD
     moving: { resumable: true, async run (_i, ctx) { ran.push(`moving:${ctx.requestId}`); await orAbort(release.promise, ctx.signal); return { output: 'moved' } } },
     staying: { async run (_i, ctx) { await orAbort(release.promise, ctx.signal); return { output: 'stayed' } } }
   }
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents })
-  const b = build(t, { ...stores, agents })
-  await a.app.ready()
-  await b.app.ready()
-  b.app.agentService.worker.stopClaiming()
+  const { a, b } = await handOffPair(t, { agents })
   const moving = (await a.app.inject({ method: 'POST', url: '/v1/agents/moving/runs', payload: { input: null, background: true } })).json()
   const staying = (await a.app.inject({ method: 'POST', url: '/v1/agents/staying/runs', payload: { input: null, background: true } })).json()
   await eventually(() => a.app.agentService.runs.size === 2)

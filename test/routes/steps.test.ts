@@ -5,7 +5,7 @@
 import t from 'tap'
 import type { Agent, RunContext, StepInfo } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
-import { build, eventually, gate, orAbort, parseSse, sleep } from '../helper.js'
+import { build, eventually, handOffPair, gate, orAbort, parseSse, sleep } from '../helper.js'
 import { MIN_RUN_LEASE_MS } from '../../schemas/options.js'
 
 t.test('a drain hands a stepped run off: the next attempt gets the completed steps from the journal, runs the rest', async (t) => {
@@ -24,12 +24,7 @@ t.test('a drain hands a stepped run off: the next attempt gets the completed ste
       return { output: { one, two, three } }
     }
   }
-  const stores = memoryStores()
-  const a = build(t, { ...stores, agents: { stepped } })
-  const b = build(t, { ...stores, agents: { stepped } })
-  await a.app.ready()
-  await b.app.ready()
-  b.app.agentService.worker.stopClaiming()
+  const { a, b } = await handOffPair(t, { agents: { stepped } })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/stepped/runs', payload: { input: null, background: true } })).json()
   await eventually(() => executed.length === 2)
   await a.close(50)
