@@ -37,22 +37,27 @@ const PAGE = 1_000
 export async function readJournal (read: ReadEvents, sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>> {
   const steps = new Map<number, JournaledStep>()
   for (const source of sources) {
-    let after = 0
-    while (after < source.lastSeq) {
-      const page = await read(source.runId, after, Math.min(PAGE, source.lastSeq - after))
-      if (page.length === 0) break
-      for (const event of page) {
-        if (event.type !== STEP_COMPLETED) continue
-        const { name, index, output } = JSON.parse(event.data) as { name: string, index: number, output: unknown }
-        if (steps.has(index)) continue
-        const step: JournaledStep = { name, index, json: JSON.stringify(output) }
-        if (source.foreign === true) step.foreign = true
-        steps.set(index, step)
-      }
-      after = page.at(-1)!.seq
-    }
+    await eachEvent(read, source.runId, source.lastSeq, (event) => {
+      if (event.type !== STEP_COMPLETED) return
+      const { name, index, output } = JSON.parse(event.data) as { name: string, index: number, output: unknown }
+      if (steps.has(index)) return
+      const step: JournaledStep = { name, index, json: JSON.stringify(output) }
+      if (source.foreign === true) step.foreign = true
+      steps.set(index, step)
+    })
   }
   return steps
+}
+
+/** Each event of a run's log up to `lastSeq`, page by page; a log shorter than said (purged) ends the walk. */
+async function eachEvent (read: ReadEvents, runId: string, lastSeq: number, visit: (event: StoredEvent) => void): Promise<void> {
+  let after = 0
+  while (after < lastSeq) {
+    const page = await read(runId, after, Math.min(PAGE, lastSeq - after))
+    if (page.length === 0) return
+    for (const event of page) visit(event)
+    after = page.at(-1)!.seq
+  }
 }
 
 /** What is wrong with a step's name (the rules of a custom event type), or null. */
@@ -77,21 +82,15 @@ export interface JournaledApproval {
  */
 export async function readApprovals (read: ReadEvents, runId: string, lastSeq: number): Promise<JournaledApproval[]> {
   const byId = new Map<string, JournaledApproval>()
-  let after = 0
-  while (after < lastSeq) {
-    const page = await read(runId, after, Math.min(PAGE, lastSeq - after))
-    if (page.length === 0) break
-    for (const event of page) {
-      if (event.type !== 'approval.requested' && event.type !== 'approval.decided') continue
-      const { approval } = JSON.parse(event.data) as { approval: ApprovalRecord }
-      if (event.type === 'approval.requested') {
-        if (!byId.has(approval.id)) byId.set(approval.id, { approval })
-      } else {
-        const asked = byId.get(approval.id)
-        if (asked !== undefined) asked.decided = approval
-      }
+  await eachEvent(read, runId, lastSeq, (event) => {
+    if (event.type !== 'approval.requested' && event.type !== 'approval.decided') return
+    const { approval } = JSON.parse(event.data) as { approval: ApprovalRecord }
+    if (event.type === 'approval.requested') {
+      if (!byId.has(approval.id)) byId.set(approval.id, { approval })
+    } else {
+      const asked = byId.get(approval.id)
+      if (asked !== undefined) asked.decided = approval
     }
-    after = page.at(-1)!.seq
-  }
+  })
   return [...byId.values()]
 }
