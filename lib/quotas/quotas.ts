@@ -95,7 +95,7 @@ export class Quotas implements RunQuotas {
     return {
       event: (event: RunEvent) => inner.event(event),
       ending: () => inner.ending?.(),
-      finish: async (event, outcome, lease) => (await Promise.all([inner.finish(event, outcome, lease), this.#ended(principal, runId, outcome)]))[0],
+      finish: async (event, outcome, lease, turn) => (await Promise.all([inner.finish(event, outcome, lease, turn), this.#ended(principal, runId, outcome)]))[0],
       flush: () => inner.flush(),
       durable: (seq, lease) => inner.durable(seq, lease)
     }

@@ -1,6 +1,6 @@
 import type { AgentRun, RunCapabilities } from './run.js'
 import { iso } from '../stores/common.js'
-import type { ApprovalRecord, ApprovalStore, CheckpointStore, RunStore, SessionStore } from '../stores/types.js'
+import type { ApprovalRecord, ApprovalStore, CheckpointStore, EndTurn, RunStore, SessionStore } from '../stores/types.js'
 import { readApprovals, readJournal } from './steps.js'
 import type { JournalSource, JournaledApproval, JournaledStep } from './steps.js'
 import type { ApprovalRequest, Decision } from '../core/types.js'
@@ -41,6 +41,11 @@ function toDecision (approval: ApprovalRecord): Decision {
 function keeping (run: AgentRun, what: string): string {
   if (run.sessionId === null) throw new TypeError(`${what}: an ephemeral run (store: false) keeps no approvals or checkpoints`)
   return run.sessionId
+}
+
+/** The run's session was deleted, expired or (memory store) evicted while it was going: the run stands, its turn has nowhere to go. */
+export function turnLost (log: AgentRun['options']['log'], runId: string, sessionId: string): void {
+  log.warn({ runId, sessionId }, 'the session was gone when the run completed: its turn was not recorded')
 }
 
 /** What the approvals' figures are told. */
@@ -142,17 +147,19 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
     if (run.signal.aborted) throw run.signal.reason
   }
 
-  async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<void> {
+  async function finish (run: AgentRun, result: Parameters<RunCapabilities['finish']>[1]): Promise<EndTurn | undefined> {
     // an ephemeral run keeps nothing
     if (run.sessionId === null) return
     const at = iso(Date.now())
-    const recorded = await sessionStore.appendTurn(run.sessionId, [
+    const messages = [
       { role: 'user', content: run.options.input, runId: run.runId, at },
       { role: 'assistant', content: result.output, runId: run.runId, at }
-    ], sessionTtlMs)
-    // deleted, expired or (memory store) evicted while the run was going: the run stands, its turn has nowhere to go
-    if (!recorded) run.options.log.warn({ runId: run.runId, sessionId: run.sessionId }, 'the session was gone when the run completed: its turn was not recorded')
+    ] as const
+    // written with the run's end where the run store can (docs/stores.md, "Round trips"): one round trip fewer
+    const turn = run.options.sink === null ? undefined : runStore.turnWithEnd?.(sessionStore, run.sessionId, messages, sessionTtlMs)
+    if (turn === undefined && !await sessionStore.appendTurn(run.sessionId, messages, sessionTtlMs)) turnLost(run.options.log, run.runId, run.sessionId)
     if (run.checkpointed) await checkpointStore.delete(run.runId)
+    return turn
   }
 
   function journal (sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>> {

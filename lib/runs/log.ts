@@ -4,7 +4,8 @@ import { iso } from '../stores/common.js'
 import { cancelledFinish } from '../stores/run-policy.js'
 import { isUnavailable } from '../stores/deadline.js'
 import { RunLeaseLostError, StoreUnavailableError } from '../core/errors.js'
-import type { RunEnd, RunStore, StoredEvent } from '../stores/types.js'
+import type { EndTurn, RunEnd, RunStore, StoredEvent } from '../stores/types.js'
+import { turnLost } from './capabilities.js'
 import type { LeaseHolder, RunEvent, RunOutcome, RunSink } from './run.js'
 
 /**
@@ -163,7 +164,7 @@ export class RunLog implements RunSink {
    * to send, why: the run is not this instance's to end any more (INSTANCE_LOST: it goes on elsewhere), or its end
    * could not be stored while its lease lasted (STORE_UNAVAILABLE). Never rejects.
    */
-  async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'> {
+  async finish (event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder, turn?: EndTurn): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'> {
     this.#ending = true
     this.#hurry?.()
     await this.flush()
@@ -172,7 +173,9 @@ export class RunLog implements RunSink {
     events.push(stored(event))
     const { store, runId, retentionMs, owner } = this.#options
     const end = runEnd(outcome)
-    const record = this.#lost ? LOST : await this.#retried('finish', lease, () => store.finish(runId, events, end, retentionMs, owner))
+    // with the session's turn (capabilities.finish left it to this write): written if the run ends here
+    const record = this.#lost ? LOST : await this.#retried('finish', lease, () => store.finish(runId, events, end, retentionMs, owner, turn))
+    if (turn?.recorded === false) turnLost(this.#options.log, runId, turn.sessionId)
     if (record === FAILED) return 'STORE_UNAVAILABLE'
     if (record === LOST || record === null) return this.#endedElsewhere(events[0]!.seq, lease)
     if (record.status === end.status) {

@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type {
   Agent, AgentEvent, AgentResult, ApprovalRequest, Decision, RunContext, StepInfo, TraceContext
 } from '../core/types.js'
-import type { Message } from '../stores/types.js'
+import type { EndTurn, Message } from '../stores/types.js'
 import { startRunTrace } from '../core/tracing.js'
 import type { RunTrace } from '../core/tracing.js'
 import { CANCELLED_ERROR } from '../stores/run-policy.js'
@@ -43,7 +43,7 @@ export interface RunSink {
    * not this instance's to end any more (it goes on elsewhere); `STORE_UNAVAILABLE`, its end could not be stored
    * while its lease lasted. Never rejects.
    */
-  finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'>
+  finish(event: RunEvent, outcome: Exclude<RunOutcome, { status: 'detached' }>, lease: LeaseHolder, turn?: EndTurn): Promise<RunEvent | 'INSTANCE_LOST' | 'STORE_UNAVAILABLE'>
   /**
    * Resolves once the log holds the event of `seq` (a write that failed is tried again while `lease` lasts); rejects
    * when it cannot: the run is another instance's now, or the store stayed away. A sink without it stores at once.
@@ -75,8 +75,11 @@ export type RunOutcome =
 export interface RunCapabilities {
   requestApproval(run: AgentRun, request: ApprovalRequest): Promise<Decision>
   checkpoint(run: AgentRun, state: unknown): Promise<void>
-  /** Persists what a completed run leaves behind (session turn, checkpoint removal) before `run.completed`. */
-  finish(run: AgentRun, result: RunResult): Promise<void>
+  /**
+   * Persists what a completed run leaves behind (session turn, checkpoint removal) before `run.completed`; resolves
+   * with the session's turn when it is left to the end's write instead (the sink's `finish`, RunStore.turnWithEnd).
+   */
+  finish(run: AgentRun, result: RunResult): Promise<EndTurn | undefined | void>
   /** The completed steps of some logs (the run store's), the first source's first; without it, a run has no journal to replay. */
   journal?(sources: readonly JournalSource[]): Promise<Map<number, JournaledStep>>
   /** The approvals an earlier attempt of the run asked for, read from its own log up to `lastSeq`. */
@@ -358,7 +361,7 @@ export class AgentRun {
       const runResult = this.#toRunResult(result)
       this.#finishing = true
       this.options.sink?.ending?.()
-      this.options.capabilities.finish(this, runResult).then(() => this.#complete(runResult)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
+      this.options.capabilities.finish(this, runResult).then((turn) => this.#complete(runResult, turn ?? undefined)).catch((err: unknown) => this.#fail('AGENT_ERROR', err))
     } catch (err) {
       // a result whose getters throw, a finish() that throws before returning its promise
       this.#fail('AGENT_ERROR', err)
@@ -545,9 +548,9 @@ export class AgentRun {
     }
   }
 
-  #complete (runResult: RunResult): void {
+  #complete (runResult: RunResult, turn: EndTurn | undefined): void {
     if (this.#settled) return
-    this.#end('run.completed', runResult, { status: 'completed', result: runResult, durationMs: performance.now() - this.#started })
+    this.#end('run.completed', runResult, { status: 'completed', result: runResult, durationMs: performance.now() - this.#started }, turn)
   }
 
   #fail (code: RunFailureCode, error: unknown): void {
@@ -562,7 +565,7 @@ export class AgentRun {
   }
 
   /** No event after the terminal one; it is stored (the sink) before it is delivered and the run settles. */
-  #end (type: string, data: unknown, outcome: Exclude<RunOutcome, { status: 'detached' }>): void {
+  #end (type: string, data: unknown, outcome: Exclude<RunOutcome, { status: 'detached' }>, turn?: EndTurn): void {
     this.#settled = true
     clearTimeout(this.#timer)
     let event: RunEvent
@@ -579,7 +582,7 @@ export class AgentRun {
     if (this.#firstEventMs < 0) this.#firstEventMs = performance.now() - this.#started
     const sink = this.options.sink
     if (sink === null) this.#settle(event, outcome)
-    else void sink.finish(event, outcome, this).then((kept) => this.#stored(event, outcome, kept))
+    else void sink.finish(event, outcome, this, turn).then((kept) => this.#stored(event, outcome, kept))
   }
 
   /** The run's client is sent the terminal event the log kept, and none when there is none to send (the run stops here). */

@@ -16,11 +16,12 @@ import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
 import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
-import type { CreateRunResult, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
+import type { CreateRunResult, EndTurn, Message, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
 interface FreshSessions {
   freshSessions(sessions: ReadonlyArray<{ session: NewSession, ttlMs: number }>, first: number): Promise<{ text: string, values: unknown[] }>
+  turnsFrom(rows: string): Promise<string>
 }
 
 /** A run with its fresh session, waiting for its group's statement. */
@@ -112,7 +113,15 @@ interface Ending {
   events: readonly StoredEvent[]
   end: RunEnd
   expiresAt: number
+  /** its session's turn, written with it (PostgresRunStore.turnWithEnd) */
+  turn: EndTurn | undefined
 }
+
+/**
+ * What jsonb refuses of a turn's JSON (a NUL, a lone surrogate): such a turn is appended on its own, so that its
+ * failure is its run's, not its group's. (A string holding a backslash and such text matches too: it goes on its own.)
+ */
+const JSONB_REFUSES = /\\u(0000|d[89a-f])/i
 
 /** Column `i` of each row: the arrays one unnest turns back into rows. */
 function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] {
@@ -192,6 +201,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    * statement a group (docs/stores.md, "Round trips").
    */
   readonly #ends = new GroupCommit<Ending, RunEnded | null>({ write: async (items) => this.#endGroup(items), key: (item) => item.runId })
+  /** the session store of the same database (postgresStores pairs them): a run's turn goes in with its end */
+  sessions: FreshSessions | null = null
+  #endTurnsStatement: NamedStatement | null = null
 
   constructor (source: PostgresSource, options: PostgresRunStoreOptions = {}) {
     super(source, options)
@@ -409,24 +421,56 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     return items.map((item) => appended.get(item.runId) ?? null)
   }
 
-  async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {
-    return this.#ends.add({ runId, condition, events, end, expiresAt })
+  async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number, turn?: EndTurn): Promise<RunEnded | null> {
+    return this.#ends.add({ runId, condition, events, end, expiresAt, turn })
   }
 
-  /** The ends of a group of runs in one statement: each one's, null for one whose condition failed (nothing written). */
+  /**
+   * The ends of a group of runs in one statement, with their sessions' turns: each one's, null for one whose condition
+   * failed (nothing written). Two turns of one session would be one row updated twice in one UPDATE, which keeps one:
+   * the later one goes after, on its own.
+   */
   async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
+    const sessionIds = new Set<string>()
+    const later = new Set<Ending>()
+    for (const item of items) {
+      if (item.turn === undefined) continue
+      if (sessionIds.has(item.turn.sessionId)) later.add(item)
+      else sessionIds.add(item.turn.sessionId)
+    }
+    if (later.size === 0) return this.#endRows(items)
+    const outcomes = new Map<Ending, RunEnded | null>()
+    const first = items.filter((item) => !later.has(item))
+    for (const [i, outcome] of (await this.#endRows(first)).entries()) outcomes.set(first[i]!, outcome)
+    for (const item of later) outcomes.set(item, (await this.#endRows([item]))[0]!)
+    return items.map((item) => outcomes.get(item)!)
+  }
+
+  async #endRows (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
     const rows = items.map(({ runId, condition, events, end, expiresAt }) => [
       runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
     const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))
-    const ended = await this.sql<Ended>(this.#sql.endGroup, [
-      ...rows[0]!.map((_, i) => column(rows, i)), ...[0, 1, 2, 3].map((i) => column(events, i))
-    ])
+    const values = [...rows[0]!.map((_, i) => column(rows, i)), ...[0, 1, 2, 3].map((i) => column(events, i))]
+    let statement = this.#sql.endGroup
+    if (items.some((item) => item.turn !== undefined)) {
+      // the turns' columns ($17 to $20: session, messages, at, expiry), null for an end without one
+      this.#endTurnsStatement ??= named(this.#sql.endGroupWithTurns(await this.sessions!.turnsFrom(
+        '(SELECT b.t_session, b.t_messages, b.t_at, b.t_expires FROM batch b JOIN ended e ON e.run_id = b.id WHERE b.t_session IS NOT NULL) AS t (id, messages, at, expires)')))
+      statement = this.#endTurnsStatement
+      const now = Date.now()
+      values.push(
+        items.map(({ turn }) => turn?.sessionId ?? null), items.map(({ turn }) => turn?.messages ?? null),
+        items.map(() => new Date(now)), items.map(({ turn }) => turn === undefined ? null : new Date(now + turn.ttlMs)))
+    }
+    const ended = await this.sql<Ended & { turned?: boolean }>(statement, values)
     const byRun = new Map(ended.map((row) => [row.run_id, row]))
-    return items.map(({ runId }) => {
+    return items.map(({ runId, turn }) => {
       const row = byRun.get(runId)
-      return row === undefined ? null : { record: toRecord(row), freed: row.freed, queueWaits: row.queue_waits }
+      if (row === undefined) return null
+      if (turn !== undefined) turn.recorded = row.turned
+      return { record: toRecord(row), freed: row.freed, queueWaits: row.queue_waits }
     })
   }
 
@@ -559,7 +603,21 @@ export class PostgresRunStore extends BackedRunStore {
   /** Pairs this store with the session store of the same database (postgresStores does): see createWithSession. */
   withSessions (sessions: FreshSessions): this {
     this.#sessionStore = sessions
+    this.#pg.sessions = sessions
     return this
+  }
+
+  /**
+   * A session's turn to write with its run's end, in one statement: one round trip fewer for every run that keeps
+   * a session (docs/stores.md, "Round trips"). Undefined when `sessions` is not the session store of this one's
+   * database, or jsonb would refuse the messages: the caller appends the turn first.
+   */
+  turnWithEnd (sessions: SessionStore, sessionId: string, messages: readonly Message[], ttlMs: number): EndTurn | undefined {
+    const paired = this.#sessionStore
+    if (paired === null || (sessions as { [UNWRAPPED]?: unknown })[UNWRAPPED] !== paired) return undefined
+    checkTtl('ttlMs', ttlMs)
+    const json = JSON.stringify(messages)
+    return JSONB_REFUSES.test(json) ? undefined : { sessionId, messages: json, ttlMs }
   }
 
   /**
@@ -639,6 +697,37 @@ function statements (runs: string, events: string, sessions: string, channel: st
     AND ($${n + 2}::text IS NULL OR owner = $${n + 2}) AND ($${n + 3}::timestamptz IS NULL OR lease_until < $${n + 3})
     AND ($${n + 4}::boolean IS NULL OR cancel_requested = $${n + 4})`
   const leased = `${COLUMNS}, owner, lease_until, detachable, cancel_requested`
+  // the ends' statement (see endGroup below), with the turns' UPDATE (`turns`, from the session store) or without
+  const endGroup = (turns: string | null): string => `
+      WITH batch AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::timestamptz[], $7::integer[],
+          $8::text[], $9::integer[], $10::text[], $11::timestamptz[], $12::boolean[]${turns === null ? '' : ', $17::text[], $18::text[], $19::timestamptz[], $20::timestamptz[]'})
+        AS b (id, to_status, at, res, err, expires, n, c_status, c_seq, c_owner, c_lapsed, c_cancel${turns === null ? '' : ', t_session, t_messages, t_at, t_expires'})),
+      ended AS (
+        UPDATE ${runs} r SET status = b.to_status, ended_at = b.at, result = b.res, error = b.err, expires_at = b.expires,
+          last_seq = r.last_seq + b.n, owner = NULL, lease_until = NULL
+        FROM batch b
+        WHERE r.run_id = b.id AND r.status = b.c_status AND (b.c_seq IS NULL OR r.last_seq = b.c_seq)
+          AND (b.c_owner IS NULL OR r.owner = b.c_owner) AND (b.c_lapsed IS NULL OR r.lease_until < b.c_lapsed)
+          AND (b.c_cancel IS NULL OR r.cancel_requested = b.c_cancel)
+        RETURNING ${COLUMNS.split(', ').map((name) => `r.${name}`).join(', ')}),
+      added AS (
+        INSERT INTO ${events} (run_id, seq, type, data)
+        SELECT e.run_id, e.seq, e.type, e.data FROM unnest($13::text[], $14::integer[], $15::text[], $16::text[]) AS e (run_id, seq, type, data)
+        WHERE e.run_id IN (SELECT run_id FROM ended)),
+      freed AS (
+        DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
+        RETURNING h.session_id, h.run_id),
+      waits AS (
+        SELECT freed.run_id, EXISTS (SELECT 1 FROM ${runs} q WHERE q.session_id = freed.session_id AND q.status = 'queued' AND q.detachable)
+          AS queue_waits
+        FROM freed)${turns === null ? '' : `,
+      turned AS (${turns})`}
+      SELECT ended.*,${turns === null ? '' : ' EXISTS (SELECT 1 FROM turned JOIN batch tb ON tb.t_session = turned.id WHERE tb.id = ended.run_id) AS turned,'} freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
+        pg_notify(${channel}, 'e:' || ended.run_id || ':' || ended.last_seq) AS notified,
+        CASE WHEN freed.session_id IS NOT NULL THEN pg_notify(${channel}, 's:' || freed.session_id) END AS notified_session,
+        CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
+      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id`
   return {
     // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
     create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
@@ -731,35 +820,9 @@ function statements (runs: string, events: string, sessions: string, channel: st
     // condition says: a queued detachable run waiting for that session is news for the claimers. Each column of the
     // ends an array ($1 to $12: run, status, end, result, error, expiry, its events' count, its condition), and of
     // their events ($13 to $16).
-    endGroup: named(`
-      WITH batch AS (
-        SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::timestamptz[], $7::integer[],
-          $8::text[], $9::integer[], $10::text[], $11::timestamptz[], $12::boolean[])
-        AS b (id, to_status, at, res, err, expires, n, c_status, c_seq, c_owner, c_lapsed, c_cancel)),
-      ended AS (
-        UPDATE ${runs} r SET status = b.to_status, ended_at = b.at, result = b.res, error = b.err, expires_at = b.expires,
-          last_seq = r.last_seq + b.n, owner = NULL, lease_until = NULL
-        FROM batch b
-        WHERE r.run_id = b.id AND r.status = b.c_status AND (b.c_seq IS NULL OR r.last_seq = b.c_seq)
-          AND (b.c_owner IS NULL OR r.owner = b.c_owner) AND (b.c_lapsed IS NULL OR r.lease_until < b.c_lapsed)
-          AND (b.c_cancel IS NULL OR r.cancel_requested = b.c_cancel)
-        RETURNING ${COLUMNS.split(', ').map((name) => `r.${name}`).join(', ')}),
-      added AS (
-        INSERT INTO ${events} (run_id, seq, type, data)
-        SELECT e.run_id, e.seq, e.type, e.data FROM unnest($13::text[], $14::integer[], $15::text[], $16::text[]) AS e (run_id, seq, type, data)
-        WHERE e.run_id IN (SELECT run_id FROM ended)),
-      freed AS (
-        DELETE FROM ${sessions} h USING ended WHERE h.session_id = ended.session_id AND h.run_id = ended.run_id
-        RETURNING h.session_id, h.run_id),
-      waits AS (
-        SELECT freed.run_id, EXISTS (SELECT 1 FROM ${runs} q WHERE q.session_id = freed.session_id AND q.status = 'queued' AND q.detachable)
-          AS queue_waits
-        FROM freed)
-      SELECT ended.*, freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
-        pg_notify(${channel}, 'e:' || ended.run_id || ':' || ended.last_seq) AS notified,
-        CASE WHEN freed.session_id IS NOT NULL THEN pg_notify(${channel}, 's:' || freed.session_id) END AS notified_session,
-        CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id`),
+    endGroup: named(endGroup(null)),
+    // the same with each run's session turn ($17 to $20), `turns` the session store's UPDATE from the ended runs' turns
+    endGroupWithTurns: (turns: string): string => endGroup(turns),
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,

@@ -203,16 +203,27 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
   }
 
   /**
+   * The UPDATE appending turns to their sessions, from `rows` (a FROM item naming its columns: id, messages as JSON,
+   * at, expires), returning the ids of the sessions that were there to take them: `appendTurn`'s, and the run store's
+   * when it writes a run's turn with its end (docs/stores.md, "Round trips").
+   */
+  async turnsFrom (rows: string): Promise<string> {
+    // its table made first
+    await this.pool()
+    return `
+      UPDATE ${this.table('sessions')} s SET messages = s.messages || t.messages::jsonb, turns = s.turns + 1,
+        last_active_at = t.at, expires_at = t.expires
+      FROM ${rows}
+      WHERE s.id = t.id AND s.expires_at > t.at RETURNING s.id`
+  }
+
+  /**
    * The turns of concurrent runs, each session's once per group, in one statement (docs/stores.md, "Round trips"):
    * whether each session was there to take it.
    */
   async #appendTurns (turns: readonly Turn[]): Promise<boolean[]> {
     // every run's (named: prepared once per connection)
-    this.#appendTurn ??= named(`
-      UPDATE ${this.table('sessions')} s SET messages = s.messages || t.messages::jsonb, turns = s.turns + 1,
-        last_active_at = t.at, expires_at = t.expires
-      FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS t (id, messages, at, expires)
-      WHERE s.id = t.id AND s.expires_at > t.at RETURNING s.id`)
+    this.#appendTurn ??= named(await this.turnsFrom('unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS t (id, messages, at, expires)'))
     const rows = await this.sql<{ id: string }>(this.#appendTurn, [
       turns.map((turn) => turn.id), turns.map((turn) => turn.messages), turns.map((turn) => turn.at), turns.map((turn) => turn.expires)
     ])

@@ -11,7 +11,7 @@ import {
 import type { LeaseCondition, RunCondition, StoredRun, TextKind } from './run-policy.js'
 import type { RunSignals } from './run-watch.js'
 import type {
-  CancelRunResult, CreateRunResult, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
+  CancelRunResult, CreateRunResult, EndTurn, LapsedRun, NewRun, ReopenRunResult, RunChange, RunEnd, RunLease, RunListQuery, RunPage, RunRecord,
   RunSpec, RunStatus, RunStore, StartRunResult, StoredEvent
 } from './types.js'
 
@@ -70,9 +70,10 @@ export interface RunBackend {
   /**
    * Ends the run if it meets `condition`: appends `events` (following the condition's lastSeq), sets the end, drops
    * the lease, gives the session back if the run holds it, and keeps it until `expiresAt`. null, nothing written, when
-   * the condition fails. A backend that gathers writes ends a run in the next group at once.
+   * the condition fails. A backend that gathers writes ends a run in the next group at once. `turn` (only from a
+   * backend whose store makes them: RunStore.turnWithEnd) is appended to its session in the same write, if it ends.
    */
-  end(runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Maybe<RunEnded | null>
+  end(runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number, turn?: EndTurn): Maybe<RunEnded | null>
   /** queued → running under `lease` at `startedAt`, taking its session (free, or its own): null when not queued. */
   start(runId: string, startedAt: string, lease: RunLease): Maybe<Taken | null>
   /**
@@ -233,7 +234,7 @@ export class BackedRunStore implements RunStore {
     return unheldEvents(runId, lastSeq, events, count === 0 ? [] : await this.backend.events(runId, first - 1, count))
   }
 
-  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null> {
+  async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string, turn?: EndTurn): Promise<RunRecord | null> {
     this.backend.check()
     const { backend } = this
     if (!this.#storable(runId)) return null
@@ -242,7 +243,7 @@ export class BackedRunStore implements RunStore {
     // at once when no cancel was asked for and the batch follows the log: one write
     const condition: RunCondition = { status: 'running', owner, cancelRequested: false }
     if (events.length > 0) condition.lastSeq = events[0]!.seq - 1
-    const ended = await backend.end(runId, condition, events, end, expiry(end, retentionMs))
+    const ended = await backend.end(runId, condition, events, end, expiry(end, retentionMs), turn)
     if (ended !== null) return this.#ended(ended)
     // Not at once: the run is not running (a queued run too, requeued under an old owner), not this owner's, its cancel
     // was asked for (cancel and finish are one compare-and-set: the cancel wins), or the batch brings events the log
@@ -253,7 +254,7 @@ export class BackedRunStore implements RunStore {
       const { cancelRequested, record } = state
       const ending = runningEnd(cancelRequested, record.traceId, events, end)
       const rest = await this.#unheld(state, ending.events)
-      const again = await backend.end(runId, { status: 'running', owner, cancelRequested, lastSeq: record.lastSeq }, rest, ending.end, expiry(ending.end, retentionMs))
+      const again = await backend.end(runId, { status: 'running', owner, cancelRequested, lastSeq: record.lastSeq }, rest, ending.end, expiry(ending.end, retentionMs), turn)
       if (again !== null) return this.#ended(again)
     }
     /* c8 ignore next 2: the run moved under every attempt, a race no test provokes on purpose */

@@ -280,6 +280,18 @@ export interface RunEnd {
   error?: { code: string, message: string }
 }
 
+/**
+ * A session's turn written with its run's end, in one write (`RunStore.turnWithEnd`, docs/stores.md "Round trips"):
+ * `recorded` is set once the end is stored (false: the session was gone, the turn has nowhere to go).
+ */
+export interface EndTurn {
+  readonly sessionId: string
+  /** the turn's messages, as JSON */
+  readonly messages: string
+  readonly ttlMs: number
+  recorded?: boolean
+}
+
 export type CancelRunResult =
   | { outcome: 'not_found' }
   /** already ended: nothing changed */
@@ -361,8 +373,16 @@ export interface RunStore {
    * answered `requested`), the run ends cancelled whatever `end` says (the returned record shows it), its terminal
    * event replaced, at the same seq, by `run.failed` with `{ error: { code: 'CANCELLED', message: 'The run was
    * cancelled' }, traceId }` (the record's trace id) — as `cancelledFinish` in stores/common.ts makes it.
+   * With `turn` (made by `turnWithEnd`), the session's turn is appended in the same write as the end, whatever the
+   * status the run ends with (a cancel asked for first too), and not when the run does not end there (null).
    */
-  finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string): Promise<RunRecord | null>
+  finish(runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string, turn?: EndTurn): Promise<RunRecord | null>
+  /**
+   * Optional: a session's turn to write with its run's end (`finish`'s `turn`), for a backend that keeps `sessions`
+   * in its own database; undefined when it does not (or cannot take these messages in that write): the caller then
+   * appends the turn to the session first, as `sessions.appendTurn(sessionId, messages, ttlMs)`.
+   */
+  turnWithEnd?(sessions: SessionStore, sessionId: string, messages: readonly Message[], ttlMs: number): EndTurn | undefined
   /** Renews the leases `owner` still holds (running, owned) until `until`; resolves with the ids it renewed. */
   renew(owner: string, runIds: readonly string[], until: number): Promise<string[]>
   /** Running runs whose lease ended before `now`, at most `limit`. */
