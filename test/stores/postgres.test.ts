@@ -441,6 +441,94 @@ if (await pgReachable()) {
     for (const run of lost) t.match(await runStore.get(run.record.runId), { status: 'running' })
   })
 
+  t.test('runs: a run\'s end and its session\'s turn are one statement, with the session store of its database only', async (t) => {
+    let held: Promise<void> | null = null
+    const { pool, queries } = spiedPool(t, async (text) => {
+      if (held !== null && !text.includes('LISTEN')) await held
+    })
+    const schema = withPgSchema(t, admin)
+    const stores = postgresStores(pool, { schema })
+    t.teardown(() => closeAll(stores))
+    const { runStore, sessionStore } = stores
+    await runStore.get('none')
+    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    const completed = (): RunEnd => ({ status: 'completed', endedAt: new Date().toISOString(), result: { output: 'ok' } as never })
+    const messages = (text: string): Message[] => [{ role: 'user', content: text, runId: 'r', at: new Date().toISOString() }]
+    const started = async (): Promise<NewRun> => {
+      const run = newRun()
+      t.same(await runStore.createWithSession!(run, { id: run.record.sessionId!, agent: 'echo', principal: 'alice', metadata: {} }, HOUR, sessionStore), { outcome: 'created' })
+      return run
+    }
+
+    // not this database's session store, or messages jsonb would refuse: no turn to write with the end
+    const other = postgresStores(pool, { schema: withPgSchema(t, admin) })
+    t.teardown(() => closeAll(other))
+    const alone = new PostgresRunStore(pool, { schema })
+    t.teardown(() => alone.close())
+    t.equal(runStore.turnWithEnd!(other.sessionStore, 's', messages('a'), HOUR), undefined, 'another database\'s session store')
+    t.equal(runStore.turnWithEnd!(new MemorySessionStore(), 's', messages('a'), HOUR), undefined, 'a memory store')
+    t.equal(alone.turnWithEnd(sessionStore, 's', messages('a'), HOUR), undefined, 'a run store made alone')
+    t.equal(runStore.turnWithEnd!(sessionStore, 's', messages('a\u0000'), HOUR), undefined, 'a NUL')
+    t.equal(runStore.turnWithEnd!(sessionStore, 's', messages('\ud800'), HOUR), undefined, 'a lone surrogate')
+    t.throws(() => runStore.turnWithEnd!(sessionStore, 's', messages('a'), -1))
+
+    // the end and the turn: one statement (through the service's deadline wrapper, a Proxy, too)
+    const run = await started()
+    const sessionId = run.record.sessionId!
+    const turn = runStore.turnWithEnd!(new Proxy(sessionStore, {}), sessionId, messages('one'), HOUR)!
+    t.match(turn, { sessionId, ttlMs: HOUR })
+    queries.length = 0
+    t.match(await runStore.finish(run.record.runId, [event(1, 'run.completed')], completed(), HOUR, OWNER, turn), { status: 'completed' })
+    t.equal(queries.length, 1, 'one statement')
+    t.equal(turn.recorded, true)
+    t.match(await sessionStore.get(sessionId), { turns: 1, messages: [{ content: 'one' }] })
+    // a run that does not end there (ended already: a retry whose first answer was lost) writes no turn
+    const again = runStore.turnWithEnd!(sessionStore, sessionId, messages('two'), HOUR)!
+    t.equal(await runStore.finish(run.record.runId, [event(1, 'run.completed')], completed(), HOUR, OWNER, again), null)
+    t.equal(again.recorded, undefined)
+    t.match(await sessionStore.get(sessionId), { turns: 1 })
+
+    // a cancel asked for first: the run ends cancelled, its turn recorded all the same
+    const cancelled = await started()
+    t.match(await runStore.cancel(cancelled.record.runId, cancelledEnd(), HOUR), { outcome: 'requested' })
+    const itsTurn = runStore.turnWithEnd!(sessionStore, cancelled.record.sessionId!, messages('kept'), HOUR)!
+    t.match(await runStore.finish(cancelled.record.runId, [event(1, 'run.completed')], completed(), HOUR, OWNER, itsTurn), { status: 'cancelled' })
+    t.equal(itsTurn.recorded, true)
+    t.match(await sessionStore.get(cancelled.record.sessionId!), { turns: 1, messages: [{ content: 'kept' }] })
+
+    // a session gone meanwhile: the run ends, its turn has nowhere to go
+    const orphan = await started()
+    await sessionStore.delete(orphan.record.sessionId!)
+    const nowhere = runStore.turnWithEnd!(sessionStore, orphan.record.sessionId!, messages('lost'), HOUR)!
+    t.match(await runStore.finish(orphan.record.runId, [], completed(), HOUR, OWNER, nowhere), { status: 'completed' })
+    t.equal(nowhere.recorded, false)
+
+    // concurrent ends, with and without turns, in one statement; two turns of one session cannot share one (an
+    // UPDATE takes a row once): the later goes after, on its own
+    const runs = await Promise.all(Array.from({ length: 3 }, async () => started()))
+    const plain = await started()
+    const shared = [newRun({ sessionId: runs[0]!.record.sessionId }), newRun({ sessionId: runs[0]!.record.sessionId })]
+    for (const r of shared) await runStore.create(r, { exclusive: false })
+    const turns = [...runs, ...shared].map((r, i) => runStore.turnWithEnd!(sessionStore, r.record.sessionId!, messages(`t${i}`), HOUR)!)
+    const { promise, release } = gate()
+    held = promise
+    queries.length = 0
+    const first = runStore.finish(runs[0]!.record.runId, [], completed(), HOUR, OWNER, turns[0])
+    await eventually(() => queries.length === 1)
+    const rest = [...runs.slice(1), ...shared].map(async (r, i) => runStore.finish(r.record.runId, [], completed(), HOUR, OWNER, turns[i + 1]))
+    const last = runStore.finish(plain.record.runId, [], completed(), HOUR, OWNER)
+    await sleep(50)
+    held = null
+    release()
+    const ended = await Promise.all([first, ...rest, last])
+    t.match(ended, Array(6).fill({ status: 'completed' }))
+    t.same(turns.map((turn) => turn.recorded), Array(5).fill(true))
+    t.equal(queries.length, 3, 'the first alone, then the others in one statement but for the second of a session\'s turns')
+    t.match(await sessionStore.get(runs[0]!.record.sessionId!), { turns: 3, messages: [{ content: 't0' }, { content: 't3' }, { content: 't4' }] })
+    t.match(await sessionStore.get(runs[1]!.record.sessionId!), { turns: 1, messages: [{ content: 't1' }] })
+    t.match(await sessionStore.get(plain.record.sessionId!), { turns: 0 })
+  })
+
   t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
     const schema = withPgSchema(t, admin)
     const a = new PostgresRunStore(pgUrl(), { schema })
