@@ -156,7 +156,7 @@ export function storeCapabilities (stores: CapabilityStores, figures: ApprovalFi
       { role: 'assistant', content: result.output, runId: run.runId, at }
     ] as const
     // written with the run's end where the run store can (docs/stores.md, "Round trips"): one round trip fewer
-    const turn = run.options.sink === null ? undefined : runStore.turnWithEnd?.(sessionStore, run.sessionId, messages, sessionTtlMs)
+    const turn = runStore.turnWithEnd?.(sessionStore, run.sessionId, messages, sessionTtlMs)
     if (turn === undefined && !await sessionStore.appendTurn(run.sessionId, messages, sessionTtlMs)) turnLost(run.options.log, run.runId, run.sessionId)
     if (run.checkpointed) await checkpointStore.delete(run.runId)
     return turn

@@ -7,7 +7,7 @@ import {
   PostgresApprovalStore, PostgresAuditStore, PostgresConnection, PostgresSessionStore, postgresStores
 } from '../../lib/stores/postgres.js'
 import type { ApprovalDecision, Message, NewRun, NewSession, RunEnd, StoreSet } from '../../lib/stores/types.js'
-import { auditCount, eventually, gate, idempotencyRecord, percentile, tapTest } from '../helper.js'
+import { auditCount, build, eventually, gate, idempotencyRecord, percentile, tapTest } from '../helper.js'
 import { pgReachable, pgUrl, requirePg, requireService, withPgSchema } from '../helpers/services.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
 import { MemorySessionStore } from '../../lib/stores/memory.js'
@@ -527,6 +527,38 @@ if (await pgReachable()) {
     t.match(await sessionStore.get(runs[0]!.record.sessionId!), { turns: 3, messages: [{ content: 't0' }, { content: 't3' }, { content: 't4' }] })
     t.match(await sessionStore.get(runs[1]!.record.sessionId!), { turns: 1, messages: [{ content: 't1' }] })
     t.match(await sessionStore.get(plain.record.sessionId!), { turns: 0 })
+  })
+
+  t.test('service: a run\'s session turn goes with its end; a session deleted meanwhile is warned of', async (t) => {
+    const stores = postgresStores(pgUrl(), { schema: withPgSchema(t, admin) })
+    // every statement this process sends, counted by its text
+    const queries: string[] = []
+    const query = pg.Client.prototype.query
+    t.teardown(() => { pg.Client.prototype.query = query })
+    pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+      queries.push(typeof config === 'string' ? config : (config as { text?: string } | null)?.text ?? '')
+      return (query as (...args: unknown[]) => unknown).call(this, config, ...rest)
+    } as typeof query
+    const lines: string[] = []
+    const stream = { write: (line: string) => { lines.push(line) } }
+    const { promise, release } = gate()
+    let started = false
+    const waiter = { async run (input: unknown) { started = true; await promise; return { output: input } } }
+    const { app } = build(t, { ...stores, agents: { echo: { run: async (input: unknown) => ({ output: input }) }, waiter }, logger: { level: 'warn', stream } as never })
+    await app.ready()
+    queries.length = 0
+    const res = await app.inject({ method: 'POST', url: '/v1/agents/echo/runs', payload: { input: 'hi' } })
+    t.equal(res.statusCode, 200)
+    const sessionId = res.json().sessionId as string
+    t.match(await stores.sessionStore.get(sessionId), { turns: 1, messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hi' }] })
+    t.same(queries.filter((text) => text.includes('messages = s.messages')).map((text) => text.includes('ended AS')), [true], 'the turn in the end\'s statement')
+
+    const running = app.inject({ method: 'POST', url: '/v1/agents/waiter/runs', payload: { input: 'x', sessionId } })
+    await eventually(() => started)
+    t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${sessionId}` })).statusCode, 204)
+    release()
+    t.equal((await running).statusCode, 200)
+    t.ok(lines.some((l) => l.includes('the session was gone when the run completed') && l.includes(sessionId)))
   })
 
   t.test('runs: another instance hears each event within 250 ms (p99 on loopback)', async (t) => {
