@@ -43,14 +43,18 @@ export class PostgresAuditStore extends PostgresStore implements AuditStore {
       CREATE INDEX IF NOT EXISTS ${this.index('audit_agent')} ON ${this.table('audit')} (agent, seq);`
   }
 
+  #append: NamedStatement | null = null
+
   async append (entries: readonly AuditEntry[]): Promise<void> {
     if (entries.length === 0) return
-    // One statement whatever the batch size: arrays instead of N rows of parameters.
-    await this.sql(`
+    // One statement whatever the batch size: arrays instead of N rows of parameters; named (prepared once per
+    // connection), as every request that changes state waits for it (docs/stores.md, "Round trips").
+    this.#append ??= named(`
       INSERT INTO ${this.table('audit')} (agent, status, entry)
       SELECT agent, status, entry::jsonb FROM unnest($1::text[], $2::integer[], $3::text[])
         WITH ORDINALITY AS batch (agent, status, entry, n)
-      ORDER BY n`, [
+      ORDER BY n`)
+    await this.sql(this.#append, [
       entries.map((entry) => entry.agent ?? null),
       entries.map((entry) => entry.status),
       entries.map((entry) => JSON.stringify(entry))
