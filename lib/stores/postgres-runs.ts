@@ -430,7 +430,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    * failed (nothing written). Two turns of one session would be one row updated twice in one UPDATE, which keeps one:
    * the later one goes after, on its own.
    */
-  async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
+  async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null | Error>> {
     const sessionIds = new Set<string>()
     const later = new Set<Ending>()
     for (const item of items) {
@@ -439,10 +439,11 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
       else sessionIds.add(item.turn.sessionId)
     }
     if (later.size === 0) return this.#endRows(items)
-    const outcomes = new Map<Ending, RunEnded | null>()
+    const outcomes = new Map<Ending, RunEnded | null | Error>()
     const first = items.filter((item) => !later.has(item))
     for (const [i, outcome] of (await this.#endRows(first)).entries()) outcomes.set(first[i]!, outcome)
-    for (const item of later) outcomes.set(item, (await this.#endRows([item]))[0]!)
+    // its statement failing fails it alone: the others' ends are written
+    for (const item of later) outcomes.set(item, await this.#endRows([item]).then(([outcome]) => outcome!, (error: Error) => error))
     return items.map((item) => outcomes.get(item)!)
   }
 

@@ -443,8 +443,10 @@ if (await pgReachable()) {
 
   t.test('runs: a run\'s end and its session\'s turn are one statement, with the session store of its database only', async (t) => {
     let held: Promise<void> | null = null
+    let fails = (text: string): boolean => text === ''
     const { pool, queries } = spiedPool(t, async (text) => {
       if (held !== null && !text.includes('LISTEN')) await held
+      if (fails(text)) throw new Error('Connection terminated unexpectedly')
     })
     const schema = withPgSchema(t, admin)
     const stores = postgresStores(pool, { schema })
@@ -507,7 +509,7 @@ if (await pgReachable()) {
     // UPDATE takes a row once): the later goes after, on its own
     const runs = await Promise.all(Array.from({ length: 3 }, async () => started()))
     const plain = await started()
-    const shared = [newRun({ sessionId: runs[0]!.record.sessionId }), newRun({ sessionId: runs[0]!.record.sessionId })]
+    const shared = [newRun({ sessionId: runs[0]!.record.sessionId }), newRun({ sessionId: runs[0]!.record.sessionId }), newRun({ sessionId: runs[0]!.record.sessionId })]
     for (const r of shared) await runStore.create(r, { exclusive: false })
     const turns = [...runs, ...shared].map((r, i) => runStore.turnWithEnd!(sessionStore, r.record.sessionId!, messages(`t${i}`), HOUR)!)
     const { promise, release } = gate()
@@ -515,15 +517,21 @@ if (await pgReachable()) {
     queries.length = 0
     const first = runStore.finish(runs[0]!.record.runId, [], completed(), HOUR, OWNER, turns[0])
     await eventually(() => queries.length === 1)
-    const rest = [...runs.slice(1), ...shared].map(async (r, i) => runStore.finish(r.record.runId, [], completed(), HOUR, OWNER, turns[i + 1]))
+    const rest = [...runs.slice(1), ...shared].map(async (r, i) =>
+      runStore.finish(r.record.runId, [], completed(), HOUR, OWNER, turns[i + 1]).catch((error: Error) => error.message))
     const last = runStore.finish(plain.record.runId, [], completed(), HOUR, OWNER)
     await sleep(50)
     held = null
+    // the third of one session's turns: its statement fails, and fails it alone
+    let turnsWritten = 0
+    fails = (text) => text.includes('turned AS') && ++turnsWritten === 4
     release()
     const ended = await Promise.all([first, ...rest, last])
-    t.match(ended, Array(6).fill({ status: 'completed' }))
-    t.same(turns.map((turn) => turn.recorded), Array(5).fill(true))
-    t.equal(queries.length, 3, 'the first alone, then the others in one statement but for the second of a session\'s turns')
+    fails = () => false
+    t.match(ended, [...Array(5).fill({ status: 'completed' }), 'Connection terminated unexpectedly', { status: 'completed' }])
+    t.same(turns.map((turn) => turn.recorded), [...Array(5).fill(true), undefined])
+    t.equal(queries.length, 4, 'the first alone, then the others in one statement but for the second and third of a session\'s turns')
+    t.match(await runStore.get(shared[2]!.record.runId), { status: 'running' })
     t.match(await sessionStore.get(runs[0]!.record.sessionId!), { turns: 3, messages: [{ content: 't0' }, { content: 't3' }, { content: 't4' }] })
     t.match(await sessionStore.get(runs[1]!.record.sessionId!), { turns: 1, messages: [{ content: 't1' }] })
     t.match(await sessionStore.get(plain.record.sessionId!), { turns: 0 })
