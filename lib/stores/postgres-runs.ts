@@ -724,11 +724,12 @@ function statements (runs: string, events: string, sessions: string, channel: st
           AS queue_waits
         FROM freed)${turns === null ? '' : `,
       turned AS (${turns})`}
-      SELECT ended.*,${turns === null ? '' : ' EXISTS (SELECT 1 FROM turned JOIN batch tb ON tb.t_session = turned.id WHERE tb.id = ended.run_id) AS turned,'} freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
+      SELECT ended.*,${turns === null ? '' : ' turned.id IS NOT NULL AS turned,'} freed.session_id AS freed, coalesce(waits.queue_waits, false) AS queue_waits,
         pg_notify(${channel}, 'e:' || ended.run_id || ':' || ended.last_seq) AS notified,
         CASE WHEN freed.session_id IS NOT NULL THEN pg_notify(${channel}, 's:' || freed.session_id) END AS notified_session,
         CASE WHEN waits.queue_waits THEN pg_notify(${channel}, ${queued}) END AS notified_queue
-      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id`
+      FROM ended LEFT JOIN freed ON freed.run_id = ended.run_id LEFT JOIN waits ON waits.run_id = ended.run_id${turns === null ? '' : `
+        LEFT JOIN batch tb ON tb.id = ended.run_id LEFT JOIN turned ON turned.id = tb.t_session`}`
   return {
     // the statements of every run (its create, its log's groups, its end) are named: prepared once per connection
     create: named(`WITH cleared AS (DELETE FROM ${events} WHERE run_id = $1), created AS (${insert} ${replace}) ${created}`),
