@@ -131,7 +131,8 @@ export class RunLog implements RunSink {
       // the events of this tick go in one batch
       await Promise.resolve()
     }
-    while (this.#pending.length > 0 && !this.#lost) {
+    // once the run is ending, what is left goes with its end: one write at the end of a stream, not two
+    while (this.#pending.length > 0 && !this.#lost && !this.#ending) {
       const batch = this.#pending
       this.#pending = []
       try {
