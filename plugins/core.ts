@@ -35,6 +35,7 @@ const core: FastifyPluginAsync<CorePluginOptions> = async (fastify, options) => 
   service.startPurging(fastify.log)
   // leases, claiming and recovery run once the app is up (a host app still registering has no routes to serve yet)
   fastify.addHook('onReady', async () => {
+    for (const warning of settings.warnings) fastify.log.warn(warning)
     service.worker.start(fastify.log)
     service.webhooks?.start()
     service.scheduler.start(fastify.log)

@@ -67,8 +67,9 @@ export class RunWorker {
       void this.#renew()
       void this.#service.quotas?.renew()
     })
-    // a timer of its own, twice as often as renewals: a renewal that hangs, or a loop held up, still fences in time
-    every(Math.max(1, Math.floor(this.#leaseMs / 12)), () => this.#fence())
+    // a timer of its own, twice as often as renewals: a renewal that hangs, or a loop held up, still fences in time;
+    // after a stall, the answer of a renewal that came meanwhile is read first (I/O goes before setImmediate)
+    every(Math.max(1, Math.floor(this.#leaseMs / 12)), () => setImmediate(() => this.#fence()))
     every(Math.min(MAX_SCAN_INTERVAL_MS, Math.max(1, Math.floor(this.#leaseMs / 2))), () => { void this.#scan() })
     every(CLAIM_POLL_MS, () => this.claim())
     this.#unwatchQueue = this.#service.settings.runStore.watchQueue(() => this.claim())

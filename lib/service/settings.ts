@@ -17,7 +17,8 @@ import type { RunSettings } from '../runs/host.js'
 import type { QuotaSettings } from '../quotas/quotas.js'
 import type { HealthProbe } from '../core/health-probe.js'
 import { storeDeadlines } from '../stores/deadline.js'
-import { memoryStores } from '../stores/memory.js'
+import { MemoryCheckpointStore, memoryStores } from '../stores/memory.js'
+import { MemoryRunStore } from '../stores/memory-runs.js'
 import type { ApprovalStore, AuditStore, CheckpointStore, IdempotencyStore, RunStore, ScheduleStore, SessionStore } from '../stores/types.js'
 import type { SchedulerHooks } from '../schedules/scheduler.js'
 import type {
@@ -57,6 +58,8 @@ export interface Settings extends RunSettings {
   readonly agents: ReadonlyMap<string, Agent>
   /** each agent with an `input` or `output` schema: its input's validator and both as JSON Schema, made once */
   readonly agentSchemas: ReadonlyMap<string, CompiledAgentSchemas>
+  /** what the options allow but a careful reader would want to hear of: logged once the app is ready */
+  readonly warnings: readonly string[]
   readonly auditStore: AuditStore
   readonly sessionStore: SessionStore
   readonly approvalStore: ApprovalStore
@@ -283,6 +286,13 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
     if (store === undefined || stores.has(store) || (name === 'idempotencyStore' && options.idempotency === undefined)) continue
     stores.set(store, name)
   }
+  const warnings: string[] = []
+  // a run another instance takes over resumes from its checkpoint: one this process keeps in memory is not there
+  // (docs/durable-agents.md, "Stores")
+  const resumable = Object.entries(options.agents).filter(([, agent]) => agent.resumable === true).map(([name]) => name)
+  if (resumable.length > 0 && !(given.runStore instanceof MemoryRunStore) && given.checkpointStore instanceof MemoryCheckpointStore) {
+    warnings.push(`agents ${resumable.join(', ')} are resumable and their runs shared with other instances (runStore), but checkpoints are kept in this process's memory: a run another instance takes over starts again from its beginning (the steps in its log, ctx.step's, are still replayed); give a checkpointStore the instances share (postgresStores() and sqliteStores() include one)`)
+  }
   const rateLimitRedis = options.rateLimit?.redis as { ping?: unknown } | undefined
   const checks = new Map<string, HealthProbe>()
   if (dbProbe !== null) checks.set('db', dbProbe)
@@ -295,6 +305,7 @@ export function resolveSettings (options: AgentServiceOptions): Settings {
   return Object.freeze({
     agents: new Map(Object.entries(options.agents)),
     agentSchemas,
+    warnings,
     auditStore,
     sessionStore: withDeadline(given.sessionStore, storeMethods.sessionStore, 'sessionStore'),
     // waitForDecision waits for a person, as long as the approval allows: it has no deadline

@@ -5,6 +5,7 @@ import { resolveSettings } from '../../lib/service/settings.js'
 import { fastifyAgents } from '../../app/plugin.js'
 import type { AgentServiceOptions } from '../../lib/core/types.js'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
+import { sqliteStores } from '../../lib/stores/sqlite.js'
 import { echo } from '../helper.js'
 
 function invalid (options: unknown): string {
@@ -138,4 +139,22 @@ t.test('issue 23: maxRetainedRuns is a top-level option, bounding the memory run
   }
   const statuses = await Promise.all(runIds.map(async (runId) => (await service.app.inject(`/v1/runs/${runId}`)).statusCode))
   t.same(statuses, [404, 200, 200], 'the longest-ended dropped past the bound')
+})
+
+t.test('resumable agents whose runs are shared but whose checkpoints stay in memory: a warning once the app is ready', async (t) => {
+  const shared = store('create', 'reopen', 'start', 'claim', 'append', 'finish', 'renew', 'lapsed', 'requeue', 'abandon', 'get', 'spec', 'events', 'cancel', 'watch', 'watchSession', 'watchQueue', 'listBySession', 'list', 'purge', 'delete')
+  const checkpoints = store('save', 'load', 'delete', 'list')
+  const resumable = { ...echo, resumable: true }
+  t.match(resolveSettings({ agents: { echo, resumable }, runStore: shared as never }).warnings, [/agents resumable are resumable and their runs shared with other instances \(runStore\), but checkpoints are kept in this process's memory/])
+  t.same(resolveSettings({ agents: { echo, resumable }, runStore: shared as never, checkpointStore: checkpoints as never }).warnings, [], 'a checkpoint store of their own')
+  t.same(resolveSettings({ agents: { echo, resumable } }).warnings, [], 'runs in this process\'s memory too')
+  t.same(resolveSettings({ agents: { echo }, runStore: shared as never }).warnings, [], 'nothing resumable')
+
+  const lines: string[] = []
+  // a run store that is not the memory one (a SQLite file's, in memory here)
+  const { runStore } = sqliteStores(':memory:')
+  const service = createAgentService({ agents: { resumable }, runStore, logger: { level: 'warn', stream: { write: (line: string) => lines.push(line) } } as never })
+  t.teardown(() => service.close(0))
+  await service.app.ready()
+  t.match(lines.map((line) => JSON.parse(line) as { level: number, msg: string }), [{ level: 40, msg: /^agents resumable are resumable/ }], 'logged once, as a warning')
 })

@@ -2,42 +2,17 @@
 // schema or a Redis key prefix, one killed with SIGKILL (or drained with SIGTERM) in the middle of a run of steps.
 // The agent (test/fixtures/recovery-instance.ts, `durable`) appends a line to a file for each step it executes:
 // a step journaled before the fault is never executed again; the one in flight runs again with the same key.
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
 import type { Test } from 'tap'
 import { eventually, parseSse, sleep } from '../helper.js'
-import { LEASE_MS, executions, startInstance } from '../helpers/instances.js'
-import type { Instance } from '../helpers/instances.js'
-import { pgUrl, pgReachable, redisReachable, redisUrl, withPgSchema, withRedisPrefix } from '../helpers/services.js'
+import { LEASE_MS, storeCluster } from '../helpers/instances.js'
+import type { Backend, Instance } from '../helpers/instances.js'
+import { pgUrl, pgReachable, redisReachable } from '../helpers/services.js'
 
 t.setTimeout(240_000)
 
 const STEPS = 8
-
-type Backend = 'postgres' | 'redis'
-
-/** Instances on a store of the test's own, killed in teardown; the file their agents append to. */
-function stepsCluster (t: Test, backend: Backend, admin: pg.Pool | null) {
-  const started: Instance[] = []
-  t.teardown(async () => { await Promise.all(started.map((instance) => instance.kill())) })
-  const dir = mkdtempSync(join(tmpdir(), 'fa-steps-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const file = join(dir, 'executions.jsonl')
-  const place = backend === 'postgres'
-    ? { url: pgUrl(), schema: withPgSchema(t, admin!) }
-    : { url: '', schema: '', redis: { url: redisUrl(), prefix: withRedisPrefix(t) } }
-  return {
-    executions: (runId: string) => executions(file, runId),
-    async start (name: string): Promise<Instance> {
-      const instance = await startInstance({ ...place, name, executions: file, runLeaseMs: LEASE_MS })
-      started.push(instance)
-      return instance
-    }
-  }
-}
 
 async function postDurable (instance: Instance): Promise<string> {
   const res = await fetch(`${instance.url}/v1/agents/durable/runs`, {
@@ -49,7 +24,7 @@ async function postDurable (instance: Instance): Promise<string> {
 
 /** A run of STEPS steps stopped on its instance in its fourth step (`fault`), finished by the other instance. */
 async function stepsThroughFault (t: Test, backend: Backend, admin: pg.Pool | null, fault: 'kill' | 'drain'): Promise<void> {
-  const cluster = stepsCluster(t, backend, admin)
+  const cluster = storeCluster(t, backend, admin)
   const instances = await Promise.all([cluster.start('a'), cluster.start('b')])
   const runId = await postDurable(instances[0]!)
   const runner = await eventually(async () => cluster.executions(runId).find((row) => row.kind === 'step' && row.step === 3)?.instance, 20_000)

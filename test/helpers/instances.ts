@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import type { Test } from 'tap'
-import { withPgSchema } from './services.js'
+import { pgUrl, redisUrl, withPgSchema, withRedisPrefix } from './services.js'
 
 export interface Instance {
   name: string
@@ -32,6 +32,10 @@ export interface InstanceOptions {
   storeTimeoutMs?: number
   /** the run and session stores on Redis under this prefix, instead of PostgreSQL (`url`, `schema` unused) */
   redis?: { url: string, prefix: string }
+  /** with `redis`: the checkpoints in this SQLite file, shared by the instances (else each keeps its own in memory) */
+  checkpointFile?: string
+  /** the adapters' durable agents too (test/fixtures/adapter-agents.ts) */
+  adapters?: boolean
 }
 
 const FIXTURE = new URL('../fixtures/recovery-instance.js', import.meta.url)
@@ -48,7 +52,9 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
       RUN_LEASE_MS: String(options.runLeaseMs),
       DRAIN_MS: String(options.drainMs ?? 100),
       ...(options.storeTimeoutMs === undefined ? {} : { STORE_TIMEOUT_MS: String(options.storeTimeoutMs) }),
-      ...(options.redis === undefined ? {} : { REDIS_URL: options.redis.url, REDIS_PREFIX: options.redis.prefix })
+      ...(options.redis === undefined ? {} : { REDIS_URL: options.redis.url, REDIS_PREFIX: options.redis.prefix }),
+      ...(options.checkpointFile === undefined ? {} : { CHECKPOINT_FILE: options.checkpointFile }),
+      ...(options.adapters === true ? { ADAPTER_AGENTS: '1' } : {})
     },
     stdio: ['pipe', 'pipe', 'inherit']
   })
@@ -79,7 +85,7 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
 }
 
 /** What the agents of the instances recorded (test/fixtures/recovery-instance.ts), in order. */
-export interface Execution { run_id: string, instance: string, kind: 'start' | 'step' | 'stop' | 'end', step: number, at: number, key?: string }
+export interface Execution { run_id: string, instance: string, kind: 'start' | 'step' | 'stop' | 'end' | 'model', step: number, at: number, key?: string }
 
 export function executions (file: string, runId?: string): Execution[] {
   let text = ''
@@ -153,4 +159,30 @@ export async function postBackground (instance: Instance, agent: string, input: 
   })
   if (res.status !== 202) throw new Error(`${res.status} ${await res.text()}`)
   return (await res.json() as { runId: string }).runId
+}
+
+export type Backend = 'postgres' | 'redis'
+
+/**
+ * Instances whose run and session stores are on `backend` (a schema or a key prefix of the test's own; with Redis,
+ * the checkpoints in a SQLite file they share), killed in teardown; the file their agents append to. `adapters`: the
+ * adapters' durable agents too.
+ */
+export function storeCluster (t: Test, backend: Backend, admin: pg.Pool | null, options: { adapters?: boolean } = {}) {
+  const started: Instance[] = []
+  t.teardown(async () => { await Promise.all(started.map((instance) => instance.kill())) })
+  const dir = mkdtempSync(join(tmpdir(), 'fa-steps-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const file = join(dir, 'executions.jsonl')
+  const place = backend === 'postgres'
+    ? { url: pgUrl(), schema: withPgSchema(t, admin!) }
+    : { url: '', schema: '', redis: { url: redisUrl(), prefix: withRedisPrefix(t) }, checkpointFile: join(dir, 'checkpoints.db') }
+  return {
+    executions: (runId: string) => executions(file, runId),
+    async start (name: string): Promise<Instance> {
+      const instance = await startInstance({ ...place, name, executions: file, runLeaseMs: LEASE_MS, adapters: options.adapters })
+      started.push(instance)
+      return instance
+    }
+  }
 }

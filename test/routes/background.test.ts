@@ -273,6 +273,56 @@ t.test('a renewal the store answers after more than half a lease costs no run: r
   t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
 })
 
+t.test('a renewal answered while the loop was held up is read before the fence looks at the lease', async (t) => {
+  // After a stall, the timers come first in the event loop's turn, the answers that came meanwhile after them: the
+  // fence waits for those (setImmediate), so that a renewal sent before the stall and answered during it counts.
+  keepAlive(t)
+  const held = gate()
+  const { app } = build(t, { runLeaseMs: LEASE_MS, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'kept' } } } } })
+  await app.ready()
+  const { worker, runs, settings } = app.agentService
+  const store = settings.runStore
+  worker.stop()
+  mock.timers.enable({ apis: ['setInterval', 'Date'], now: Date.now() })
+  t.teardown(() => mock.timers.reset())
+  const renew = store.renew.bind(store)
+  let pending: { answer: () => void } | null = null
+  store.renew = async (...args) => {
+    const answered = renew(...args)
+    if (pending === null) {
+      // the first renewal: its answer comes when the test says
+      const answer = gate()
+      pending = { answer: answer.release }
+      await answer.promise
+    }
+    return await answered
+  }
+  worker.start(app.log)
+  const { runId } = (await app.inject({ method: 'POST', url: '/v1/agents/held/runs', payload: { input: null, background: true } })).json()
+  await eventually(() => runs.has(runId))
+  const startedAt = Date.now()
+  while (pending === null) {
+    mock.timers.tick(1)
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  // the loop held up for 0.6 of a lease, the answer in meanwhile: the lease it had before the renewal is past its fence
+  const stallMs = Math.round(0.6 * LEASE_MS);
+  (pending as { answer: () => void }).answer()
+  mock.timers.tick(stallMs)
+  t.ok(Date.now() - startedAt > LEASE_MS - Math.floor(LEASE_MS / 3), 'past the fence of the lease the run started with')
+  for (let ms = 0; ms < LEASE_MS; ms++) {
+    await new Promise((resolve) => setImmediate(resolve))
+    mock.timers.tick(1)
+  }
+  t.ok(runs.has(runId), 'the run still runs here')
+  t.match(await store.get(runId), { status: 'running', attempt: 1 })
+  worker.stop()
+  mock.timers.reset()
+  held.release()
+  await eventually(() => !runs.has(runId))
+  t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
+})
+
 t.test('a renewal that finds a run no longer this instance\'s stops it here', async (t) => {
   const held = gate()
   let aborted: unknown = null

@@ -25,7 +25,7 @@ t.test('a fire in the schedule\'s session: started here when the session is free
   const first = (await app.inject({ method: 'POST', url: '/v1/agents/tick/runs', payload: { input: null } })).json()
   const sessionId = first.sessionId as string
   seen.length = 0
-  const at = new Date(Date.now() + 300).toISOString()
+  const at = new Date(Date.now() + 1_000).toISOString()
   const created = (await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at, sessionId } })).json()
   await eventually(() => seen.length === 1, 5_000, 'the fire')
   t.equal(seen[0]!.sessionId, sessionId, 'in the schedule\'s session')
@@ -34,7 +34,7 @@ t.test('a fire in the schedule\'s session: started here when the session is free
   // the session busy with the caller's own run: the fire waits in the queue for it
   const busy = app.inject({ method: 'POST', url: '/v1/agents/hold/runs', payload: { input: null, sessionId } })
   await eventually(() => app.agentService.runs.size === 1, 5_000, 'the caller\'s run holds the session')
-  const later = new Date(Date.now() + 300).toISOString()
+  const later = new Date(Date.now() + 1_000).toISOString()
   await app.inject({ method: 'PATCH', url: `/v1/schedules/${created.id as string}`, payload: { at: later, enabled: true } })
   const queued = await eventually(async () => {
     const row = await app.agentService.settings.scheduleStore.get(created.id)
@@ -56,7 +56,7 @@ t.test('an instance with no room for a run queues the fire; it starts when there
   await app.ready()
   const blocking = (await app.inject({ method: 'POST', url: '/v1/agents/hold/runs', payload: { input: null, background: true } })).json()
   await eventually(async () => (await runStore.get(blocking.runId))?.status === 'running', 5_000, 'the background run holds the room')
-  const at = new Date(Date.now() + 300).toISOString()
+  const at = new Date(Date.now() + 1_000).toISOString()
   const created = (await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at } })).json()
   const queued = await eventually(async () => {
     const runId = (await app.agentService.settings.scheduleStore.get(created.id))?.state.schedule.lastRunId
@@ -120,7 +120,10 @@ t.test('a schedule deleted while its fire\'s run is stored: the settling finds i
     }
   })
   holder.app = app
-  const created = (await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at: new Date(Date.now() + 300).toISOString() } })).json()
+  // far enough ahead to be in the future still once checked, on a loaded machine (the route's first request)
+  const res = await app.inject({ method: 'POST', url: '/v1/schedules', payload: { agent: 'tick', input: null, at: new Date(Date.now() + 1_000).toISOString() } })
+  t.equal(res.statusCode, 201, res.body)
+  const created = res.json()
   await eventually(() => seen.length === 1, 10_000, 'the run')
   t.equal(seen[0]!.schedule!.id, created.id)
   t.equal(await scheduleStore.get(created.id), null, 'still gone')
