@@ -81,6 +81,8 @@ export class RunLog implements RunSink {
   #ending = false
   /** the last seq the store acknowledged */
   #storedSeq = 0
+  /** the last seq a durable step waits for: a batch holding it is written as urgent (not held for the store's window) */
+  #awaitedSeq = 0
 
   constructor (options: RunLogOptions) {
     this.#options = options
@@ -130,11 +132,12 @@ export class RunLog implements RunSink {
       // the events of this tick go in one batch
       await Promise.resolve()
     }
-    while (this.#pending.length > 0 && !this.#lost) {
+    // once the run is ending, what is left goes with its end: one write at the end of a stream, not two
+    while (this.#pending.length > 0 && !this.#lost && !this.#ending) {
       const batch = this.#pending
       this.#pending = []
       try {
-        await this.#options.store.append(this.#options.runId, batch, this.#options.owner)
+        await this.#options.store.append(this.#options.runId, batch, this.#options.owner, this.#awaitedSeq > this.#storedSeq)
         this.#storedSeq = batch.at(-1)!.seq
         this.#options.onStored?.(batch)
       } catch (err) {
@@ -232,6 +235,8 @@ export class RunLog implements RunSink {
    * now, or the store stayed away: the step is then not acknowledged, and runs again on the run's next attempt.
    */
   async durable (seq: number, lease: LeaseHolder): Promise<void> {
+    // set before the write on its way sends the batch (it waits a microtask at least): that batch is urgent
+    this.#awaitedSeq = Math.max(this.#awaitedSeq, seq)
     let wait = RETRY_FIRST_MS
     for (;;) {
       // the first write's wait is for a run that ends at once: a step's caller waits for its event instead

@@ -55,7 +55,10 @@ export class GroupCommit<I, R> {
     this.#maxWeight = options.maxWeight ?? 256
   }
 
-  /** Queues an item; resolves with its result once its group is written. `urgent`: the window does not wait for more. */
+  /**
+   * Queues an item; resolves with its result once its group is written. `urgent`: the window does not wait for more
+   * (a group that starts at once still takes what the rest of this turn of the event loop adds).
+   */
   add (item: I, urgent = false): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.#queue.push({ item, resolve, reject })
@@ -84,6 +87,9 @@ export class GroupCommit<I, R> {
         })
         this.#wake = null
       }
+      // Urgent, with no window: what the rest of this turn adds goes in too. The callers a group's answer wakes call
+      // again within the turn (durable steps, docs/stores.md "Group commit"): one write for them all, and no timer.
+      if (this.#urgent && this.#options.start !== 'tick') await new Promise<void>((resolve) => setImmediate(resolve))
       this.#urgent = false
       const group = this.#take()
       this.writes++

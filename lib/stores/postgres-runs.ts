@@ -386,8 +386,9 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     return this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
   }
 
-  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
-    return this.appends.add({ runId, events, owner, lastSeq })
+  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {
+    // urgent (a durable step waits for it): written at the end of this turn, with every batch the turn adds, not after the window
+    return this.appends.add({ runId, events, owner, lastSeq }, urgent)
   }
 
   /**

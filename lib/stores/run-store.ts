@@ -64,9 +64,10 @@ export interface RunBackend {
   events(runId: string, afterSeq: number, limit: number): Maybe<StoredEvent[]>
   /**
    * Appends a batch following `lastSeq` while the run runs under `owner`'s lease: the new lastSeq, or null (nothing
-   * written) otherwise. May gather the appends of many runs in one write (group commit).
+   * written) otherwise. May gather the appends of many runs in one write (group commit); `urgent`: without waiting for
+   * more (see RunStore.append).
    */
-  append(runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Maybe<number | null>
+  append(runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent?: boolean): Maybe<number | null>
   /**
    * Ends the run if it meets `condition`: appends `events` (following the condition's lastSeq), sets the end, drops
    * the lease, gives the session back if the run holds it, and keeps it until `expiresAt`. null, nothing written, when
@@ -195,14 +196,14 @@ export class BackedRunStore implements RunStore {
     return this.backend.claim(lease, startedAt, limit)
   }
 
-  async append (runId: string, events: readonly StoredEvent[], owner: string): Promise<void> {
+  async append (runId: string, events: readonly StoredEvent[], owner: string, urgent = false): Promise<void> {
     this.backend.check()
     const { backend } = this
     if (!this.#storable(runId)) return
     checkBatch(runId, events)
     checkEvents(backend.name, backend.text, events)
     if (events.length > 0) {
-      const lastSeq = await backend.append(runId, events, owner, events[0]!.seq - 1)
+      const lastSeq = await backend.append(runId, events, owner, events[0]!.seq - 1, urgent)
       if (lastSeq !== null) {
         backend.signals.events(runId, lastSeq)
         return
@@ -216,7 +217,7 @@ export class BackedRunStore implements RunStore {
       if (!mayWrite(state, owner)) return
       const rest = await this.#unheld(state, events)
       if (rest.length === 0) return
-      const lastSeq = await backend.append(runId, rest, owner, state.record.lastSeq)
+      const lastSeq = await backend.append(runId, rest, owner, state.record.lastSeq, urgent)
       if (lastSeq !== null) {
         backend.signals.events(runId, lastSeq)
         return

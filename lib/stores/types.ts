@@ -359,8 +359,10 @@ export interface RunStore {
    * tried again: events the log holds already, the same (type and data) at the same seqs, are acknowledged again and
    * not stored twice, and the rest are appended; a held seq with another event is `FA_RUN_LOG_CONFLICT`, changing
    * nothing. Only the lease's owner appends to a running run: anyone else gets `FA_RUN_LEASE_LOST`, changing nothing.
+   * `urgent`: the caller waits for these events to be stored (a durable step's): a store that gathers appends for a
+   * while before it writes them (group commit) writes them without waiting; a store may ignore it.
    */
-  append(runId: string, events: readonly StoredEvent[], owner: string): Promise<void>
+  append(runId: string, events: readonly StoredEvent[], owner: string, urgent?: boolean): Promise<void>
   /**
    * `append` done before returning, for a store that keeps its log in the process: a run's log then costs no
    * promise per event. Throws where `append` would reject.

@@ -345,6 +345,36 @@ t.test('GroupCommit: a window gathers more; an urgent call ends it at once', asy
   t.same(written.at(-1), ['d', 'e'])
 })
 
+t.test('GroupCommit: an urgent call on a group that starts at once goes at the end of the turn, with what the turn adds', async (t) => {
+  const written: string[][] = []
+  let answer = (): void => {}
+  const group = new GroupCommit<{ key: string }, null>({
+    write: async (items) => {
+      written.push(items.map((item) => item.key))
+      // the first write is held in flight until told
+      if (written.length === 1) await new Promise<void>((resolve) => { answer = resolve })
+      return items.map(() => null)
+    },
+    key: (item) => item.key,
+    windowMs: 60_000
+  })
+  const started = Date.now()
+  // the first call of an idle group: urgent, it does not wait for the window, and what the turn adds joins it
+  const a = group.add({ key: 'a' }, true)
+  await Promise.resolve()
+  const b = group.add({ key: 'b' })
+  await sleep(10)
+  t.same(written, [['a', 'b']], 'one write at the end of the turn, not after the window')
+  // while it is in flight an urgent call waits for it, then goes with the calls its answer brings (durable steps)
+  const c = group.add({ key: 'c' }, true)
+  const later = Promise.all([a, b]).then(() => group.add({ key: 'd' }))
+  answer()
+  await Promise.all([a, b, c, later.then(async (d) => await d)])
+  t.same(written, [['a', 'b'], ['c', 'd']], 'the calls that the answer woke went with the urgent one')
+  t.ok(Date.now() - started < 30_000, 'no window waited for')
+  t.equal(group.writes, 2)
+})
+
 t.test('SQLite: a group whose transaction fails (not one of its runs) fails every append in it, tried once', async (t) => {
   const db = new Database(join(t.testdir(), 'runs.db'))
   t.teardown(() => { if (db.open) db.close() })

@@ -253,3 +253,37 @@ t.test('a run whose result is in (ending) leaves its first write to its end: one
   t.same(finished, [[1, 2]], 'the first events with the end, in one write')
   t.same(stored, [[1, 2]])
 })
+
+t.test('a durable step\'s batch is appended as urgent; once the run is ending, what is left goes with the end, in one write', async (t) => {
+  const appended: Array<{ seqs: number[], urgent: boolean }> = []
+  const finished: number[][] = []
+  let answer = (): void => {}
+  const store = {
+    append: async (_runId: string, events: StoredEvent[], _owner: string, urgent: boolean) => {
+      appended.push({ seqs: events.map((e) => e.seq), urgent })
+      // the second batch's answer is held: the run's end comes while it is in flight
+      if (appended.length === 2) await new Promise<void>((resolve) => { answer = resolve })
+    },
+    finish: async (_runId: string, events: StoredEvent[]) => {
+      finished.push(events.map((e) => e.seq))
+      return { status: 'completed', traceId: 't' }
+    }
+  }
+  const { log } = logOf(store)
+  const lease = { leaseUntil: Date.now() + 60_000 }
+  log.event(event(1))
+  await log.durable(1, lease)
+  t.same(appended, [{ seqs: [1], urgent: true }], 'a step waits for it: urgent')
+  log.event(event(2))
+  await Promise.resolve()
+  await Promise.resolve()
+  t.same(appended.at(-1), { seqs: [2], urgent: false }, 'nobody waits for a delta')
+  log.event(event(3))
+  log.event(event(4))
+  const terminal: RunEvent = { seq: 5, type: 'run.completed', data: { output: 'x' }, json: '{"output":"x"}' }
+  const ending = log.finish(terminal, { status: 'completed', result: { output: 'x' }, durationMs: 0 } as never, lease)
+  answer()
+  t.equal(await ending, terminal)
+  t.same(appended.map((a) => a.seqs), [[1], [2]], 'no append after the end began')
+  t.same(finished, [[3, 4, 5]], 'the events left go with the end')
+})
