@@ -3,6 +3,7 @@
 // off. The same across processes, killed with SIGKILL, on PostgreSQL and Redis: test/stores/.
 import { mock } from 'node:test'
 import t from 'tap'
+import type { Test } from 'tap'
 import type { Agent, AgentServiceOptions } from '../../lib/core/types.js'
 import { memoryStores } from '../../lib/stores/memory.js'
 import { cancelledEnd } from '../../lib/runs/start.js'
@@ -225,10 +226,12 @@ t.test('resuming a run in progress on another instance is RUN_IN_PROGRESS; a JSO
   held.release()
 })
 
-t.test('a renewal the store answers after more than half a lease costs no run: renewals go out every sixth of one', async (t) => {
-  // Issue 23: renewed every third of a lease (fenced after two thirds unrenewed), a stall of a third was enough to
-  // lose a run; short leases on a loaded machine lost most of theirs. The worker's clock and timers are the test's
-  // here, so that the stall is exactly what the test says, whatever the machine's load.
+/**
+ * A service whose agent `held` waits for `held`, its worker stopped and the clock and intervals the test's (mocked),
+ * so that a stall is exactly what the test says, whatever the machine's load; `stillHeld` checks a run kept its
+ * lease, then lets it complete.
+ */
+async function heldOnTestTimers (t: Test) {
   keepAlive(t)
   const held = gate()
   const { app } = build(t, { runLeaseMs: LEASE_MS, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'kept' } } } } })
@@ -238,6 +241,23 @@ t.test('a renewal the store answers after more than half a lease costs no run: r
   worker.stop()
   mock.timers.enable({ apis: ['setInterval', 'Date'], now: Date.now() })
   t.teardown(() => mock.timers.reset())
+  async function stillHeld (t: Test, runId: string): Promise<void> {
+    t.ok(runs.has(runId), 'the run still runs here')
+    t.match(await store.get(runId), { status: 'running', attempt: 1 })
+    worker.stop()
+    mock.timers.reset()
+    held.release()
+    await eventually(() => !runs.has(runId))
+    t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
+  }
+  return { app, held, worker, runs, store, stillHeld }
+}
+
+t.test('a renewal the store answers after more than half a lease costs no run: renewals go out every sixth of one', async (t) => {
+  // Issue 23: renewed every third of a lease (fenced after two thirds unrenewed), a stall of a third was enough to
+  // lose a run; short leases on a loaded machine lost most of theirs. The worker's clock and timers are the test's
+  // here, so that the stall is exactly what the test says, whatever the machine's load.
+  const { app, worker, runs, store, stillHeld } = await heldOnTestTimers(t)
   const stallMs = Math.round(0.54 * LEASE_MS)
   const renew = store.renew.bind(store)
   let stalled: { sentAt: number, answer: () => void, answered: boolean } | null = null
@@ -264,27 +284,13 @@ t.test('a renewal the store answers after more than half a lease costs no run: r
     await new Promise((resolve) => setImmediate(resolve))
   }
   t.ok((stalled as { answered: boolean } | null)?.answered, `a renewal was answered ${stallMs} ms after it was sent`)
-  t.ok(runs.has(runId), 'the run still runs here')
-  t.match(await store.get(runId), { status: 'running', attempt: 1 })
-  worker.stop()
-  mock.timers.reset()
-  held.release()
-  await eventually(() => !runs.has(runId))
-  t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
+  await stillHeld(t, runId)
 })
 
 t.test('a renewal answered while the loop was held up is read before the fence looks at the lease', async (t) => {
   // After a stall, the timers come first in the event loop's turn, the answers that came meanwhile after them: the
   // fence waits for those (setImmediate), so that a renewal sent before the stall and answered during it counts.
-  keepAlive(t)
-  const held = gate()
-  const { app } = build(t, { runLeaseMs: LEASE_MS, agents: { held: { async run (_i, ctx) { await orAbort(held.promise, ctx.signal); return { output: 'kept' } } } } })
-  await app.ready()
-  const { worker, runs, settings } = app.agentService
-  const store = settings.runStore
-  worker.stop()
-  mock.timers.enable({ apis: ['setInterval', 'Date'], now: Date.now() })
-  t.teardown(() => mock.timers.reset())
+  const { app, worker, runs, store, stillHeld } = await heldOnTestTimers(t)
   const renew = store.renew.bind(store)
   let pending: { answer: () => void } | null = null
   store.renew = async (...args) => {
@@ -314,13 +320,7 @@ t.test('a renewal answered while the loop was held up is read before the fence l
     await new Promise((resolve) => setImmediate(resolve))
     mock.timers.tick(1)
   }
-  t.ok(runs.has(runId), 'the run still runs here')
-  t.match(await store.get(runId), { status: 'running', attempt: 1 })
-  worker.stop()
-  mock.timers.reset()
-  held.release()
-  await eventually(() => !runs.has(runId))
-  t.match(await store.get(runId), { status: 'completed', result: { output: 'kept' } })
+  await stillHeld(t, runId)
 })
 
 t.test('a renewal that finds a run no longer this instance\'s stops it here', async (t) => {

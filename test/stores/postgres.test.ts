@@ -362,14 +362,15 @@ if (await pgReachable()) {
     t.equal(await runStore.get(second.record.runId), null)
   })
 
-  t.test('runs: concurrent runs\' creates, turns and ends go in one statement a group, each with its own outcome', async (t) => {
-    // the first statement of a kind is held while the next calls gather behind it
-    let held: Promise<void> | null = null
-    // the statements that fail, as a connection lost during them would
-    let fails = (text: string): boolean => text === ''
+  /**
+   * Stores on a spied pool, one session made: `control.held` holds every statement (the first of a kind, while the
+   * next calls gather behind it), `control.fails` fails those it picks, as a connection lost during them would.
+   */
+  async function groupedStores (t: Test) {
+    const control: { held: Promise<void> | null, fails: (text: string) => boolean } = { held: null, fails: () => false }
     const { pool, queries } = spiedPool(t, async (text) => {
-      if (held !== null && !text.includes('LISTEN')) await held
-      if (fails(text)) throw new Error('Connection terminated unexpectedly')
+      if (control.held !== null && !text.includes('LISTEN')) await control.held
+      if (control.fails(text)) throw new Error('Connection terminated unexpectedly')
     })
     const schema = withPgSchema(t, admin)
     const stores = postgresStores(pool, { schema })
@@ -377,16 +378,21 @@ if (await pgReachable()) {
     const { runStore, sessionStore } = stores
     await runStore.get('none')
     await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    return { control, queries, runStore, sessionStore, pool, schema }
+  }
+
+  t.test('runs: concurrent runs\' creates, turns and ends go in one statement a group, each with its own outcome', async (t) => {
+    const { control, queries, runStore, sessionStore } = await groupedStores(t)
     // the first call's statement held until the others wait behind it
     const holding = async <T>(calls: Array<() => Promise<T>>): Promise<T[]> => {
       const { promise, release } = gate()
-      held = promise
+      control.held = promise
       queries.length = 0
       const first = calls[0]!()
       await eventually(() => queries.length === 1)
       const results = [first, ...calls.slice(1).map((call) => call())]
       await sleep(50)
-      held = null
+      control.held = null
       release()
       return Promise.all(results)
     }
@@ -398,7 +404,7 @@ if (await pgReachable()) {
     // statement failing fails it alone
     const twins = [newRun({ sessionId: 'shared' }), newRun({ sessionId: 'shared' })]
     let creates = 0
-    fails = (text) => text.includes('session AS (') && ++creates === 3
+    control.fails = (text) => text.includes('session AS (') && ++creates === 3
     const created = await holding([...runs, ...twins].map((run) => async () =>
       runStore.createWithSession!(run, fresh(run), HOUR, sessionStore).catch((error: Error) => error.message)))
     t.same(created, [...Array(6).fill({ outcome: 'created' }), 'Connection terminated unexpectedly'])
@@ -432,28 +438,17 @@ if (await pgReachable()) {
     // a statement that fails fails each of its callers, as it would have failed each alone
     const lost = Array.from({ length: 3 }, () => newRun())
     await Promise.all(lost.map((run) => runStore.create(run, { exclusive: false })))
-    fails = (text) => text.includes('UPDATE')
+    control.fails = (text) => text.includes('UPDATE')
     const outcomes = await holding(lost.map((run) => async () =>
       runStore.finish(run.record.runId, [], cancelledEnd(), HOUR, OWNER).then(() => 'ended', (error: Error) => error.message)))
-    fails = () => false
+    control.fails = () => false
     t.same(outcomes, Array(3).fill('Connection terminated unexpectedly'))
     t.equal(queries.length, 2, 'two statements, the first alone')
     for (const run of lost) t.match(await runStore.get(run.record.runId), { status: 'running' })
   })
 
   t.test('runs: a run\'s end and its session\'s turn are one statement, with the session store of its database only', async (t) => {
-    let held: Promise<void> | null = null
-    let fails = (text: string): boolean => text === ''
-    const { pool, queries } = spiedPool(t, async (text) => {
-      if (held !== null && !text.includes('LISTEN')) await held
-      if (fails(text)) throw new Error('Connection terminated unexpectedly')
-    })
-    const schema = withPgSchema(t, admin)
-    const stores = postgresStores(pool, { schema })
-    t.teardown(() => closeAll(stores))
-    const { runStore, sessionStore } = stores
-    await runStore.get('none')
-    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    const { control, queries, runStore, sessionStore, pool, schema } = await groupedStores(t)
     const completed = (): RunEnd => ({ status: 'completed', endedAt: new Date().toISOString(), result: { output: 'ok' } as never })
     const messages = (text: string): Message[] => [{ role: 'user', content: text, runId: 'r', at: new Date().toISOString() }]
     const started = async (): Promise<NewRun> => {
@@ -513,7 +508,7 @@ if (await pgReachable()) {
     for (const r of shared) await runStore.create(r, { exclusive: false })
     const turns = [...runs, ...shared].map((r, i) => runStore.turnWithEnd!(sessionStore, r.record.sessionId!, messages(`t${i}`), HOUR)!)
     const { promise, release } = gate()
-    held = promise
+    control.held = promise
     queries.length = 0
     const first = runStore.finish(runs[0]!.record.runId, [], completed(), HOUR, OWNER, turns[0])
     await eventually(() => queries.length === 1)
@@ -521,13 +516,13 @@ if (await pgReachable()) {
       runStore.finish(r.record.runId, [], completed(), HOUR, OWNER, turns[i + 1]).catch((error: Error) => error.message))
     const last = runStore.finish(plain.record.runId, [], completed(), HOUR, OWNER)
     await sleep(50)
-    held = null
+    control.held = null
     // the third of one session's turns: its statement fails, and fails it alone
     let turnsWritten = 0
-    fails = (text) => text.includes('turned AS') && ++turnsWritten === 4
+    control.fails = (text) => text.includes('turned AS') && ++turnsWritten === 4
     release()
     const ended = await Promise.all([first, ...rest, last])
-    fails = () => false
+    control.fails = () => false
     t.match(ended, [...Array(5).fill({ status: 'completed' }), 'Connection terminated unexpectedly', { status: 'completed' }])
     t.same(turns.map((turn) => turn.recorded), [...Array(5).fill(true), undefined])
     t.equal(queries.length, 4, 'the first alone, then the others in one statement but for the second and third of a session\'s turns')
