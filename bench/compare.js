@@ -4,8 +4,10 @@
 // The three servers (bare Fastify, or node:http for SSE; A; B) stay up and get short bursts in turn (BENCH_BURSTS, default 12,
 // of BENCH_BURST seconds, default 1): on a machine shared with other work, CPU time per request compared
 // burst by burst is steadier than throughput. Heap per idle stream is measured once per build.
+import { rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import pg from 'pg'
 import { config, cpuMeter, load, pinLoadGenerator, startServer } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
 import { metricRows, printScenario } from './lib/report.js'
@@ -25,7 +27,7 @@ const workloads = {
 // the SSE run with its record and log in SQLite: a file of each build's own
 workloads['sse-sqlite'] = { preset: (build) => ({ name: 'runs-sqlite', file: join(tmpdir(), `fa-compare-${build}-${process.pid}.db`) }), request: workloads.sse.request }
 // the SSE run with its log in PostgreSQL, and the JSON run with every store on PostgreSQL: a schema of each build's
-// own, left behind (drop the fa_compare_* schemas after)
+// own, dropped at the end (as the SQLite files are removed)
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 workloads['sse-postgres'] = { preset: (build) => ({ name: 'runs-postgres', url: PG_URL, schema: `fa_compare_sse_${build}_${process.pid}` }), request: workloads.sse.request }
 workloads['json-postgres'] = { preset: (build) => ({ name: 'all-postgres', url: PG_URL, schema: `fa_compare_json_${build}_${process.pid}` }), request: workloads.json.request }
@@ -81,13 +83,34 @@ async function main () {
       { name: 'A', spec: { kind: 'service', preset: presetOf(workload, 'a'), pkg: pkg(a) } },
       { name: 'B', spec: { kind: 'service', preset: presetOf(workload, 'b'), pkg: pkg(b) } }
     ]
-    const results = await interleave(contenders, workload.request)
+    let results
+    try {
+      results = await interleave(contenders, workload.request)
+    } finally {
+      await dropMade([presetOf(workload, 'a'), presetOf(workload, 'b')])
+    }
     const rows = [
       ...metricRows(results, 'rps', { unit: 'req/s', baseline: 'A' }),
       ...metricRows(results, 'p99', { unit: 'ms', baseline: 'A' }),
       ...metricRows(results, 'cpuUsPerRequest', { unit: 'µs', baseline: 'A' })
     ]
     printScenario(name, { title: `${labels.B} against ${labels.A}`, rows, targets: [] })
+  }
+}
+
+/** The schemas and SQLite files the builds' presets made. */
+async function dropMade (presets) {
+  for (const preset of presets) {
+    if (preset.file !== undefined) for (const suffix of ['', '-wal', '-shm']) rmSync(preset.file + suffix, { force: true })
+  }
+  const schemas = presets.flatMap((preset) => preset.schema === undefined ? [] : [preset.schema])
+  if (schemas.length === 0) return
+  const client = new pg.Client({ connectionString: PG_URL })
+  await client.connect()
+  try {
+    for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
+  } finally {
+    await client.end()
   }
 }
 
