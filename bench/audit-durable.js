@@ -9,6 +9,7 @@ import { alternate, throughputRound } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
 import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho } from './lib/checks.js'
+import { dropSchemas } from './lib/pg.js'
 
 export const name = 'audit-durable'
 export const title = 'JSON run with the SQLite and PostgreSQL audit stores, vs the memory ring (target 6)'
@@ -25,17 +26,6 @@ async function postgresAvailable () {
     return `PostgreSQL not reachable at ${PG_URL}: ${err.message}`
   } finally {
     await client.end().catch(() => {})
-  }
-}
-
-async function dropSchemas (schemas) {
-  if (schemas.length === 0) return
-  const client = new pg.Client({ connectionString: PG_URL })
-  await client.connect()
-  try {
-    for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
-  } finally {
-    await client.end()
   }
 }
 
@@ -69,7 +59,7 @@ export async function run ({ log }) {
     }, { log })
   } finally {
     rmSync(dir, { recursive: true, force: true })
-    await dropSchemas([...new Set(schemas)]).catch((err) => log(`  could not drop the bench schemas: ${err.message}`))
+    await dropSchemas(PG_URL, [...new Set(schemas)]).catch((err) => log(`  could not drop the bench schemas: ${err.message}`))
   }
   for (const [contender, rounds] of Object.entries(results)) {
     if (contender === 'memory ring') continue

@@ -7,7 +7,7 @@
 import { rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import pg from 'pg'
+import { dropSchemas } from './lib/pg.js'
 import { config, cpuMeter, load, pinLoadGenerator, startServer } from './lib/harness.js'
 import { jsonBody } from './lib/agents.js'
 import { metricRows, printScenario } from './lib/report.js'
@@ -103,15 +103,7 @@ async function dropMade (presets) {
   for (const preset of presets) {
     if (preset.file !== undefined) for (const suffix of ['', '-wal', '-shm']) rmSync(preset.file + suffix, { force: true })
   }
-  const schemas = presets.flatMap((preset) => preset.schema === undefined ? [] : [preset.schema])
-  if (schemas.length === 0) return
-  const client = new pg.Client({ connectionString: PG_URL })
-  await client.connect()
-  try {
-    for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
-  } finally {
-    await client.end()
-  }
+  await dropSchemas(PG_URL, presets.flatMap((preset) => preset.schema === undefined ? [] : [preset.schema]))
 }
 
 function presetOf (workload, build) {

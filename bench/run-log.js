@@ -9,6 +9,7 @@ import { Redis } from 'ioredis'
 import { readdirSync, readFileSync } from 'node:fs'
 import { alternate, processTime, throughputRound } from './lib/harness.js'
 import { roundTrips } from './pg-round-trips.js'
+import { dropSchemas } from './lib/pg.js'
 import { jsonBody } from './lib/agents.js'
 import { cpuRatio, errorsOf, metricRows, noiseOf, target } from './lib/report.js'
 import { checkEcho, checkSseRun } from './lib/checks.js'
@@ -69,11 +70,7 @@ async function reachable () {
 }
 
 async function cleanUp (schemas, prefixes) {
-  if (schemas.length > 0) {
-    const client = new pg.Client({ connectionString: PG_URL })
-    await client.connect()
-    try { for (const schema of schemas) await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`) } finally { await client.end() }
-  }
+  await dropSchemas(PG_URL, schemas)
   if (prefixes.length > 0) {
     const redis = new Redis(REDIS_URL)
     try {

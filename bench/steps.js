@@ -8,7 +8,7 @@
 //    run without steps resumed; the difference of their CPU per resumed run is the replay's (target ≤ 5 ms).
 // `npm run bench -- steps` (it builds dist/ first), or `node bench/steps.js` after `npm run build`.
 import { fileURLToPath } from 'node:url'
-import pg from 'pg'
+import { dropSchemas } from './lib/pg.js'
 import { target } from './lib/report.js'
 
 export const name = 'steps'
@@ -130,9 +130,7 @@ export async function run ({ log = console.log } = {}) {
     }
   } finally {
     await service.close(0)
-    const client = new pg.Client({ connectionString: PG_URL })
-    await client.connect()
-    try { await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`) } finally { await client.end() }
+    await dropSchemas(PG_URL, [schema])
   }
 }
 
