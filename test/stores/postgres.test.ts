@@ -325,15 +325,28 @@ if (await pgReachable()) {
     t.comment(`append of 100 events in one call: median ${percentile(timings, 0.5).toFixed(1)} ms`)
   })
 
-  t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
-    const { pool, queries } = spiedPool(t)
+  /**
+   * Stores on a spied pool, their tables made and one session created (the expired sessions purged, once a minute,
+   * first: only what the test does is counted); `control.held` holds every statement (the first of a kind, while the
+   * next calls gather behind it), `control.fails` fails those it picks, as a connection lost during them would.
+   */
+  async function spiedStores (t: Test) {
+    const control: { held: Promise<void> | null, fails: (text: string) => boolean } = { held: null, fails: () => false }
+    const { pool, queries } = spiedPool(t, async (text) => {
+      if (control.held !== null && !text.includes('LISTEN')) await control.held
+      if (control.fails(text)) throw new Error('Connection terminated unexpectedly')
+    })
     const schema = withPgSchema(t, admin)
     const stores = postgresStores(pool, { schema })
     t.teardown(() => closeAll(stores))
     const { runStore, sessionStore } = stores
-    // the tables made and the expired sessions purged (once a minute) first: only the run's statement is counted
     await runStore.get('none')
     await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    return { control, queries, runStore, sessionStore, pool, schema }
+  }
+
+  t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
+    const { pool, schema, queries, runStore, sessionStore } = await spiedStores(t)
     // the service puts a deadline wrapper (a Proxy) around each store: it is still the store of its database
     const wrapped = new Proxy(sessionStore, {})
     const run = newRun()
@@ -362,27 +375,8 @@ if (await pgReachable()) {
     t.equal(await runStore.get(second.record.runId), null)
   })
 
-  /**
-   * Stores on a spied pool, one session made: `control.held` holds every statement (the first of a kind, while the
-   * next calls gather behind it), `control.fails` fails those it picks, as a connection lost during them would.
-   */
-  async function groupedStores (t: Test) {
-    const control: { held: Promise<void> | null, fails: (text: string) => boolean } = { held: null, fails: () => false }
-    const { pool, queries } = spiedPool(t, async (text) => {
-      if (control.held !== null && !text.includes('LISTEN')) await control.held
-      if (control.fails(text)) throw new Error('Connection terminated unexpectedly')
-    })
-    const schema = withPgSchema(t, admin)
-    const stores = postgresStores(pool, { schema })
-    t.teardown(() => closeAll(stores))
-    const { runStore, sessionStore } = stores
-    await runStore.get('none')
-    await sessionStore.create({ id: 'before', agent: null, principal: 'alice', metadata: {} }, HOUR)
-    return { control, queries, runStore, sessionStore, pool, schema }
-  }
-
   t.test('runs: concurrent runs\' creates, turns and ends go in one statement a group, each with its own outcome', async (t) => {
-    const { control, queries, runStore, sessionStore } = await groupedStores(t)
+    const { control, queries, runStore, sessionStore } = await spiedStores(t)
     // the first call's statement held until the others wait behind it
     const holding = async <T>(calls: Array<() => Promise<T>>): Promise<T[]> => {
       const { promise, release } = gate()
@@ -448,7 +442,7 @@ if (await pgReachable()) {
   })
 
   t.test('runs: a run\'s end and its session\'s turn are one statement, with the session store of its database only', async (t) => {
-    const { control, queries, runStore, sessionStore, pool, schema } = await groupedStores(t)
+    const { control, queries, runStore, sessionStore, pool, schema } = await spiedStores(t)
     const completed = (): RunEnd => ({ status: 'completed', endedAt: new Date().toISOString(), result: { output: 'ok' } as never })
     const messages = (text: string): Message[] => [{ role: 'user', content: text, runId: 'r', at: new Date().toISOString() }]
     const started = async (): Promise<NewRun> => {
