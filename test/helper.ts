@@ -9,6 +9,7 @@ import { INJECT } from '../lib/service/settings.js'
 import { memoryStores } from '../lib/stores/memory.js'
 import type { Injected } from '../lib/service/settings.js'
 import type { Registrar } from '../lib/testing/check.js'
+import { eventually } from '../lib/testing/check.js'
 
 export const echo: Agent = {
   description: 'echo',
@@ -32,15 +33,25 @@ export function build (t: Test, options: Partial<AgentServiceOptions> = {}): Age
 /**
  * Two services on one set of memory stores, both ready: `a` runs what is posted to it, `b` claims nothing until the
  * test starts its worker (`b.app.agentService.worker.start(b.app.log)`), to take a run over after a drain or a death.
+ * `handOver(runId, status)` drains `a` (its resumable runs handed off), starts `b`'s worker and resolves with the
+ * run's record once `b` has it in `status`.
  */
-export async function handOffPair (t: Test, options: Partial<AgentServiceOptions> = {}): Promise<{ a: AgentService, b: AgentService, stores: ReturnType<typeof memoryStores> }> {
+export async function handOffPair (t: Test, options: Partial<AgentServiceOptions> = {}) {
   const stores = memoryStores()
   const a = build(t, { ...stores, ...options })
   const b = build(t, { ...stores, ...options })
   await a.app.ready()
   await b.app.ready()
   b.app.agentService.worker.stopClaiming()
-  return { a, b, stores }
+  async function handOver (runId: string, status: string): Promise<any> {
+    await a.close(50)
+    b.app.agentService.worker.start(b.app.log)
+    return await eventually(async () => {
+      const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
+      return run.status === status && run
+    })
+  }
+  return { a, b, stores, handOver }
 }
 
 /** A service listening on 127.0.0.1 with a random port, for tests about sockets. */
@@ -95,7 +106,7 @@ export function sleep (ms: number): Promise<void> {
 }
 
 /** Polls until the check gives a value other than undefined or false (the store suites' own, lib/testing). */
-export { eventually } from '../lib/testing/check.js'
+export { eventually }
 
 /** Lets the responses just sent reach their onResponse hooks, then writes the audit entries queued so far. */
 export async function settle (service: AgentService): Promise<void> {

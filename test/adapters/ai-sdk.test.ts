@@ -475,15 +475,10 @@ t.test('durableTools: a tool completed before a drain\'s hand-off is not execute
       return streamText({ model, tools, messages: modelMessages(ctx, input), abortSignal: ctx.signal, stopWhen: stepCountIs(5) })
     }
   })
-  const { a, b } = await handOffPair(t, { agents: { payer } })
+  const { a, b, handOver } = await handOffPair(t, { agents: { payer } })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/payer/runs', payload: { input: 'pay', background: true } })).json()
   await eventually(() => model.doStreamCalls.length === 2)
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  const record = await eventually(async () => {
-    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
-    return run.status === 'completed' && run
-  })
+  const record = await handOver(runId, 'completed')
   t.match(record.result, { output: 'charged: {"receipt":"r-500"}' })
   t.same(charged, [{ cents: 500, toolCallId: 'pay_1' }], 'charged once over two attempts')
   const steps = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body).filter((e) => e.event === 'step.completed')
@@ -554,15 +549,10 @@ t.test('durableModel: a model call finished before a drain\'s hand-off is not ma
       })
     }
   })
-  const { a, b } = await handOff(t, { payer })
+  const { a, b, handOver } = await handOff(t, { payer })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/payer/runs', payload: { input: 'pay', background: true } })).json()
   await eventually(() => model.doStreamCalls.length === 2)
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  const record = await eventually(async () => {
-    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
-    return run.status === 'completed' && run
-  })
+  const record = await handOver(runId, 'completed')
   t.equal(model.doStreamCalls.length, 3, 'the model was called for the first step once, over two attempts')
   t.same(charged, [{ cents: 500, toolCallId: 'pay_1' }], 'the tool executed once')
   t.match(record.result, { output: 'charged {"receipt":"r-500"}', usage: { inputTokens: 4, outputTokens: 3 } }, 'the replayed step counts in the output and the usage')
@@ -602,15 +592,10 @@ t.test('durableModel: a model call at a journaled step of another name fails the
       return streamText({ model: durableModel(ctx, model), messages: modelMessages(ctx, input), abortSignal: ctx.signal })
     }
   })
-  const { a, b } = await handOff(t, { reordered })
+  const { a, b, handOver } = await handOff(t, { reordered })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/reordered/runs', payload: { input: 'go', background: true } })).json()
   await eventually(() => model.doStreamCalls.length === 1)
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  const record = await eventually(async () => {
-    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
-    return run.status === 'failed' && run
-  })
+  const record = await handOver(runId, 'failed')
   t.match(record.error, { code: 'STEP_MISMATCH', message: /Step 0 is "model" in this attempt, but "setup"/ })
   t.equal(model.doStreamCalls.length, 1, 'the model is not called at a mismatched step')
   const log = parseSse((await b.app.inject({ url: `/v1/runs/${runId}/events` })).body)

@@ -52,17 +52,12 @@ t.test('a graph handed off after its first node: the next attempt goes on from t
   const { graph, executed } = twoNodes(() => attempts === 1)
   const agent = langGraphAgent(graph, { resumable: true })
   const durable = { ...agent, run: (input: unknown, ctx: RunContext) => { attempts++; return agent.run(input, ctx) } }
-  const { a, b, stores } = await handOff(t, { durable })
+  const { a, b, stores, handOver } = await handOff(t, { durable })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/durable/runs', payload: { input: 'go', background: true } })).json()
   // the first node's writes are checkpointed (async in LangGraph) while the second waits
   await eventually(async () => executed.second === 1 && (await stores.checkpointStore.load(runId)) !== null)
   await eventually(async () => savedText((await stores.checkpointStore.load(runId))?.state).includes('AIMessage'))
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  const record = await eventually(async () => {
-    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
-    return run.status === 'completed' && run
-  })
+  const record = await handOver(runId, 'completed')
   t.same(executed, { first: 1, second: 2 }, 'the first node ran once over two attempts; the second, cut off, again')
   t.equal(record.result.output, 'two: go, one', 'the second node saw the first one\'s message, from the checkpoint')
   t.equal(await stores.checkpointStore.load(runId), null, 'the completed run deleted its checkpoint')
@@ -85,15 +80,10 @@ t.test('a run whose graph had ended when it was handed off: nothing runs again, 
       return result
     }
   }
-  const { a, b, stores } = await handOff(t, { durable })
+  const { a, stores, handOver } = await handOff(t, { durable })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/durable/runs', payload: { input: 'go', background: true } })).json()
   await eventually(async () => savedText((await stores.checkpointStore.load(runId))?.state).includes('two: go, one'))
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  const record = await eventually(async () => {
-    const run = (await b.app.inject({ url: `/v1/runs/${runId}` })).json()
-    return run.status === 'completed' && run
-  })
+  const record = await handOver(runId, 'completed')
   t.same(executed, { first: 1, second: 1 }, 'no node ran again')
   t.equal(record.result.output, 'two: go, one', 'the last AI message of the graph\'s last checkpoint')
 })

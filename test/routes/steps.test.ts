@@ -24,12 +24,10 @@ t.test('a drain hands a stepped run off: the next attempt gets the completed ste
       return { output: { one, two, three } }
     }
   }
-  const { a, b } = await handOffPair(t, { agents: { stepped } })
+  const { a, b, handOver } = await handOffPair(t, { agents: { stepped } })
   const { runId } = (await a.app.inject({ method: 'POST', url: '/v1/agents/stepped/runs', payload: { input: null, background: true } })).json()
   await eventually(() => executed.length === 2)
-  await a.close(50)
-  b.app.agentService.worker.start(b.app.log)
-  await eventually(async () => (await b.app.inject({ url: `/v1/runs/${runId}` })).json().status === 'completed')
+  await handOver(runId, 'completed')
   t.same(executed.map((e) => e.step), ['one', 'two', 'three'], 'each step executed once over two attempts')
   t.same(executed.map((e) => e.info), [
     { attempt: 1, idempotencyKey: `${runId}:0` }, { attempt: 1, idempotencyKey: `${runId}:1` }, { attempt: 2, idempotencyKey: `${runId}:2` }
