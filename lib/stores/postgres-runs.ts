@@ -128,6 +128,28 @@ function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] 
   return rows.map((row) => row[i])
 }
 
+/**
+ * A group whose items must not meet in one statement when they share a key (one row written twice): the first item
+ * of each key go in one write, each later one after, on its own, its statement's failure its own. An item whose key
+ * is undefined shares nothing.
+ */
+async function keysApart<I, R> (items: readonly I[], key: (item: I) => string | null | undefined, write: (items: readonly I[]) => Promise<ReadonlyArray<R | Error>>): Promise<Array<R | Error>> {
+  const keys = new Set<string | null>()
+  const later = new Set<I>()
+  for (const item of items) {
+    const itemKey = key(item)
+    if (itemKey === undefined) continue
+    if (keys.has(itemKey)) later.add(item)
+    else keys.add(itemKey)
+  }
+  if (later.size === 0) return [...await write(items)]
+  const outcomes = new Map<I, R | Error>()
+  const first = items.filter((item) => !later.has(item))
+  for (const [i, outcome] of (await write(first)).entries()) outcomes.set(first[i]!, outcome)
+  for (const item of later) outcomes.set(item, await write([item]).then(([outcome]) => outcome!, (error: Error) => error))
+  return items.map((item) => outcomes.get(item)!)
+}
+
 /** One run's batch waiting for its group's statement. */
 interface Appending {
   runId: string
@@ -325,20 +347,8 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    * one statement (docs/stores.md, "Round trips"): each run's column an array.
    */
   async #createGroup (items: readonly Creating[]): Promise<Array<true | Error>> {
-    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails: the
-    // later one goes after, on its own.
-    const sessionIds = new Set<string | null>()
-    const later = new Set<Creating>()
-    for (const item of items) {
-      if (sessionIds.has(item.run.record.sessionId)) later.add(item)
-      else sessionIds.add(item.run.record.sessionId)
-    }
-    if (later.size === 0) return this.#createRows(items)
-    const outcomes = new Map<Creating, true | Error>()
-    const first = items.filter((item) => !later.has(item))
-    for (const [i, outcome] of (await this.#createRows(first)).entries()) outcomes.set(first[i]!, outcome)
-    for (const item of later) outcomes.set(item, await this.#createGroup([item]).then(([outcome]) => outcome!, (error: Error) => error))
-    return items.map((item) => outcomes.get(item)!)
+    // Two runs making one session (a caller's choice of ids) would be one row twice in one INSERT, which fails
+    return await keysApart(items, (item) => item.run.record.sessionId, async (some) => await this.#createRows(some))
   }
 
   async #createRows (items: readonly Creating[]): Promise<Array<true | Error>> {
@@ -432,20 +442,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    * the later one goes after, on its own.
    */
   async #endGroup (items: readonly Ending[]): Promise<Array<RunEnded | null | Error>> {
-    const sessionIds = new Set<string>()
-    const later = new Set<Ending>()
-    for (const item of items) {
-      if (item.turn === undefined) continue
-      if (sessionIds.has(item.turn.sessionId)) later.add(item)
-      else sessionIds.add(item.turn.sessionId)
-    }
-    if (later.size === 0) return this.#endRows(items)
-    const outcomes = new Map<Ending, RunEnded | null | Error>()
-    const first = items.filter((item) => !later.has(item))
-    for (const [i, outcome] of (await this.#endRows(first)).entries()) outcomes.set(first[i]!, outcome)
-    // its statement failing fails it alone: the others' ends are written
-    for (const item of later) outcomes.set(item, await this.#endRows([item]).then(([outcome]) => outcome!, (error: Error) => error))
-    return items.map((item) => outcomes.get(item)!)
+    return await keysApart(items, (item) => item.turn?.sessionId, async (some) => await this.#endRows(some))
   }
 
   async #endRows (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
