@@ -61,6 +61,17 @@ export function named (text: string): NamedStatement {
  * A store as it is, through the deadline wrapper the service puts around it (a Proxy: its reads are the store's):
  * how one store knows another for the very object it was made with.
  */
+const JSONB_REFUSES = /\\u(0000|d[89a-f])/i
+
+/**
+ * Whether jsonb would refuse this JSON (an escaped NUL or lone surrogate): written in a group's statement, it would
+ * fail the whole group, so it goes in one of its own, its failure its caller's alone. (A string holding a backslash
+ * followed by such text matches too: it merely goes on its own.)
+ */
+export function jsonbRefuses (json: string): boolean {
+  return JSONB_REFUSES.test(json)
+}
+
 export const UNWRAPPED = Symbol('fastify-agents.unwrapped')
 
 /** pg's escapeIdentifier, without loading pg for it. */

@@ -12,7 +12,7 @@ import { BackedRunStore } from './run-store.js'
 import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
 import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { PostgresStore, UNWRAPPED, named } from './postgres-connection.js'
+import { PostgresStore, UNWRAPPED, jsonbRefuses, named } from './postgres-connection.js'
 import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
@@ -116,12 +116,6 @@ interface Ending {
   /** its session's turn, written with it (PostgresRunStore.turnWithEnd) */
   turn: EndTurn | undefined
 }
-
-/**
- * What jsonb refuses of a turn's JSON (a NUL, a lone surrogate): such a turn is appended on its own, so that its
- * failure is its run's, not its group's. (A string holding a backslash and such text matches too: it goes on its own.)
- */
-const JSONB_REFUSES = /\\u(0000|d[89a-f])/i
 
 /** Column `i` of each row: the arrays one unnest turns back into rows. */
 function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] {
@@ -616,7 +610,7 @@ export class PostgresRunStore extends BackedRunStore {
     if (paired === null || (sessions as { [UNWRAPPED]?: unknown })[UNWRAPPED] !== paired) return undefined
     checkTtl('ttlMs', ttlMs)
     const json = JSON.stringify(messages)
-    return JSONB_REFUSES.test(json) ? undefined : { sessionId, messages: json, ttlMs }
+    return jsonbRefuses(json) ? undefined : { sessionId, messages: json, ttlMs }
   }
 
   /**

@@ -7,7 +7,7 @@ import {
   storeClosedError, toJson, toMs, unrefInterval
 } from './common.js'
 import { decidedStatus, failedDecision } from './rules.js'
-import { PostgresConnection, PostgresStore, isPool, named } from './postgres-connection.js'
+import { PostgresConnection, PostgresStore, isPool, jsonbRefuses, named } from './postgres-connection.js'
 import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
@@ -203,7 +203,10 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     checkTtl('ttlMs', ttlMs)
     this.check()
     const now = Date.now()
-    return this.#turns.add({ id, messages: JSON.stringify(messages), at: new Date(now), expires: new Date(now + ttlMs) })
+    const turn = { id, messages: JSON.stringify(messages), at: new Date(now), expires: new Date(now + ttlMs) }
+    // a turn jsonb refuses would fail its group's other turns: it goes alone
+    if (jsonbRefuses(turn.messages)) return (await this.#appendTurns([turn]))[0]!
+    return this.#turns.add(turn)
   }
 
   /**

@@ -345,6 +345,22 @@ if (await pgReachable()) {
     return { control, queries, runStore, sessionStore, pool, schema }
   }
 
+  t.test('sessions: a turn jsonb refuses is appended on its own: the turns grouped with it are recorded', async (t) => {
+    const { sessionStore } = await spiedStores(t)
+    await sessionStore.create({ id: 'other', agent: null, principal: 'alice', metadata: {} }, HOUR)
+    const at = new Date().toISOString()
+    const turn = (content: string): Message[] => [{ role: 'user', content, runId: 'r', at }]
+    // added in one turn of the event loop: the first two would share a statement (the third is the first's session again)
+    const outcomes = await Promise.allSettled([
+      sessionStore.appendTurn('before', turn('fine'), HOUR),
+      sessionStore.appendTurn('other', turn('a NUL \u0000'), HOUR),
+      sessionStore.appendTurn('before', turn('fine again'), HOUR)
+    ])
+    t.match(outcomes, [{ status: 'fulfilled', value: true }, { status: 'rejected', reason: { message: /unsupported Unicode escape sequence/ } }, { status: 'fulfilled', value: true }])
+    t.match(await sessionStore.get('before'), { turns: 2 })
+    t.match(await sessionStore.get('other'), { turns: 0 }, 'nothing of the refused turn written')
+  })
+
   t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
     const { pool, schema, queries, runStore, sessionStore } = await spiedStores(t)
     // the service puts a deadline wrapper (a Proxy) around each store: it is still the store of its database
