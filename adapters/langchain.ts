@@ -47,7 +47,6 @@ export interface StreamableGraph {
   checkpointer?: BaseCheckpointSaver | boolean
 }
 
-
 export interface LangGraphAgentOptions<Input = unknown> extends AdapterOptions {
   /** The graph's input for a run; by default one human message holding the input (JSON unless a string). */
   toGraphInput?(input: Input, ctx: RunContext): unknown
