@@ -359,6 +359,9 @@ if (await pgReachable()) {
     t.match(outcomes, [{ status: 'fulfilled', value: true }, { status: 'rejected', reason: { message: /unsupported Unicode escape sequence/ } }, { status: 'fulfilled', value: true }])
     t.match(await sessionStore.get('before'), { turns: 2 })
     t.match(await sessionStore.get('other'), { turns: 0 }, 'nothing of the refused turn written')
+    // text that only looks like one (a backslash, then u0000) goes on its own too, and is taken
+    t.equal(await sessionStore.appendTurn('other', turn('a backslash \\u0000'), HOUR), true)
+    t.match(await sessionStore.get('other'), { turns: 1, messages: [{ content: 'a backslash \\u0000' }] })
   })
 
   t.test('runs: a run and its fresh session are one round trip, with the session store of its database only', async (t) => {
