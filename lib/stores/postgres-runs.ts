@@ -16,6 +16,8 @@ import { PostgresStore, UNWRAPPED, jsonbRefuses, named } from './postgres-connec
 import type { NamedStatement, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener, transaction } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
+import { pgArray, pgColumns } from './postgres-arrays.js'
+import type { ArrayType } from './postgres-arrays.js'
 import type { CreateRunResult, EndTurn, Message, NewRun, NewSession, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, SessionStore, StoredEvent } from './types.js'
 
 /** The session store a run store writes a run's fresh session with (PostgresSessionStore: postgresStores pairs them). */
@@ -64,6 +66,12 @@ interface RunRow {
 
 const COLUMNS = 'run_id, agent, session_id, principal, status, background, attempt, last_seq, created_at, started_at, ended_at, ' +
   'result, error, request_id, trace_id, schedule_id, scheduled_for'
+
+/**
+ * What an end's statement gives back: its result and error are the end's own (the caller has them), not sent back
+ * and parsed again (docs/stores.md, "Round trips").
+ */
+const ENDED_COLUMNS = COLUMNS.split(', ').map((name) => name === 'result' || name === 'error' ? `NULL::text AS ${name}` : `r.${name}`).join(', ')
 
 function toRecord (row: RunRow): RunRecord {
   const record: RunRecord = {
@@ -117,10 +125,25 @@ interface Ending {
   turn: EndTurn | undefined
 }
 
-/** Column `i` of each row: the arrays one unnest turns back into rows. */
-function column (rows: ReadonlyArray<readonly unknown[]>, i: number): unknown[] {
-  return rows.map((row) => row[i])
+/**
+ * An end's result as JSON: a completed run's is its run.completed's data, as the log holds it (docs/runs.md), already
+ * JSON; not made again.
+ */
+function resultText (events: readonly StoredEvent[], end: RunEnd): string | null {
+  if (end.result === undefined) return null
+  const last = events.at(-1)
+  return end.status === 'completed' && last?.type === 'run.completed' ? last.data : JSON.stringify(end.result)
 }
+
+/** The create group's columns, `$1` to `$19` (see #values). */
+const CREATE_TYPES: readonly ArrayType[] = [
+  'text', 'text', 'text', 'text', 'text', 'bool', 'int4', 'int4', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'bool',
+  'bool', 'text', 'timestamptz', 'text', 'timestamptz'
+]
+/** The end group's columns, `$1` to `$12` (run, status, end, result, error, expiry, events' count, its condition) */
+const END_TYPES: readonly ArrayType[] = ['text', 'text', 'timestamptz', 'text', 'text', 'timestamptz', 'int4', 'text', 'int4', 'text', 'timestamptz', 'bool']
+/** A group's events: run, seq, type, data */
+const EVENT_TYPES: readonly ArrayType[] = ['text', 'int4', 'text', 'text']
 
 /**
  * A group whose items must not meet in one statement when they share a key (one row written twice): the first item
@@ -347,8 +370,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
 
   async #createRows (items: readonly Creating[]): Promise<Array<true | Error>> {
     const fresh = await items[0]!.sessions.freshSessions(items, 20)
-    const columns: unknown[][] = Array.from({ length: 19 }, () => [])
-    for (const { run } of items) for (const [i, value] of this.#values(run).entries()) columns[i]!.push(value)
+    const columns = pgColumns(CREATE_TYPES, items.map(({ run }) => this.#values(run)))
     // (the session store's INSERT is the same text at every call: one statement, named once)
     this.#createGroupStatement ??= named(this.#sql.createGroup(fresh.text))
     const { rows } = await (await this.#pool()).query<{ run_id: string }>({ ...this.#createGroupStatement, values: [...columns, ...fresh.values] })
@@ -421,7 +443,10 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
         data.push(event.data)
       }
     }
-    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [runIds, counts, afters, owners, eventRuns, seqs, types, data] })
+    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [
+      pgArray('text', runIds), pgArray('int4', counts), pgArray('int4', afters), pgArray('text', owners),
+      pgArray('text', eventRuns), pgArray('int4', seqs), pgArray('text', types), pgArray('text', data)
+    ] })
     const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
     return items.map((item) => appended.get(item.runId) ?? null)
   }
@@ -441,11 +466,11 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
 
   async #endRows (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
     const rows = items.map(({ runId, condition, events, end, expiresAt }) => [
-      runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
+      runId, end.status, new Date(toMs('endedAt', end.endedAt)), resultText(events, end),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
     const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))
-    const values = [...rows[0]!.map((_, i) => column(rows, i)), ...[0, 1, 2, 3].map((i) => column(events, i))]
+    const values: unknown[] = [...pgColumns(END_TYPES, rows), ...pgColumns(EVENT_TYPES, events)]
     let statement = this.#sql.endGroup
     if (items.some((item) => item.turn !== undefined)) {
       // the turns' columns ($17 to $20: session, messages, at, expiry), null for an end without one
@@ -454,16 +479,19 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
       statement = this.#endTurnsStatement
       const now = Date.now()
       values.push(
-        items.map(({ turn }) => turn?.sessionId ?? null), items.map(({ turn }) => turn?.messages ?? null),
-        items.map(() => new Date(now)), items.map(({ turn }) => turn === undefined ? null : new Date(now + turn.ttlMs)))
+        pgArray('text', items.map(({ turn }) => turn?.sessionId)), pgArray('text', items.map(({ turn }) => turn?.messages)),
+        pgArray('timestamptz', items.map(() => now)), pgArray('timestamptz', items.map(({ turn }) => turn === undefined ? null : now + turn.ttlMs)))
     }
     const ended = await this.sql<Ended & { turned?: boolean }>(statement, values)
     const byRun = new Map(ended.map((row) => [row.run_id, row]))
-    return items.map(({ runId, turn }) => {
+    return items.map(({ runId, turn, end }) => {
       const row = byRun.get(runId)
       if (row === undefined) return null
       if (turn !== undefined) turn.recorded = row.turned
-      return { record: toRecord(row), freed: row.freed, queueWaits: row.queue_waits }
+      const record = toRecord(row)
+      if (end.result !== undefined) record.result = end.result
+      if (end.error !== undefined) record.error = end.error
+      return { record, freed: row.freed, queueWaits: row.queue_waits }
     })
   }
 
@@ -703,7 +731,7 @@ function statements (runs: string, events: string, sessions: string, channel: st
         WHERE r.run_id = b.id AND r.status = b.c_status AND (b.c_seq IS NULL OR r.last_seq = b.c_seq)
           AND (b.c_owner IS NULL OR r.owner = b.c_owner) AND (b.c_lapsed IS NULL OR r.lease_until < b.c_lapsed)
           AND (b.c_cancel IS NULL OR r.cancel_requested = b.c_cancel)
-        RETURNING ${COLUMNS.split(', ').map((name) => `r.${name}`).join(', ')}),
+        RETURNING ${ENDED_COLUMNS}),
       added AS (
         INSERT INTO ${events} (run_id, seq, type, data)
         SELECT e.run_id, e.seq, e.type, e.data FROM unnest($13::text[], $14::integer[], $15::text[], $16::text[]) AS e (run_id, seq, type, data)

@@ -11,6 +11,7 @@ import { PostgresConnection, PostgresStore, isPool, jsonbRefuses, named } from '
 import type { NamedStatement, PgPool, PostgresPoolOptions, PostgresSource, PostgresStoreOptions } from './postgres-connection.js'
 import { PgListener } from './postgres-clients.js'
 import { GroupCommit } from './group-commit.js'
+import { pgArray } from './postgres-arrays.js'
 import { randomId } from '../core/ids.js'
 import { PostgresRunStore } from './postgres-runs.js'
 import { PostgresWebhookStore } from './postgres-webhooks.js'
@@ -55,9 +56,9 @@ export class PostgresAuditStore extends PostgresStore implements AuditStore {
         WITH ORDINALITY AS batch (agent, status, entry, n)
       ORDER BY n`)
     await this.sql(this.#append, [
-      entries.map((entry) => entry.agent ?? null),
-      entries.map((entry) => entry.status),
-      entries.map((entry) => JSON.stringify(entry))
+      pgArray('text', entries.map((entry) => entry.agent)),
+      pgArray('int4', entries.map((entry) => entry.status)),
+      pgArray('text', entries.map((entry) => JSON.stringify(entry)))
     ])
   }
 
@@ -186,8 +187,9 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     return {
       text,
       values: [
-        new Date(now), sessions.map((s) => s.session.id), sessions.map((s) => s.session.agent), sessions.map((s) => s.session.principal),
-        sessions.map((s) => new Date(now + s.ttlMs)), sessions.map((s) => toJson(s.session.metadata))
+        new Date(now), pgArray('text', sessions.map((s) => s.session.id)), pgArray('text', sessions.map((s) => s.session.agent)),
+        pgArray('text', sessions.map((s) => s.session.principal)), pgArray('timestamptz', sessions.map((s) => now + s.ttlMs)),
+        pgArray('text', sessions.map((s) => toJson(s.session.metadata)))
       ]
     }
   }
@@ -232,7 +234,8 @@ export class PostgresSessionStore extends PostgresStore implements SessionStore 
     // every run's (named: prepared once per connection)
     this.#appendTurn ??= named(await this.turnsFrom('unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS t (id, messages, at, expires)'))
     const rows = await this.sql<{ id: string }>(this.#appendTurn, [
-      turns.map((turn) => turn.id), turns.map((turn) => turn.messages), turns.map((turn) => turn.at), turns.map((turn) => turn.expires)
+      pgArray('text', turns.map((turn) => turn.id)), pgArray('text', turns.map((turn) => turn.messages)),
+      pgArray('timestamptz', turns.map((turn) => turn.at)), pgArray('timestamptz', turns.map((turn) => turn.expires))
     ])
     const recorded = new Set(rows.map((row) => row.id))
     return turns.map((turn) => recorded.has(turn.id))
