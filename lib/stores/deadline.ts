@@ -67,13 +67,19 @@ export function storeDeadlines (timeoutMs: number): DeadlineWrapper {
       })
     }
     // Everything else (close, probe, a backend's own properties) is the store's own, bound to it: its private
-    // fields only answer to itself.
+    // fields only answer to itself. A method is bound once (some are read on every run: turnWithEnd, watch).
+    const bound = new Map<PropertyKey, { method: unknown, call: unknown }>()
     const proxy = new Proxy(store, {
       get (target, property) {
         const call = calls.get(property)
         if (call !== undefined) return call
         const value = Reflect.get(target, property, target) as unknown
-        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value
+        if (typeof value !== 'function') return value
+        const known = bound.get(property)
+        if (known?.method === value) return known.call
+        const method = (value as (...a: unknown[]) => unknown).bind(target)
+        bound.set(property, { method: value, call: method })
+        return method
       }
     })
     wrapped.set(store, proxy)
