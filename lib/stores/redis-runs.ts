@@ -538,8 +538,9 @@ class RedisRunBackend extends RedisStore implements RunBackend {
     return (replies[1]![1] as string[]).map((text, i) => decodeEvent(afterSeq + 1 + i, text))
   }
 
-  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
-    return this.appends.add({ client: this.#client(), runId, events, owner, lastSeq })
+  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {
+    // urgent (a durable step waits for it): written at the end of this turn, with every batch the turn adds, not after the window
+    return this.appends.add({ client: this.#client(), runId, events, owner, lastSeq }, urgent)
   }
 
   async #appendGroup (items: readonly Appending[]): Promise<Array<number | null>> {

@@ -449,15 +449,16 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
     return run === undefined ? [] : statements.events(run, afterSeq, limit)
   }
 
-  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number): Promise<number | null> {
+  async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {
     this.#use()
     const next = lastSeq + events.length
+    // urgent (a durable step waits for it): at the end of this turn, not after the window
     return this.#grouped(runId, (statements, now) => {
       const run = statements.appendTo.get({ runId, owner, lastSeq, next, now })
       if (run === undefined) return { value: null }
       statements.insertEvents(run, events)
       return { value: next }
-    })
+    }, urgent)
   }
 
   async end (runId: string, condition: RunCondition, events: readonly StoredEvent[], end: RunEnd, expiresAt: number): Promise<RunEnded | null> {

@@ -7,6 +7,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { MemoryRunStore } from '../../lib/stores/memory-runs.js'
 import { PostgresRunStore } from '../../lib/stores/postgres-runs.js'
+import { GroupCommit } from '../../lib/stores/group-commit.js'
 import { RedisRunStore } from '../../lib/stores/redis-runs.js'
 import type { BackedRunStore, RunBackend } from '../../lib/stores/run-store.js'
 import { SqliteRunStore } from '../../lib/stores/sqlite-runs.js'
@@ -110,6 +111,27 @@ function races (t: Test, open: (t: Test) => Promise<BackedRunStore>): void {
     race(store, 'append', (backend, call) => backend.append(id, [event(call + 1)], OWNER, call), 2)
     await store.append(id, [event(1), event(2)], OWNER)
     t.same(await store.events(id, 0, 10), [event(1), event(2)], 'stored once')
+  })
+
+  t.test('append: urgent (a durable step waits for it) reaches the backend\'s group commit as urgent', async (t) => {
+    const store = await open(t)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: false })
+    // the backends with a window (SQLite, PostgreSQL, Redis) gather their appends in a GroupCommit
+    const seen: boolean[] = []
+    const add = GroupCommit.prototype.add
+    GroupCommit.prototype.add = function (item: unknown, urgent?: boolean) {
+      seen.push(urgent === true)
+      return add.call(this, item, urgent)
+    }
+    t.teardown(() => { GroupCommit.prototype.add = add })
+    await store.append(id, [event(1)], OWNER, true)
+    await store.append(id, [event(2)], OWNER)
+    GroupCommit.prototype.add = add
+    t.same(await store.events(id, 0, 10), [event(1), event(2)])
+    // (the in-process backend writes at once: nothing to gather)
+    t.same(seen, store instanceof MemoryRunStore ? [] : [true, false], 'the first urgent, the second not')
   })
 
   t.test('requeue: a run that moves between its read and its write is read again', async (t) => {
