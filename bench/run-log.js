@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import { Redis } from 'ioredis'
 import { readdirSync, readFileSync } from 'node:fs'
-import { alternate, processTime, throughputRound } from './lib/harness.js'
+import { alternate, config, processTime, throughputRound } from './lib/harness.js'
 import { roundTrips } from './pg-round-trips.js'
 import { dropSchemas } from './lib/pg.js'
 import { jsonBody } from './lib/agents.js'
@@ -19,6 +19,9 @@ export const title = 'The run record and event log: SSE and JSON runs with each 
 
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+// BENCH_JSON_WARMUP=<s>: the JSON rounds' warm-up, every contender alike (default BENCH_WARMUP's 2 s). At 2 s the
+// all-PostgreSQL server has served ~4k runs, V8 still compiling its code: bench/README.md, "Warm-up".
+const JSON_WARMUP = Number(process.env.BENCH_JSON_WARMUP ?? config.warmup)
 const DELTAS = 100
 
 /** The pids of the database servers' processes on this machine (every PostgreSQL backend, redis-server). */
@@ -208,7 +211,7 @@ export async function run ({ log }) {
     }
     const jsonResults = await alternate(jsonContenders, async (server, c, round) => {
       if (round === 1) await checkEcho(server.url, json)
-      return c.name === 'all-postgres' ? withServerCpu(DB_SERVERS.postgres, () => throughputRound(server, json)) : throughputRound(server, json)
+      return c.name === 'all-postgres' ? withServerCpu(DB_SERVERS.postgres, () => throughputRound(server, json, { warmup: JSON_WARMUP })) : throughputRound(server, json, { warmup: JSON_WARMUP })
     }, { log })
     const rows = [
       ...metricRows(sseResults, 'rps', { unit: 'streams/s', baseline: 'no log' }),

@@ -199,9 +199,9 @@ function describe (result) {
   return parts.join(', ')
 }
 
-/** Warm-up then measure: the standard throughput round of the HTTP scenarios. */
-export async function throughputRound (server, request) {
-  const warmup = await load({ ...request, url: server.url, duration: config.warmup })
+/** Warm-up (`warmup` seconds, default BENCH_WARMUP's) then measure: the standard throughput round of the HTTP scenarios. */
+export async function throughputRound (server, request, { warmup: seconds = config.warmup } = {}) {
+  const warmup = await load({ ...request, url: server.url, duration: seconds })
   const cpu = cpuMeter([server.pid])
   const result = await load({ ...request, url: server.url, duration: config.duration })
   Object.assign(result, cpu.stop(result.ok))

@@ -21,12 +21,14 @@ export function pgArray (type: ArrayType, values: readonly unknown[]): Buffer {
   let size = 12 + (count > 0 ? 8 : 0) + 4 * count
   let nulls = 0
   if (type === 'text') {
-    for (const value of values) {
+    for (let i = 0; i < count; i++) {
+      const value = values[i]
       if (value === null || value === undefined) nulls = 1
       else size += Buffer.byteLength(value as string)
     }
   } else {
-    for (const value of values) {
+    for (let i = 0; i < count; i++) {
+      const value = values[i]
       if (value === null || value === undefined) nulls = 1
       else size += WIDTH[type]
     }
@@ -41,7 +43,8 @@ export function pgArray (type: ArrayType, values: readonly unknown[]): Buffer {
     buffer.writeInt32BE(1, 16)
     at = 20
   }
-  for (const value of values) {
+  for (let i = 0; i < count; i++) {
+    const value = values[i]
     if (value === null || value === undefined) {
       at = buffer.writeInt32BE(-1, at)
       continue
