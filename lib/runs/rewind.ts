@@ -3,6 +3,7 @@
 // journal. The source is never changed: both make new things (a session, a run).
 import { ForkPointNotFoundError, InputValidationError, NoCheckpointError, RunInProgressError, RunRecordNotFoundError, SessionNotFoundError } from '../core/errors.js'
 import { randomId } from '../core/ids.js'
+import { MAX_RUN_LIST_LIMIT } from '../stores/run-policy.js'
 import type { Message, RunReplay, RunStore, SessionStore, SessionWithMessages } from '../stores/types.js'
 import type { RunHost } from './host.js'
 import type { ForkedFrom, ForkedSession } from '../../schemas/sessions.js'
@@ -28,11 +29,23 @@ async function messagesUpTo (stores: ForkStores, source: SessionWithMessages, po
   if (runId === undefined) return messages
   const first = messages.findIndex((message) => message.runId === runId)
   if (first >= 0) return messages.slice(0, field === 'beforeRunId' ? first : messages.findLastIndex((message) => message.runId === runId) + 1)
-  // a run that left no turn (it failed, was cancelled, or goes on): the turns that completed before it began
+  // A run that left no turn (it failed, was cancelled, or goes on): the turns that completed before it began, which are
+  // those of the session's runs created before it (one run of a session at a time). Told by the runs' order, not by
+  // their times: a turn and the next run's creation can fall in one millisecond.
   const record = await stores.runStore.get(runId)
   if (record === null || record.sessionId !== source.id) throw new ForkPointNotFoundError(field, runId, source.id)
-  const began = Date.parse(record.createdAt)
-  return messages.filter((message) => Date.parse(message.at) < began)
+  const later = new Set<string>()
+  let cursor: string | undefined
+  for (;;) {
+    // most recent first: the runs listed before it came after it
+    const page = await stores.runStore.listBySession(source.id, { limit: MAX_RUN_LIST_LIMIT, cursor })
+    const at = page.runs.findIndex((run) => run.runId === runId)
+    for (const run of at < 0 ? page.runs : page.runs.slice(0, at)) later.add(run.runId)
+    if (at >= 0) return messages.filter((message) => !later.has(message.runId))
+    /* c8 ignore next: the run was purged between the two reads */
+    if (page.nextCursor === null) throw new ForkPointNotFoundError(field, runId, source.id)
+    cursor = page.nextCursor
+  }
 }
 
 /**

@@ -55,6 +55,33 @@ t.test('fork before, after, or at the end of a session; the source unchanged; a 
   t.match((await fork({}, 'bob')).json(), { statusCode: 404, code: 'SESSION_NOT_FOUND' }, 'another principal\'s session')
 })
 
+t.test('a fork before a run that left no turn goes by the runs\' order, not their times: all in one millisecond, and after a page of runs', async (t) => {
+  let failNext = false
+  const talker: Agent = {
+    async run (input) {
+      if (failNext) throw new Error('boom')
+      return { output: `re: ${String(input)}` }
+    }
+  }
+  const { app } = build(t, { agents: { talker }, auth: { strategy: 'api-key', keys: Object.values(KEYS) } })
+  // every turn and every run at one instant, as on a fast machine
+  const now = Date.now
+  const frozen = now()
+  Date.now = () => frozen
+  t.teardown(() => { Date.now = now })
+  const run = async (input: string, sessionId?: string) => (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input, sessionId } })).json()
+  const sessionId = (await run('one')).sessionId as string
+  await run('two', sessionId)
+  failNext = true
+  const failed = await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input: 'three', sessionId, stream: true } })
+  const failedId = (parseSse(failed.body)[0]!.data as { runId: string }).runId
+  failNext = false
+  // more runs after it than one page of the session's runs holds (500)
+  for (let i = 0; i < 501; i++) await run(`later ${i}`, sessionId)
+  const fork = (await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/fork`, headers: as('alice'), payload: { beforeRunId: failedId } })).json()
+  t.same(fork.messages.map((m: { content: unknown }) => m.content), ['one', 're: one', 'two', 're: two'])
+})
+
 t.test('replay: a failed run again from its checkpoint in a fork of its session, its completed steps not run again', async (t) => {
   const executed: string[] = []
   const seen: Array<{ input: unknown, resume: unknown, history: number }> = []
