@@ -2,13 +2,18 @@
 // source's turns up to a run (the source unchanged); a replay runs an ended run again from its checkpoint, in a fork
 // of its session taken before it, its completed steps given back by the journal.
 import t from 'tap'
+import type { Test } from 'tap'
 import type { Agent, RunContext } from '../../lib/core/types.js'
 import { build, eventually, parseSse } from '../helper.js'
 
 const KEYS = { alice: 'alice-key-0123456789', bob: 'bob-key-0123456789' }
 const as = (who: keyof typeof KEYS) => ({ 'x-api-key': KEYS[who] })
 
-t.test('fork before, after, or at the end of a session; the source unchanged; a fork point that is not a run of the session is 400', async (t) => {
+/**
+ * A service whose agent answers "re: <input>": `run` a JSON run of alice's, `fail` a run of hers that fails (streamed,
+ * for its run id) and left no turn.
+ */
+function talkative (t: Test) {
   let failNext = false
   const talker: Agent = {
     async run (input) {
@@ -18,13 +23,21 @@ t.test('fork before, after, or at the end of a session; the source unchanged; a 
   }
   const { app } = build(t, { agents: { talker }, auth: { strategy: 'api-key', keys: Object.values(KEYS) } })
   const run = async (input: string, sessionId?: string) => (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input, sessionId } })).json()
+  const fail = async (input: string, sessionId: string): Promise<string> => {
+    failNext = true
+    const failed = await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input, sessionId, stream: true } })
+    failNext = false
+    return (parseSse(failed.body)[0]!.data as { runId: string }).runId
+  }
+  return { app, run, fail }
+}
+
+t.test('fork before, after, or at the end of a session; the source unchanged; a fork point that is not a run of the session is 400', async (t) => {
+  const { app, run, fail } = talkative(t)
   const first = await run('one')
   const sessionId = first.sessionId as string
   const second = await run('two', sessionId)
-  failNext = true
-  const failed = await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input: 'three', sessionId, stream: true } })
-  const failedId = (parseSse(failed.body)[0]!.data as { runId: string }).runId
-  failNext = false
+  const failedId = await fail('three', sessionId)
   const fourth = await run('four', sessionId)
   const fork = (body: Record<string, unknown> | undefined, who: keyof typeof KEYS = 'alice', id = sessionId) =>
     app.inject({ method: 'POST', url: `/v1/sessions/${id}/fork`, headers: as(who), ...(body === undefined ? {} : { payload: body }) })
@@ -56,26 +69,15 @@ t.test('fork before, after, or at the end of a session; the source unchanged; a 
 })
 
 t.test('a fork before a run that left no turn goes by the runs\' order, not their times: all in one millisecond, and after a page of runs', async (t) => {
-  let failNext = false
-  const talker: Agent = {
-    async run (input) {
-      if (failNext) throw new Error('boom')
-      return { output: `re: ${String(input)}` }
-    }
-  }
-  const { app } = build(t, { agents: { talker }, auth: { strategy: 'api-key', keys: Object.values(KEYS) } })
+  const { app, run, fail } = talkative(t)
   // every turn and every run at one instant, as on a fast machine
   const now = Date.now
   const frozen = now()
   Date.now = () => frozen
   t.teardown(() => { Date.now = now })
-  const run = async (input: string, sessionId?: string) => (await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input, sessionId } })).json()
   const sessionId = (await run('one')).sessionId as string
   await run('two', sessionId)
-  failNext = true
-  const failed = await app.inject({ method: 'POST', url: '/v1/agents/talker/runs', headers: as('alice'), payload: { input: 'three', sessionId, stream: true } })
-  const failedId = (parseSse(failed.body)[0]!.data as { runId: string }).runId
-  failNext = false
+  const failedId = await fail('three', sessionId)
   // more runs after it than one page of the session's runs holds (500)
   for (let i = 0; i < 501; i++) await run(`later ${i}`, sessionId)
   const fork = (await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/fork`, headers: as('alice'), payload: { beforeRunId: failedId } })).json()
