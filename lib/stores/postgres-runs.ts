@@ -125,16 +125,6 @@ interface Ending {
   turn: EndTurn | undefined
 }
 
-/**
- * An end's result as JSON: a completed run's is its run.completed's data, as the log holds it (docs/runs.md), already
- * JSON; not made again.
- */
-function resultText (events: readonly StoredEvent[], end: RunEnd): string | null {
-  if (end.result === undefined) return null
-  const last = events.at(-1)
-  return end.status === 'completed' && last?.type === 'run.completed' ? last.data : JSON.stringify(end.result)
-}
-
 /** The create group's columns, `$1` to `$19` (see #values). */
 const CREATE_TYPES: readonly ArrayType[] = [
   'text', 'text', 'text', 'text', 'text', 'bool', 'int4', 'int4', 'timestamptz', 'timestamptz', 'text', 'text', 'text', 'bool',
@@ -466,7 +456,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
 
   async #endRows (items: readonly Ending[]): Promise<Array<RunEnded | null>> {
     const rows = items.map(({ runId, condition, events, end, expiresAt }) => [
-      runId, end.status, new Date(toMs('endedAt', end.endedAt)), resultText(events, end),
+      runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
     const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))

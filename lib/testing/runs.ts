@@ -112,8 +112,11 @@ export function runStoreConformance<C> (registrar: Registrar<C>, factories: RunS
     t.match(requeued, { status: 'queued', attempt: 2, ...fire }, 'requeued')
     const [again] = await store.claim(lease(), new Date().toISOString(), 10)
     t.match(again, { runId: id, ...fire })
-    const ended = await store.finish(id, [event(2, 'run.completed')], completed(again!), HOUR, OWNER)
+    const end = completed(again!)
+    const ended = await store.finish(id, [event(2, 'run.completed')], end, HOUR, OWNER)
     t.match(ended, { status: 'completed', ...fire }, 'ended')
+    // the result is the end's, whatever the terminal event's data says
+    t.same((await store.get(id))?.result, end.result, 'its result stored')
     t.match((await store.list({ limit: 10 })).runs, [{ runId: id, ...fire }], 'listed')
     t.match((await store.listBySession(run.record.sessionId!, { limit: 10 })).runs, [{ runId: id, ...fire }])
     const plain = newRun()
