@@ -57,10 +57,6 @@ export function named (text: string): NamedStatement {
   return { name: `fa_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`, text }
 }
 
-/**
- * A store as it is, through the deadline wrapper the service puts around it (a Proxy: its reads are the store's):
- * how one store knows another for the very object it was made with.
- */
 const JSONB_REFUSES = /\\u(0000|d[89a-f])/i
 
 /**
@@ -72,6 +68,10 @@ export function jsonbRefuses (json: string): boolean {
   return JSONB_REFUSES.test(json)
 }
 
+/**
+ * A store as it is, through the deadline wrapper the service puts around it (a Proxy: its reads are the store's):
+ * how one store knows another for the very object it was made with.
+ */
 export const UNWRAPPED = Symbol('fastify-agents.unwrapped')
 
 /** pg's escapeIdentifier, without loading pg for it. */
