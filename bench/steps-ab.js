@@ -2,7 +2,7 @@
 // `node bench/steps-ab.js <dir-a> <dir-b> [rounds, 4] [runs per batch, 200] [runs at a time, 32]` (absolute paths of two
 // built trees): one service per build, every store on PostgreSQL (a schema each, dropped after), the agent of
 // bench/steps.js with 20 steps of 1 KB or 20 plain calls; batches alternate between the builds, CPU per run of the process.
-import pg from 'pg'
+import { dropSchemas } from './lib/pg.js'
 const [dirA, dirB, roundsArg = '4', batchArg = '200', concArg = '32'] = process.argv.slice(2)
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const KB = { data: 'x'.repeat(1000) }
@@ -28,6 +28,5 @@ for (let r = 0; r < rounds; r++) {
   console.log(`round ${r + 1}: ` + bs.map((b) => `${b.dir}: ${b.plain.at(-1).toFixed(2)} / ${b.stepped.at(-1).toFixed(2)} ms (${(b.stepped.at(-1) / b.plain.at(-1)).toFixed(2)})`).join('; '))
 }
 for (const b of bs) console.log(b.dir, `plain ${med(b.plain).toFixed(2)} ms, stepped ${med(b.stepped).toFixed(2)} ms, ratio ${(med(b.stepped) / med(b.plain)).toFixed(2)} (rounds ${b.stepped.map((s, i) => (s / b.plain[i]).toFixed(2)).join(' ')})`)
-const c = new pg.Client({ connectionString: PG_URL }); await c.connect()
-for (const b of bs) { await b.service.close(0); await c.query(`DROP SCHEMA IF EXISTS ${b.schema} CASCADE`) }
-await c.end()
+for (const b of bs) await b.service.close(0)
+await dropSchemas(PG_URL, bs.map((b) => b.schema))

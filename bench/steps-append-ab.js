@@ -3,7 +3,7 @@
 // dist paths, both built): `conc` runs each append 20 events of 1 KB one after the other, each waiting for the last
 // (as durable steps do, passing `urgent`, which a build without it ignores); rounds alternate between the builds and
 // the CPU of this process per append is compared round by round. Schemas fa_pgsteps_ab_* of its own, dropped after.
-import pg from 'pg'
+import { dropSchemas } from './lib/pg.js'
 const [dirA, dirB, concArg = '32', roundsArg = '20'] = process.argv.slice(2)
 const PG_URL = process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
 const data = (i) => `{"name":"fetch","index":${i},"output":{"data":"${'x'.repeat(1000)}"}}`
@@ -33,6 +33,5 @@ const med = (v) => v.slice().sort((a, b) => a - b)[v.length >> 1]
 for (const c of cs) console.log(c.dir, `CPU per append µs median ${med(c.res.map((r) => r.us)).toFixed(1)}, wall per wave ${med(c.res.map((r) => r.wall)).toFixed(1)} ms, groups ${c.store.groupWrites}`)
 const ratios = cs[1].res.map((r, i) => r.us / cs[0].res[i].us)
 console.log(`B/A per round: median ${med(ratios).toFixed(2)} (${ratios.map((r) => r.toFixed(2)).join(' ')})`)
-const client = new pg.Client({ connectionString: PG_URL }); await client.connect()
-for (const c of cs) { await c.store.close(); await client.query(`DROP SCHEMA IF EXISTS ${c.schema} CASCADE`) }
-await client.end()
+for (const c of cs) await c.store.close()
+await dropSchemas(PG_URL, cs.map((c) => c.schema))

@@ -132,8 +132,25 @@ const CREATE_TYPES: readonly ArrayType[] = [
 ]
 /** The end group's columns, `$1` to `$12` (run, status, end, result, error, expiry, events' count, its condition) */
 const END_TYPES: readonly ArrayType[] = ['text', 'text', 'timestamptz', 'text', 'text', 'timestamptz', 'int4', 'text', 'int4', 'text', 'timestamptz', 'bool']
-/** A group's events: run, seq, type, data */
-const EVENT_TYPES: readonly ArrayType[] = ['text', 'int4', 'text', 'text']
+/** The appends group's runs, `$1` to `$4`: run, events' count, the lastSeq they follow, owner */
+const APPEND_TYPES: readonly ArrayType[] = ['text', 'int4', 'int4', 'text']
+
+/** The events of a group's runs, as the appends' and the ends' statements take them: run, seq, type, data. */
+function eventColumns (items: ReadonlyArray<{ runId: string, events: readonly StoredEvent[] }>): Buffer[] {
+  const runIds: string[] = []
+  const seqs: number[] = []
+  const types: string[] = []
+  const data: string[] = []
+  for (const { runId, events } of items) {
+    for (const event of events) {
+      runIds.push(runId)
+      seqs.push(event.seq)
+      types.push(event.type)
+      data.push(event.data)
+    }
+  }
+  return [pgArray('text', runIds), pgArray('int4', seqs), pgArray('text', types), pgArray('text', data)]
+}
 
 /**
  * A group whose items must not meet in one statement when they share a key (one row written twice): the first item
@@ -413,30 +430,8 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
    */
   async #appendGroup (items: readonly Appending[]): Promise<Array<number | null>> {
     const pool = await this.#pool()
-    const runIds: string[] = []
-    const counts: number[] = []
-    const afters: number[] = []
-    const owners: string[] = []
-    const eventRuns: string[] = []
-    const seqs: number[] = []
-    const types: string[] = []
-    const data: string[] = []
-    for (const { runId, events, owner, lastSeq } of items) {
-      runIds.push(runId)
-      counts.push(events.length)
-      afters.push(lastSeq)
-      owners.push(owner)
-      for (const event of events) {
-        eventRuns.push(runId)
-        seqs.push(event.seq)
-        types.push(event.type)
-        data.push(event.data)
-      }
-    }
-    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [
-      pgArray('text', runIds), pgArray('int4', counts), pgArray('int4', afters), pgArray('text', owners),
-      pgArray('text', eventRuns), pgArray('int4', seqs), pgArray('text', types), pgArray('text', data)
-    ] })
+    const runs = pgColumns(APPEND_TYPES, items.map(({ runId, events, owner, lastSeq }) => [runId, events.length, lastSeq, owner]))
+    const { rows } = await pool.query<{ run_id: string, last_seq: number }>({ ...this.#sql.appendGroup, values: [...runs, ...eventColumns(items)] })
     const appended = new Map(rows.map((row) => [row.run_id, row.last_seq]))
     return items.map((item) => appended.get(item.runId) ?? null)
   }
@@ -459,8 +454,7 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
       runId, end.status, new Date(toMs('endedAt', end.endedAt)), end.result === undefined ? null : JSON.stringify(end.result),
       end.error === undefined ? null : JSON.stringify(end.error), new Date(expiresAt), events.length, ...conditionValues(condition)
     ])
-    const events = items.flatMap(({ runId, events }) => events.map((e) => [runId, e.seq, e.type, e.data]))
-    const values: unknown[] = [...pgColumns(END_TYPES, rows), ...pgColumns(EVENT_TYPES, events)]
+    const values: unknown[] = [...pgColumns(END_TYPES, rows), ...eventColumns(items)]
     let statement = this.#sql.endGroup
     if (items.some((item) => item.turn !== undefined)) {
       // the turns' columns ($17 to $20: session, messages, at, expiry), null for an end without one
