@@ -727,8 +727,11 @@ if (await pgReachable()) {
 
     // B's listening connection is lost: its next claim listens again (the worker claims on a timer too)
     const listener = checkedOut.find((client) => client.listenerCount('notification') > 0) as PoolClient & { processID: number }
+    // the server drops it before pg's client hears so: the claim is made once B's client has seen its end
+    const ended = new Promise((resolve) => listener.once('end', resolve))
     await admin.query('SELECT pg_terminate_backend($1)', [listener.processID])
     await eventually(async () => await listening() < 2, 10_000)
+    await ended
     t.same(await b.claim(lease(OTHER), new Date().toISOString(), 1), [])
     await eventually(async () => await listening() === 2, 10_000)
     await told(() => a.create(queued(), { exclusive: false }), 'after listening again')
