@@ -25,7 +25,10 @@ async function postDurable (instance: Instance): Promise<string> {
 /** A run of STEPS steps stopped on its instance in its fourth step (`fault`), finished by the other instance. */
 async function stepsThroughFault (t: Test, backend: Backend, admin: pg.Pool | null, fault: 'kill' | 'drain'): Promise<void> {
   const cluster = storeCluster(t, backend, admin)
-  const instances = await Promise.all([cluster.start('a'), cluster.start('b')])
+  // a drain hands off at once: its instances need no short lease, which a loaded machine's stall can lose (the survivor
+  // fencing its own attempt off, a third one after it); a kill is found by the victim's lease lapsing
+  const lease = fault === 'kill' ? LEASE_MS : 10 * LEASE_MS
+  const instances = await Promise.all([cluster.start('a', lease), cluster.start('b', lease)])
   const runId = await postDurable(instances[0]!)
   const runner = await eventually(async () => cluster.executions(runId).find((row) => row.kind === 'step' && row.step === 3)?.instance, 20_000)
   const victim = instances.find((instance) => instance.name === runner)!
@@ -36,9 +39,11 @@ async function stepsThroughFault (t: Test, backend: Backend, admin: pg.Pool | nu
     const run = await (await fetch(`${survivor.url}/v1/runs/${runId}`)).json() as { status: string }
     return run.status !== 'running' && run.status !== 'queued' && run
   }, LEASE_MS + 20_000, 'the run ended')
-  t.match(record, { status: 'completed', attempt: 2, result: { output: { outputs: Array.from({ length: STEPS }, (_v, i) => i * 10), instance: survivor.name } } })
-
   const log = parseSse(await (await fetch(`${survivor.url}/v1/runs/${runId}/events`)).text())
+  const requeues = log.filter((e) => e.event === 'run.requeued').map((e) => e.data)
+  t.match(record, { status: 'completed', attempt: 2, result: { output: { outputs: Array.from({ length: STEPS }, (_v, i) => i * 10), instance: survivor.name } } },
+    `handed off once (requeues: ${JSON.stringify(requeues)})`)
+
   const requeue = log.findIndex((e) => e.event === 'run.requeued')
   t.same(log[requeue]!.data, { attempt: 2, reason: fault === 'kill' ? 'INSTANCE_LOST' : 'SHUTDOWN' })
   const journaled = log.slice(0, requeue).filter((e) => e.event === 'step.completed').map((e) => (e.data as { index: number }).index)

@@ -179,8 +179,8 @@ export function storeCluster (t: Test, backend: Backend, admin: pg.Pool | null, 
     : { url: '', schema: '', redis: { url: redisUrl(), prefix: withRedisPrefix(t) }, checkpointFile: join(dir, 'checkpoints.db') }
   return {
     executions: (runId: string) => executions(file, runId),
-    async start (name: string): Promise<Instance> {
-      const instance = await startInstance({ ...place, name, executions: file, runLeaseMs: LEASE_MS, adapters: options.adapters })
+    async start (name: string, runLeaseMs = LEASE_MS): Promise<Instance> {
+      const instance = await startInstance({ ...place, name, executions: file, runLeaseMs, adapters: options.adapters })
       started.push(instance)
       return instance
     }
