@@ -2,7 +2,7 @@ import type { RunStore, StoredEvent } from '../stores/types.js'
 import { loggedEvent, wholeLog } from './run-events.js'
 import type { LoggedEvent, RunEvent } from './run-events.js'
 import { endsRun } from '../runs/events.js'
-import { PAGE_BYTES, nextPageSize } from '../runs/follow.js'
+import { PAGE_BYTES, nextPageSize, readWhole } from '../runs/follow.js'
 
 /** Events read from the store at a time, at most (the pages of `followRun` hold about PAGE_BYTES): for a task's whole log. */
 const PAGE = 256
@@ -36,17 +36,18 @@ export async function * followRun (store: RunStore, runId: string, after: number
     for (;;) {
       news = false
       const asked = size
-      const page = await store.events(runId, after, asked)
+      const page = await store.events(runId, after, asked, PAGE_BYTES)
       if (page.length > 0) size = nextPageSize(page, PAGE_BYTES)
+      const whole = readWhole(page, asked, PAGE_BYTES)
       for (const [i, stored] of page.entries()) {
         after = stored.seq
         // a terminal event that ends a full page: whether the log goes on after it is read before it is given
-        const end = endsRun(page, i, page.length < asked) ?? (await store.events(runId, after, 1)).length === 0
+        const end = endsRun(page, i, whole) ?? (await store.events(runId, after, 1)).length === 0
         yield loggedEvent(parsed(stored), end)
         if (end) return
       }
       if (signal?.aborted === true) return
-      if (page.length === asked) continue
+      if (!whole) continue
       if (page.length === 0 && await store.get(runId) === null) return
       if (!news) await new Promise<void>((resolve) => { wake = resolve })
       wake = null

@@ -9,7 +9,10 @@ import { SseStream, formatSseEvent } from './sse.js'
 const PAGE = 256
 /** The first read's page, before the run's events are known: a page of large events must not overrun the bound. */
 const FIRST_PAGE = 16
-/** About how many bytes a page holds: the next page asks for as many events as fit, were each the largest just read. */
+/**
+ * About how many bytes a page holds: the store stops there (RunStore.events' budget), and the next page asks for as
+ * many events as fit, were each the largest just read (for a store that does not keep to a budget).
+ */
 export const PAGE_BYTES = 256 * 1024
 
 /** How many events to read next, after `page`, for pages of about `bytes` (one at least, `PAGE` at most). */
@@ -17,6 +20,17 @@ export function nextPageSize (page: readonly StoredEvent[], bytes: number): numb
   let largest = 1
   for (const event of page) largest = Math.max(largest, event.data.length)
   return Math.max(1, Math.min(PAGE, Math.floor(bytes / largest)))
+}
+
+/**
+ * Whether a page holds all the log had after its cursor: read short, neither for its count (`asked`) nor for its
+ * budget (a page that reached its budget may have stopped there).
+ */
+export function readWhole (page: readonly StoredEvent[], asked: number, budget: number): boolean {
+  if (page.length >= asked) return false
+  let bytes = 0
+  for (const event of page) bytes += event.data.length
+  return bytes < budget
 }
 
 const FOLLOWER = Symbol('fastify-agents.follower')
@@ -109,7 +123,8 @@ export class RunFollower {
     for (;;) {
       this.#again = false
       const asked = this.#page
-      const events = await store.events(this.#runId, this.#after, asked)
+      const budget = Math.min(PAGE_BYTES, bound / 4)
+      const events = await store.events(this.#runId, this.#after, asked, budget)
       if (this.#done) return
       if (events.length === 0) {
         // nothing after a terminal event: that was the end (read in full pages up to it); else the next
@@ -117,9 +132,9 @@ export class RunFollower {
         if (this.#afterTerminal || await store.get(this.#runId) === null) this.#finish()
         return
       }
-      this.#page = nextPageSize(events, Math.min(PAGE_BYTES, bound / 4))
+      this.#page = nextPageSize(events, budget)
       // a page read short has all there was (see endsRun)
-      const whole = events.length < asked
+      const whole = readWhole(events, asked, budget)
       for (let next = 0; next < events.length;) {
         next = this.#write(events, next, room, whole)
         if (next < 0) return

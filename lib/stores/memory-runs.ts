@@ -1,7 +1,7 @@
 // The in-process run store: records and event logs of one instance, watched in-process. Its primitives answer at
 // once (no promise), so that a run's log costs no promise per event (`appendNow`).
 import { checkCount, storeClosedError } from './common.js'
-import { checkBatch, heldCount, isEnded, mayWrite, meets, unheldEvents } from './run-policy.js'
+import { checkBatch, heldCount, isEnded, mayWrite, meets, unheldEvents, withinBudget } from './run-policy.js'
 import type { RunCondition, StoredRun } from './run-policy.js'
 import { BackedRunStore } from './run-store.js'
 import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
@@ -157,9 +157,9 @@ class MemoryRunBackend implements RunBackend {
     return this.#live(runId)?.spec ?? null
   }
 
-  events (runId: string, afterSeq: number, limit: number): StoredEvent[] {
+  events (runId: string, afterSeq: number, limit: number, budget: number): StoredEvent[] {
     // seqs run from 1 without gaps: the event after `afterSeq` is at index afterSeq
-    return this.#live(runId)?.events.slice(afterSeq, afterSeq + limit) ?? []
+    return withinBudget(this.#live(runId)?.events.slice(afterSeq, afterSeq + limit) ?? [], budget)
   }
 
   #push (kept: Kept, events: readonly StoredEvent[]): void {
@@ -403,7 +403,7 @@ export class MemoryRunStore extends BackedRunStore {
     if (!mayWrite(state, owner)) return
     const { lastSeq } = state.record
     const first = events[0]?.seq ?? 0
-    const rest = unheldEvents(runId, lastSeq, events, memory.events(runId, first - 1, heldCount(first, events.length, lastSeq)))
+    const rest = unheldEvents(runId, lastSeq, events, memory.events(runId, first - 1, heldCount(first, events.length, lastSeq), Infinity))
     if (rest.length > 0) memory.signals.events(runId, memory.append(runId, rest, owner, lastSeq)!)
   }
 }

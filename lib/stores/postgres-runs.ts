@@ -415,8 +415,10 @@ class PostgresRunBackend extends PostgresStore implements RunBackend {
     return row === undefined ? null : JSON.parse(row.spec) as RunSpec
   }
 
-  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
-    return this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
+  async events (runId: string, afterSeq: number, limit: number, budget: number): Promise<StoredEvent[]> {
+    return budget === Infinity
+      ? this.sql<StoredEvent>(this.#sql.events, [runId, afterSeq, limit, new Date()])
+      : this.sql<StoredEvent>(this.#sql.eventsWithin, [runId, afterSeq, limit, new Date(), budget])
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {
@@ -836,6 +838,17 @@ function statements (runs: string, events: string, sessions: string, channel: st
       SELECT seq, type, data FROM ${events}
       WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
       ORDER BY seq LIMIT $3`,
+    // withinBudget (run-policy.ts) on the server, over the page alone (a window beside its LIMIT would sum the whole
+    // rest of the log): an event goes while the data of those before it are under $5 characters
+    eventsWithin: `
+      SELECT seq, type, data FROM (
+        SELECT seq, type, data, coalesce(sum(length(data)) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS taken
+        FROM (
+          SELECT seq, type, data FROM ${events}
+          WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
+          ORDER BY seq LIMIT $3
+        ) page
+      ) counted WHERE taken < $5::float8 ORDER BY seq`,
     poll: `SELECT run_id, last_seq, cancel_requested FROM ${runs} WHERE run_id = ANY($1::text[])`,
     freeSessions: `
       SELECT s.id FROM unnest($1::text[]) AS s (id)

@@ -375,6 +375,22 @@ if run[4] then redis.call('ZREM', P .. 'runs:expiring', run[4]) end
 return 1
 `)
 
+// KEYS: none. ARGV: prefix, runId, first index, last index, now, budget. The events of the page within the budget
+// (withinBudget, run-policy.ts: an event goes while the data of those before it are under it), as stored; none for a
+// run absent or expired.
+const EVENTS_WITHIN = new RedisScript(LUA_COMMON + `
+local run = redis.call('HMGET', runKey(ARGV[2]), 'status', 'expiresAt')
+if not run[1] or (run[2] and tonumber(run[2]) <= tonumber(ARGV[5])) then return {} end
+local page, taken, budget = {}, 0, tonumber(ARGV[6])
+for _, item in ipairs(redis.call('LRANGE', eventsKey(ARGV[2]), ARGV[3], ARGV[4])) do
+  if taken >= budget then break end
+  page[#page + 1] = item
+  local colon = string.find(item, ':', 1, true)
+  taken = taken + #item - colon - tonumber(string.sub(item, 1, colon - 1))
+end
+return page
+`)
+
 type Hash = Record<string, string>
 
 /** The parts of a record that never change after create(), stored as one JSON field. */
@@ -528,7 +544,11 @@ class RedisRunBackend extends RedisStore implements RunBackend {
     return JSON.parse(spec) as RunSpec
   }
 
-  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+  async events (runId: string, afterSeq: number, limit: number, budget: number): Promise<StoredEvent[]> {
+    if (budget !== Infinity) {
+      const page = await EVENTS_WITHIN.run(this.#client(), [this.prefix, runId, afterSeq, afterSeq + limit - 1, Date.now(), budget]) as string[]
+      return page.map((text, i) => decodeEvent(afterSeq + 1 + i, text))
+    }
     const replies = await this.#client().multi()
       .hmget(this.#key(runId), 'status', 'expiresAt')
       .lrange(this.#eventsKey(runId), afterSeq, afterSeq + limit - 1)

@@ -145,6 +145,18 @@ export function cancelledRequeue (cancelRequested: boolean, record: { lastSeq: n
  * How many of a batch's events (seqs from `first`, in order) the log holds already, given its `lastSeq`: those a
  * retried write brings again.
  */
+/**
+ * A read's budget (RunStore.events): an event is given while the data of those before it in the page are under
+ * `budget` characters, so one at least, and the one that reaches it is the last. PostgreSQL's and Redis' reads
+ * apply it where the log is (postgres-runs.ts, redis-runs.ts).
+ */
+export function withinBudget (events: StoredEvent[], budget: number): StoredEvent[] {
+  let taken = 0
+  let count = 0
+  while (count < events.length && taken < budget) taken += events[count++]!.data.length
+  return count === events.length ? events : events.slice(0, count)
+}
+
 export function heldCount (first: number, count: number, lastSeq: number): number {
   return Math.max(0, Math.min(count, lastSeq - first + 1))
 }

@@ -60,8 +60,12 @@ export interface RunBackend {
   /** The run, null when absent or past its retention. */
   read(runId: string): Maybe<StoredRun | null>
   spec(runId: string): Maybe<RunSpec | null>
-  /** Events with seq > afterSeq, in order, at most `limit`; none for a run absent or past its retention. */
-  events(runId: string, afterSeq: number, limit: number): Maybe<StoredEvent[]>
+  /**
+   * Events with seq > afterSeq, in order, at most `limit`, none once their data reach `budget` characters (the one
+   * that reaches it is the last: withinBudget; Infinity: no budget; a backend may ignore it); none for a run absent
+   * or past its retention.
+   */
+  events(runId: string, afterSeq: number, limit: number, budget: number): Maybe<StoredEvent[]>
   /**
    * Appends a batch following `lastSeq` while the run runs under `owner`'s lease: the new lastSeq, or null (nothing
    * written) otherwise. May gather the appends of many runs in one write (group commit); `urgent`: without waiting for
@@ -232,7 +236,7 @@ export class BackedRunStore implements RunStore {
     const { runId, lastSeq } = state.record
     const first = events[0]?.seq ?? 0
     const count = heldCount(first, events.length, lastSeq)
-    return unheldEvents(runId, lastSeq, events, count === 0 ? [] : await this.backend.events(runId, first - 1, count))
+    return unheldEvents(runId, lastSeq, events, count === 0 ? [] : await this.backend.events(runId, first - 1, count, Infinity))
   }
 
   async finish (runId: string, events: readonly StoredEvent[], end: RunEnd, retentionMs: number, owner: string, turn?: EndTurn): Promise<RunRecord | null> {
@@ -366,9 +370,9 @@ export class BackedRunStore implements RunStore {
     return this.#storable(runId) ? this.backend.spec(runId) : null
   }
 
-  async events (runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]> {
+  async events (runId: string, afterSeq: number, limit: number, budget = Infinity): Promise<StoredEvent[]> {
     this.backend.check()
-    return this.#storable(runId) ? this.backend.events(runId, afterSeq, limit) : []
+    return this.#storable(runId) ? this.backend.events(runId, afterSeq, limit, budget > 0 ? budget : Infinity) : []
   }
 
   watch (runId: string, listener: (change: RunChange) => void): () => void {

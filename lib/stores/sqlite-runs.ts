@@ -5,7 +5,7 @@
 // polling, every `pollIntervalMs`: SQLite has no notifications across connections.
 import type Database from 'better-sqlite3'
 import { checkTtl, iso, toMs, unrefInterval } from './common.js'
-import { isEnded, meets } from './run-policy.js'
+import { isEnded, meets, withinBudget } from './run-policy.js'
 import type { RunCondition, StoredRun } from './run-policy.js'
 import { BackedRunStore } from './run-store.js'
 import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
@@ -247,15 +247,18 @@ function runStatements (db: Db, prefix: string) {
       const { sizes, body } = toChunk(batch)
       insertChunk.run(run, batch[0]!.seq, batch.at(-1)!.seq, sizes, body)
     },
-    /** At most `limit` events of the run `run` after `afterSeq`, in order, from the chunks that hold them. */
-    events (run: number, afterSeq: number, limit: number): StoredEvent[] {
+    /** At most `limit` events of the run `run` after `afterSeq`, in order, within `budget`, from the chunks that hold them. */
+    events (run: number, afterSeq: number, limit: number, budget: number): StoredEvent[] {
       const found: StoredEvent[] = []
+      let taken = 0
       // chunks are read one by one, and no further than the page needs
       for (const chunk of chunks.iterate(run, afterSeq)) {
+        const from = found.length
         fromChunk(chunk, afterSeq + 1, limit, found)
-        if (found.length >= limit) break
+        for (let i = from; i < found.length; i++) taken += found[i]!.data.length
+        if (found.length >= limit || taken >= budget) break
       }
-      return found
+      return withinBudget(found, budget)
     },
     list (filters: RunFilters): Database.Statement<[Record<string, unknown>], RunRow> {
       const key = `${filters.sessionId !== undefined}${filters.agent !== undefined}${filters.status !== undefined}${filters.principal !== undefined}`
@@ -443,10 +446,10 @@ class SqliteRunBackend extends SqliteStore implements RunBackend {
     return spec === undefined ? null : JSON.parse(spec) as RunSpec
   }
 
-  events (runId: string, afterSeq: number, limit: number): StoredEvent[] {
+  events (runId: string, afterSeq: number, limit: number, budget: number): StoredEvent[] {
     const statements = this.#statements()
     const run = statements.alive.get({ runId, now: Date.now() })
-    return run === undefined ? [] : statements.events(run, afterSeq, limit)
+    return run === undefined ? [] : statements.events(run, afterSeq, limit, budget)
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {

@@ -410,8 +410,12 @@ export interface RunStore {
   /** null when absent or expired */
   get(runId: string): Promise<RunRecord | null>
   spec(runId: string): Promise<RunSpec | null>
-  /** Events with seq > afterSeq, in order, at most `limit`. */
-  events(runId: string, afterSeq: number, limit: number): Promise<StoredEvent[]>
+  /**
+   * Events with seq > afterSeq, in order, at most `limit`. `budget`: no more events once their data reach about
+   * that many characters (the one that reaches it is the last; one at least), so that a reader holds about a
+   * budget whatever the events' sizes (docs/stores.md, "Writing a store"). A store may ignore it.
+   */
+  events(runId: string, afterSeq: number, limit: number, budget?: number): Promise<StoredEvent[]>
   /**
    * See CancelRunResult: a queued run ends at once with `end`, its log one `run.failed` event; a running one is asked
    * to stop, and ends cancelled however it ends (see `finish`); an ended one is left as it is.

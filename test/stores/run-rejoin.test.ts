@@ -65,15 +65,15 @@ for (const backend of backends) {
     if (!requireService(t, await backend.reachable(), backend.howTo)) return
     const store = backend.store(t)
     t.teardown(() => store.close?.())
-    // the bytes of each page the store hands out for the rejoin's reads: those begun once it is on its way from its
-    // cursor on (a stalled follower's read of the run's news may begin late, on a backend whose notifications come
-    // late, from the small run.started on: not the rejoin's)
+    // the bytes of each page the store hands out once the rejoin is on its way: the rejoin's, and a stalled
+    // follower's read of the run's news begun late (notifications come late on some backends), sized from the
+    // small run.started it read before
     const pages: number[] = []
     let counting = false
     const events = store.events.bind(store)
-    store.events = async (runId, afterSeq, limit) => {
-      const counted = counting && afterSeq >= 124
-      const page = await events(runId, afterSeq, limit)
+    store.events = async (runId, afterSeq, limit, budget) => {
+      const counted = counting
+      const page = await events(runId, afterSeq, limit, budget)
       if (counted) pages.push(page.reduce((sum, event) => sum + event.data.length, 0))
       return page
     }
@@ -126,10 +126,9 @@ for (const backend of backends) {
     const sent = stored.map((event) => `id: ${event.seq}\nevent: ${event.type}\ndata: ${event.data}\n\n`).join('')
     t.ok(text.split('\n\n').filter((block) => block !== '' && !block.startsWith(':')).map((block) => `${block}\n\n`).join('') === sent,
       'byte for byte the stored events')
-    // (the rejoin's first page is of FIRST_PAGE events, its size unknown until read)
     const budget = Math.min(PAGE_BYTES, BOUND / 4)
     const over = pages.filter((bytes) => bytes > budget + DELTA.length + 100)
-    t.ok(over.length <= 1, `each page after the rejoin's first holds about ${budget} bytes, or one event (over it: ${over.join(', ')})`)
+    t.same(over, [], `each page holds about ${budget} bytes, or one event (the store stops at its budget)`)
   })
 }
 
@@ -148,19 +147,26 @@ t.test('the front ends\' follower reads pages of about PAGE_BYTES too, whatever 
   const log: StoredEvent[] = Array.from({ length: 300 }, (_, i) => ({ seq: i + 1, type: 'message.delta', data: i < 100 ? small : big }))
   await store.append('r', log, 'me')
   await store.finish('r', [{ seq: 301, type: 'run.completed', data: '{}' }], { status: 'completed', endedAt: now }, 60_000, 'me')
-  const pages: Array<{ limit: number, bytes: number }> = []
   const events = store.events.bind(store)
-  store.events = async (runId, afterSeq, limit) => {
-    const page = await events(runId, afterSeq, limit)
-    pages.push({ limit, bytes: page.reduce((sum, event) => sum + event.data.length, 0) })
-    return page
+  const follow = async (keepsBudget: boolean): Promise<Array<{ limit: number, bytes: number }>> => {
+    const pages: Array<{ limit: number, bytes: number }> = []
+    store.events = async (runId, afterSeq, limit, budget) => {
+      const page = await events(runId, afterSeq, limit, keepsBudget ? budget : undefined)
+      pages.push({ limit, bytes: page.reduce((sum, event) => sum + event.data.length, 0) })
+      return page
+    }
+    let seq = 0
+    for await (const event of followRun(store, 'r', 0)) t.equal(event.seq, ++seq)
+    t.equal(seq, 301, 'every event, in order')
+    return pages
   }
-  let seq = 0
-  for await (const event of followRun(store, 'r', 0)) t.equal(event.seq, ++seq)
-  t.equal(seq, 301, 'every event, in order')
-  t.same(pages.slice(0, 2).map((page) => page.limit), [16, 256], 'a first page of 16; small events: full pages')
-  // The page after small events is sized for them: the store reads by count, so one page of large events may come
+  // the store stops each page at its budget: none holds more than PAGE_BYTES and one event
+  const kept = await follow(true)
+  t.same(kept.slice(0, 2).map((page) => page.limit), [16, 256], 'a first page of 16; small events: full pages')
+  t.ok(kept.every((page) => page.bytes < PAGE_BYTES + big.length), `none past PAGE_BYTES and one event (${kept.map((page) => page.bytes).join(', ')})`)
+  // A store that does not keep to a budget reads by count: the page after small events, sized for them, may come
   // whole. From there on, pages are sized for the large ones.
+  const pages = await follow(false)
   const large = pages.findIndex((page) => page.bytes > PAGE_BYTES)
   t.equal(large, 1, 'the page that met the large events')
   t.ok(pages.slice(large + 1).every((page) => page.bytes <= PAGE_BYTES), `then none past PAGE_BYTES (${pages.map((page) => page.bytes).join(', ')})`)

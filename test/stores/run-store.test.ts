@@ -2,6 +2,7 @@
 // read and it, is decided again from the run as it now is. The races are made on purpose here, on every backend: each
 // one runs a write of its own, straight to the backend's primitives, just before the primitive it races.
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import type { Test } from 'tap'
@@ -132,6 +133,37 @@ function races (t: Test, open: (t: Test) => Promise<BackedRunStore>): void {
     t.same(await store.events(id, 0, 10), [event(1), event(2)])
     // (the in-process backend writes at once: nothing to gather)
     t.same(seen, store instanceof MemoryRunStore ? [] : [true, false], 'the first urgent, the second not')
+  })
+
+  t.test('events: a budget ends a page once its events\' data reach it, the one that reaches it the last', async (t) => {
+    const store = await open(t)
+    const run = newRun()
+    const id = run.record.runId
+    await store.create(run, { exclusive: false })
+    // data of 10, 10, 100, 10 and 10 characters, in three batches (SQLite keeps a batch as one chunk)
+    const sized = (seq: number, length: number): StoredEvent => ({ seq, type: 'custom.x', data: `"${'x'.repeat(length - 2)}"` })
+    const log = [sized(1, 10), sized(2, 10), sized(3, 100), sized(4, 10), sized(5, 10)]
+    await store.append(id, log.slice(0, 2), OWNER)
+    await store.append(id, log.slice(2, 3), OWNER)
+    await store.append(id, log.slice(3), OWNER)
+    const seqs = async (after: number, limit: number, budget?: number): Promise<number[]> => (await store.events(id, after, limit, budget)).map((e) => e.seq)
+    t.same(await seqs(0, 10, 15), [1, 2], 'the second reaches it: the last')
+    t.same(await seqs(0, 10, 20), [1, 2], 'one that would begin at the budget is left')
+    t.same(await seqs(0, 10, 21), [1, 2, 3], 'across batches')
+    t.same(await seqs(0, 10, 5), [1], 'one at least, however large')
+    t.same(await seqs(2, 10, 50), [3])
+    t.same(await seqs(3, 10, 11), [4, 5], 'to the end of the log')
+    t.same(await seqs(0, 2, 1_000), [1, 2], 'the limit still holds')
+    t.same(await seqs(0, 10, 1_000), [1, 2, 3, 4, 5])
+    t.same(await seqs(0, 10), [1, 2, 3, 4, 5], 'no budget')
+    t.same(await seqs(0, 10, 0), [1, 2, 3, 4, 5], 'none that is not a positive number of characters')
+    t.same(await store.events('nope', 0, 10, 15), [])
+    const ended = newRun()
+    await store.create(ended, { exclusive: false })
+    await store.append(ended.record.runId, log.slice(0, 2), OWNER)
+    await store.finish(ended.record.runId, [{ seq: 3, type: 'run.failed', data: '{}' }], end('failed'), 1, OWNER)
+    await sleep(10)
+    t.same(await store.events(ended.record.runId, 0, 10, 15), [], 'none of a run past its retention')
   })
 
   t.test('requeue: a run that moves between its read and its write is read again', async (t) => {
