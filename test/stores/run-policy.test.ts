@@ -2,7 +2,7 @@
 import t from 'tap'
 import {
   CANCELLED_ERROR, abandonedEnd, cancelDecision, cancelledFinish, cancelledRequeue, checkBatch, checkEvents, checkNewRun, checkText,
-  expiry, heldCount, isEnded, leaseHeld, mayWrite, meets, reopenDecision, requeuedEvent, runningEnd, storable, unheldEvents
+  expiry, heldCount, isEnded, leaseHeld, mayWrite, meets, reopenDecision, requeuedEvent, runningEnd, storable, unheldEvents, withinBudget
 } from '../../lib/stores/run-policy.js'
 import type { StoredRun } from '../../lib/stores/run-policy.js'
 import type { NewRun, RunEnd, RunRecord, RunStatus, StoredEvent } from '../../lib/stores/types.js'
@@ -111,6 +111,14 @@ t.test('a retried batch: what the log holds is acknowledged again, the rest must
   t.throws(() => unheldEvents('r1', 1, batch, []), { code: 'FA_RUN_LOG_GAP' })
   t.doesNotThrow(() => checkBatch('r1', batch))
   t.throws(() => checkBatch('r1', [event(1), event(3)]), { code: 'FA_RUN_LOG_GAP' })
+})
+
+t.test('a read\'s budget: events go while those before them are under it, so one at least', async (t) => {
+  const page = [10, 10, 100, 10].map((size, i): StoredEvent => ({ seq: i + 1, type: 'x', data: 'd'.repeat(size) }))
+  const seqs = (budget: number): number[] => withinBudget(page, budget).map((event) => event.seq)
+  t.same([seqs(1), seqs(10), seqs(11), seqs(20), seqs(21), seqs(120), seqs(121), seqs(Infinity)], [[1], [1], [1, 2], [1, 2], [1, 2, 3], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4]])
+  t.equal(withinBudget(page, Infinity), page, 'a page within it, as it is')
+  t.same(withinBudget([], 5), [])
 })
 
 t.test('retention: a run is kept its retention past its end; a date that is not one is refused', async (t) => {
