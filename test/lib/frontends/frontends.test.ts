@@ -1,6 +1,7 @@
 // The edges of what the front-end routes share (lib/frontends): following a run's log (long logs, a signal, a run
 // that is gone), deciding answers, the A2A port's own checks, a store that fails under a stream, a reader too far
 // behind, a socket that needs draining. The protocols themselves are tested with their clients in test/routes/.
+import type { Socket } from 'node:net'
 import t from 'tap'
 import type { FastifyRequest } from 'fastify'
 import type { AgentServiceCore } from '../../../lib/service/service.js'
@@ -193,6 +194,62 @@ t.test('a resume of a log with an event larger than the socket takes at once is 
   release!()
   t.ok((await text).includes(big))
   await reader.cancel()
+})
+
+t.test('a client that leaves while its log is read: the resumed chat stream and the A2A stream write nothing more', async (t) => {
+  const waiting: Array<() => void> = []
+  const wait = async (): Promise<void> => await new Promise<void>((resolve) => { waiting.push(resolve) })
+  const stepwise: Agent = { async * run () { yield 'a'; await wait(); yield 'b'; await wait(); return { output: 'done' } } }
+  const { url, service } = await listen(t, { agents: { helper: stepwise } })
+  const heartbeat = service.app.agentService.heartbeat
+  // a read of the log, once held, waits until the client's socket has closed on the server: its page (the run's
+  // next event) comes after the client left
+  const store = service.app.agentService.settings.runStore
+  const events = store.events.bind(store)
+  let held: Promise<void> | null = null
+  let reading = false
+  let left = (): void => {}
+  service.app.server.on('connection', (socket: Socket) => socket.on('close', () => setImmediate(() => left())))
+  store.events = async (...args) => {
+    if (held !== null) {
+      reading = true
+      await held
+    }
+    return events(...args)
+  }
+  const leaveMidRead = async (client: AbortController, body: ReadableStream<Uint8Array>): Promise<void> => {
+    await body.getReader().read()
+    held = new Promise<void>((resolve) => { left = resolve })
+    reading = false
+    waiting.shift()!()
+    await eventually(() => reading, 5_000, 'a read of the run\'s next event, held')
+    client.abort()
+    await eventually(() => heartbeat.size === 0, 5_000, 'the stream is gone')
+    held = null
+  }
+
+  const sessionId = conversationSessionId('chat', 'anonymous', 'helper', 'read-leave')
+  await service.app.agentService.settings.sessionStore.create({ id: sessionId, agent: 'helper', principal: 'anonymous', metadata: {} }, 60_000)
+  const run = service.app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'go', sessionId } })
+  await eventually(() => waiting.length === 1)
+  const leaving = new AbortController()
+  const resumed = await fetch(`${url}/v1/agents/helper/chat/read-leave/stream`, { signal: leaving.signal })
+  t.equal(resumed.status, 200)
+  await leaveMidRead(leaving, resumed.body!)
+  waiting.shift()!()
+  t.equal((await run).statusCode, 200)
+
+  const a2a = new AbortController()
+  const streaming = await fetch(`${url}/v1/a2a/helper`, {
+    method: 'POST',
+    signal: a2a.signal,
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendStreamingMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'go' }] } } })
+  })
+  t.equal(streaming.status, 200)
+  await eventually(() => waiting.length === 1)
+  await leaveMidRead(a2a, streaming.body!)
+  for (const release of waiting) release()
 })
 
 t.test('a client that leaves while its socket drains: the resumed chat stream and the A2A stream stop writing', async (t) => {
