@@ -3,7 +3,8 @@
 // behind, a socket that needs draining. The protocols themselves are tested with their clients in test/routes/.
 import type { Socket } from 'node:net'
 import t from 'tap'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyRequest, LightMyRequestResponse } from 'fastify'
+import type { AgentService } from '../../../app/service.js'
 import type { AgentServiceCore } from '../../../lib/service/service.js'
 import { ApprovalNotFoundError } from '../../../lib/core/errors.js'
 import { ServiceRunPort } from '../../../lib/frontends/a2a/run-port.js'
@@ -196,6 +197,23 @@ t.test('a resume of a log with an event larger than the socket takes at once is 
   await reader.cancel()
 })
 
+/** A2A `SendStreamingMessage` to the helper agent: its stream. */
+async function a2aStream (url: string, signal: AbortSignal): Promise<Response> {
+  return await fetch(`${url}/v1/a2a/helper`, {
+    method: 'POST',
+    signal,
+    headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendStreamingMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'go' }] } } })
+  })
+}
+
+/** The helper's run in the chat `conversation`'s session, started as a JSON run (a chat response of megabytes would be cut). */
+async function chatRun (service: AgentService, conversation: string): Promise<LightMyRequestResponse> {
+  const sessionId = conversationSessionId('chat', 'anonymous', 'helper', conversation)
+  await service.app.agentService.settings.sessionStore.create({ id: sessionId, agent: 'helper', principal: 'anonymous', metadata: {} }, 60_000)
+  return await service.app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'go', sessionId } })
+}
+
 t.test('a client that leaves while its log is read: the resumed chat stream and the A2A stream write nothing more', async (t) => {
   const waiting: Array<() => void> = []
   const wait = async (): Promise<void> => await new Promise<void>((resolve) => { waiting.push(resolve) })
@@ -228,9 +246,7 @@ t.test('a client that leaves while its log is read: the resumed chat stream and 
     held = null
   }
 
-  const sessionId = conversationSessionId('chat', 'anonymous', 'helper', 'read-leave')
-  await service.app.agentService.settings.sessionStore.create({ id: sessionId, agent: 'helper', principal: 'anonymous', metadata: {} }, 60_000)
-  const run = service.app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'go', sessionId } })
+  const run = chatRun(service, 'read-leave')
   await eventually(() => waiting.length === 1)
   const leaving = new AbortController()
   const resumed = await fetch(`${url}/v1/agents/helper/chat/read-leave/stream`, { signal: leaving.signal })
@@ -240,12 +256,7 @@ t.test('a client that leaves while its log is read: the resumed chat stream and 
   t.equal((await run).statusCode, 200)
 
   const a2a = new AbortController()
-  const streaming = await fetch(`${url}/v1/a2a/helper`, {
-    method: 'POST',
-    signal: a2a.signal,
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendStreamingMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'go' }] } } })
-  })
+  const streaming = await a2aStream(url, a2a.signal)
   t.equal(streaming.status, 200)
   await eventually(() => waiting.length === 1)
   await leaveMidRead(a2a, streaming.body!)
@@ -267,10 +278,7 @@ t.test('a client that leaves while its socket drains: the resumed chat stream an
   }
   const { url, service } = await listen(t, { agents: { helper: floods } })
   const heartbeat = service.app.agentService.heartbeat
-  // the chat's run, started as a JSON run in the chat's session (a chat response of 18 MB would be cut)
-  const sessionId = conversationSessionId('chat', 'anonymous', 'helper', 'drain-leave')
-  await service.app.agentService.settings.sessionStore.create({ id: sessionId, agent: 'helper', principal: 'anonymous', metadata: {} }, 60_000)
-  const run = service.app.inject({ method: 'POST', url: '/v1/agents/helper/runs', payload: { input: 'go', sessionId } })
+  const run = chatRun(service, 'drain-leave')
   await eventually(() => waiting.length === 1)
 
   const leaving = new AbortController()
@@ -280,12 +288,7 @@ t.test('a client that leaves while its socket drains: the resumed chat stream an
   await eventually(() => heartbeat.size === 0, 5_000, 'the resumed stream is gone')
 
   const a2a = new AbortController()
-  const streaming = await fetch(`${url}/v1/a2a/helper`, {
-    method: 'POST',
-    signal: a2a.signal,
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'a2a-version': '1.0' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendStreamingMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'go' }] } } })
-  })
+  const streaming = await a2aStream(url, a2a.signal)
   t.equal(streaming.status, 200)
   await eventually(() => heartbeat.size === 1)
   a2a.abort()
