@@ -142,10 +142,6 @@ export function cancelledRequeue (cancelRequested: boolean, record: { lastSeq: n
 }
 
 /**
- * How many of a batch's events (seqs from `first`, in order) the log holds already, given its `lastSeq`: those a
- * retried write brings again.
- */
-/**
  * A read's budget (RunStore.events): an event is given while the data of those before it in the page are under
  * `budget` characters, so one at least, and the one that reaches it is the last. PostgreSQL's and Redis' reads
  * apply it where the log is (postgres-runs.ts, redis-runs.ts).
@@ -157,6 +153,10 @@ export function withinBudget (events: StoredEvent[], budget: number): StoredEven
   return count === events.length ? events : events.slice(0, count)
 }
 
+/**
+ * How many of a batch's events (seqs from `first`, in order) the log holds already, given its `lastSeq`: those a
+ * retried write brings again.
+ */
 export function heldCount (first: number, count: number, lastSeq: number): number {
   return Math.max(0, Math.min(count, lastSeq - first + 1))
 }
