@@ -5,7 +5,7 @@ import Database from 'better-sqlite3'
 import Fastify from 'fastify'
 import agentService, { agentsPlugin, corePlugin, healthPlugin, requestPipelinePlugin, sessionsPlugin, sqliteStores } from '../../index.js'
 import { echo, eventually, parseSse } from '../helper.js'
-import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
+import { pgChildEnv, pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
 t.test('mounts into an existing app without touching its routes, validator or 404s', async (t) => {
   const app = Fastify({ logger: false })
@@ -112,7 +112,7 @@ console.log('closed')
 t.test('plugin mode: app.close() lets the process exit with a PostgreSQL approval store made from a URL', async (t) => {
   if (!await requirePg(t)) return
   const schema = withPgSchema(t)
-  const child = spawn(process.execPath, ['--input-type=module', '-e', exitScript(pgUrl(), schema)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn(process.execPath, ['--input-type=module', '-e', exitScript(pgUrl(), schema)], { env: { ...process.env, ...pgChildEnv(schema) }, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
   let closedAt = 0
   child.stdout.on('data', (chunk: Buffer) => { if (chunk.toString().includes('closed')) closedAt = Date.now() })

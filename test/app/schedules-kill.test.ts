@@ -6,14 +6,14 @@ import t from 'tap'
 import type { Agent } from '../../lib/core/types.js'
 import { postgresStores } from '../../lib/stores/postgres.js'
 import { build, eventually } from '../helper.js'
-import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
+import { pgChildEnv, pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
 const FIXTURE = new URL('../fixtures/schedule-instance.js', import.meta.url)
 
 if (await requirePg(t)) {
   t.test('kill -9 between a claim and its run: another instance starts the run, once', async (t) => {
     const schema = withPgSchema(t)
-    const child = spawn(process.execPath, [FIXTURE.pathname], { env: { ...process.env, PG_URL: pgUrl(), SCHEMA: schema }, stdio: ['pipe', 'pipe', 'inherit'] })
+    const child = spawn(process.execPath, [FIXTURE.pathname], { env: { ...process.env, PG_URL: pgUrl(), SCHEMA: schema, ...pgChildEnv(schema) }, stdio: ['pipe', 'pipe', 'inherit'] })
     const exited = new Promise((resolve) => child.once('exit', resolve))
     t.teardown(async () => {
       child.kill('SIGKILL')

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import type { Test } from 'tap'
-import { pgUrl, redisUrl, withPgSchema, withRedisPrefix } from './services.js'
+import { pgChildEnv, pgUrl, redisUrl, withPgSchema, withRedisPrefix } from './services.js'
 
 export interface Instance {
   name: string
@@ -47,6 +47,7 @@ export async function startInstance (options: InstanceOptions): Promise<Instance
       ...process.env,
       PG_URL: options.url,
       SCHEMA: options.schema,
+      ...(options.schema === '' ? {} : pgChildEnv(options.schema)),
       INSTANCE: options.name,
       EXECUTIONS: options.executions,
       RUN_LEASE_MS: String(options.runLeaseMs),

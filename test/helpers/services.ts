@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
+import { eventually } from '../../lib/testing/check.js'
 
 export function pgUrl (): string {
   return process.env.PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -71,24 +72,31 @@ function uniqueName (): string {
   return `fa_test_${randomBytes(6).toString('hex')}`
 }
 
-/** A fresh schema name, dropped with everything in it when `t` ends. */
+/**
+ * A fresh schema name, dropped with everything in it when `t` ends. The connections of the child processes given
+ * it (pgChildEnv) are ended first: the server still runs the statements a child killed with SIGKILL had sent, and
+ * its store's first use made the schema again after it was dropped.
+ */
 export function withPgSchema (t: Test, pool?: pg.Pool): string {
   const schema = uniqueName()
   t.teardown(async () => {
-    const sql = `DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`
-    if (pool !== undefined) {
-      await pool.query(sql)
-      return
-    }
-    const client = new pg.Client(pgUrl())
-    await client.connect()
+    const client = pool ?? new pg.Client(pgUrl())
+    if (client instanceof pg.Client) await client.connect()
     try {
-      await client.query(sql)
+      const children = async (): Promise<number> => (await client.query(
+        'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1', [schema])).rows[0].n
+      await eventually(async () => await children() === 0, 10_000, `the connections of ${schema}'s child processes ended`)
+      await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
     } finally {
-      await client.end()
+      if (client instanceof pg.Client) await client.end()
     }
   })
   return schema
+}
+
+/** What a child process that works in `schema` adds to its environment: its connections carry the schema's name. */
+export function pgChildEnv (schema: string): { PGAPPNAME: string } {
+  return { PGAPPNAME: schema }
 }
 
 /** A fresh key prefix; its keys are deleted when `t` ends. */

@@ -9,7 +9,7 @@ import type { Test } from 'tap'
 import { PostgresAuditStore } from '../../lib/stores/postgres.js'
 import { SqliteAuditStore } from '../../lib/stores/sqlite.js'
 import type { AuditStore } from '../../lib/stores/types.js'
-import { pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
+import { pgChildEnv, pgUrl, requirePg, withPgSchema } from '../helpers/services.js'
 
 const RUNS = 300
 const DECISIONS = 100
@@ -95,5 +95,5 @@ t.test('SQLite: every acknowledged request has its audit entry after kill -9', a
 t.test('PostgreSQL: every acknowledged request has its audit entry after kill -9', async (t) => {
   if (!await requirePg(t)) return
   const schemas = [withPgSchema(t), withPgSchema(t)]
-  await crashRounds(t, (round) => ({ AUDIT_PG: pgUrl(), AUDIT_SCHEMA: schemas[round]! }), (round) => new PostgresAuditStore(pgUrl(), { schema: schemas[round] }))
+  await crashRounds(t, (round) => ({ AUDIT_PG: pgUrl(), AUDIT_SCHEMA: schemas[round]!, ...pgChildEnv(schemas[round]!) }), (round) => new PostgresAuditStore(pgUrl(), { schema: schemas[round] }))
 })
