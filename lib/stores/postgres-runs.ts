@@ -677,6 +677,11 @@ function statements (runs: string, events: string, sessions: string, channel: st
     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::boolean, $7::integer, $8::integer, $9::timestamptz,
       $10::timestamptz, $11::text, $12::text, $13::text, $14::boolean, $15::boolean, $16::text, $17::timestamptz, $18::text,
       $19::timestamptz`
+  // a page of a run's log, none once the run is past its retention ($4: now)
+  const eventsPage = `
+    SELECT seq, type, data FROM ${events}
+    WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
+    ORDER BY seq LIMIT $3`
   // a run created under the id of one past its retention (not purged yet) starts afresh: new record, empty log
   const replace = `
     ON CONFLICT (run_id) DO UPDATE SET created_seq = EXCLUDED.created_seq, agent = EXCLUDED.agent, session_id = EXCLUDED.session_id, principal = EXCLUDED.principal,
@@ -834,20 +839,13 @@ function statements (runs: string, events: string, sessions: string, channel: st
     requestCancel: `
       WITH requested AS (UPDATE ${runs} SET cancel_requested = true WHERE run_id = $1 AND status = 'running' RETURNING ${COLUMNS})
       SELECT requested.*, pg_notify(${channel}, 'c:' || run_id) AS notified FROM requested`,
-    events: `
-      SELECT seq, type, data FROM ${events}
-      WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
-      ORDER BY seq LIMIT $3`,
+    events: eventsPage,
     // withinBudget (run-policy.ts) on the server, over the page alone (a window beside its LIMIT would sum the whole
     // rest of the log): an event goes while the data of those before it are under $5 characters
     eventsWithin: `
       SELECT seq, type, data FROM (
         SELECT seq, type, data, coalesce(sum(length(data)) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS taken
-        FROM (
-          SELECT seq, type, data FROM ${events}
-          WHERE run_id = $1 AND seq > $2 AND EXISTS (SELECT 1 FROM ${runs} WHERE run_id = $1 AND (expires_at IS NULL OR expires_at > $4))
-          ORDER BY seq LIMIT $3
-        ) page
+        FROM (${eventsPage}) page
       ) counted WHERE taken < $5::float8 ORDER BY seq`,
     poll: `SELECT run_id, last_seq, cancel_requested FROM ${runs} WHERE run_id = ANY($1::text[])`,
     freeSessions: `

@@ -375,13 +375,14 @@ if run[4] then redis.call('ZREM', P .. 'runs:expiring', run[4]) end
 return 1
 `)
 
-// KEYS: none. ARGV: prefix, runId, first index, last index, now, budget. The events of the page within the budget
-// (withinBudget, run-policy.ts: an event goes while the data of those before it are under it), as stored; none for a
-// run absent or expired.
-const EVENTS_WITHIN = new RedisScript(LUA_COMMON + `
+// KEYS: none. ARGV: prefix, runId, first index, last index, now, budget (0: none). The events of the page within the
+// budget (withinBudget, run-policy.ts: an event goes while the data of those before it are under it), as stored; none
+// for a run absent or expired.
+const EVENTS = new RedisScript(LUA_COMMON + `
 local run = redis.call('HMGET', runKey(ARGV[2]), 'status', 'expiresAt')
 if not run[1] or (run[2] and tonumber(run[2]) <= tonumber(ARGV[5])) then return {} end
 local page, taken, budget = {}, 0, tonumber(ARGV[6])
+if budget <= 0 then budget = math.huge end
 for _, item in ipairs(redis.call('LRANGE', eventsKey(ARGV[2]), ARGV[3], ARGV[4])) do
   if taken >= budget then break end
   page[#page + 1] = item
@@ -504,10 +505,6 @@ class RedisRunBackend extends RedisStore implements RunBackend {
     return `${this.prefix}run:${id}`
   }
 
-  #eventsKey (id: string): string {
-    return `${this.prefix}run-events:${id}`
-  }
-
   check (): void {
     this.#client()
   }
@@ -545,17 +542,8 @@ class RedisRunBackend extends RedisStore implements RunBackend {
   }
 
   async events (runId: string, afterSeq: number, limit: number, budget: number): Promise<StoredEvent[]> {
-    if (budget !== Infinity) {
-      const page = await EVENTS_WITHIN.run(this.#client(), [this.prefix, runId, afterSeq, afterSeq + limit - 1, Date.now(), budget]) as string[]
-      return page.map((text, i) => decodeEvent(afterSeq + 1 + i, text))
-    }
-    const replies = await this.#client().multi()
-      .hmget(this.#key(runId), 'status', 'expiresAt')
-      .lrange(this.#eventsKey(runId), afterSeq, afterSeq + limit - 1)
-      .exec() as Array<[Error | null, unknown]>
-    const [status, expiresAt] = replies[0]![1] as Array<string | null>
-    if (status === null || (expiresAt !== null && Number(expiresAt) <= Date.now())) return []
-    return (replies[1]![1] as string[]).map((text, i) => decodeEvent(afterSeq + 1 + i, text))
+    const page = await EVENTS.run(this.#client(), [this.prefix, runId, afterSeq, afterSeq + limit - 1, Date.now(), budget === Infinity ? 0 : budget]) as string[]
+    return page.map((text, i) => decodeEvent(afterSeq + 1 + i, text))
   }
 
   async append (runId: string, events: readonly StoredEvent[], owner: string, lastSeq: number, urgent = false): Promise<number | null> {
