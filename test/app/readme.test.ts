@@ -9,6 +9,10 @@ import * as errors from '../../lib/core/errors.js'
 import { AgentServiceOptions } from '../../schemas/options.js'
 import { projectRoot } from '../helpers/files.js'
 
+// a type check of every example against the package's declarations (LangGraph's and the AI SDK's among them): 14 s
+// alone, over 60 s beside the suite's other files on a busy machine
+t.setTimeout(180_000)
+
 // the sources, wherever the compiled test runs from: the folder of the nearest package.json
 const root = projectRoot()
 const pages = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)]
