@@ -37,7 +37,9 @@ async function send (port: number, text: string): Promise<RawResponse> {
 }
 
 t.test('1,100 stalled bodies each get 408 in our shape and are closed while others are served', async (t) => {
-  const service = createAgentService({ agents: { echo }, logger: false, headersTimeoutMs: 500, bodyTimeoutMs: 1_500 })
+  // the headers get as long as the whole request: 1,100 connections on a busy machine may have their headers
+  // parsed after a shorter headers timeout, though they were sent at once (answered as that timeout, rightly)
+  const service = createAgentService({ agents: { echo }, logger: false, headersTimeoutMs: 1_500, bodyTimeoutMs: 1_500 })
   t.teardown(() => service.close(0))
   const { port, url } = await service.listen({ port: 0, host: '127.0.0.1' })
   const stalled: Array<Promise<RawResponse>> = []
@@ -59,9 +61,10 @@ t.test('1,100 stalled bodies each get 408 in our shape and are closed while othe
   const answers = await Promise.all(stalled)
   t.equal(answers.length, 1_100)
   t.equal(answers.filter((a) => a.status === 408).length, 1_100, 'each stalled body got 408')
-  t.ok(answers.every((a, i) => a.body?.code === 'REQUEST_TIMEOUT' && a.body.message === 'The request body did not arrive within 1500 ms' &&
+  const odd = answers.findIndex((a, i) => !(a.body?.code === 'REQUEST_TIMEOUT' && a.body.message === 'The request body did not arrive within 1500 ms' &&
     a.body.requestId === `stalled-${i}` && a.headers['x-request-id'] === `stalled-${i}` &&
-    typeof a.body.traceId === 'string' && a.headers.connection === 'close'), 'in our shape, with the request\'s own id')
+    typeof a.body.traceId === 'string' && a.headers.connection === 'close'))
+  t.equal(odd, -1, `in our shape, with the request's own id (the first not: ${JSON.stringify(answers[odd])})`)
   t.ok(answers.every((a) => a.closedAt - started >= 1_400), 'not before the body timeout')
   t.equal((await fetch(`${url}/health`)).status, 200, 'and the server still serves')
 })
