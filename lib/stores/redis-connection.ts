@@ -88,6 +88,28 @@ export class RedisConnection extends SharedConnection<RedisClient> {
 
 export type RedisSource = string | RedisClient | RedisConnection
 
+function ignore (): void {}
+
+/**
+ * A connection of its own that listens on `channel` (a subscribed connection can do nothing else). It subscribes
+ * again at each reconnection itself: ioredis' own resubscription leaves its promise unhandled, and a connection
+ * closed before the reply (the store closed, the server gone) ended the process with an unhandled rejection.
+ * `caughtUp` is called when the connection is ready and once it is subscribed: what was published before is not heard.
+ */
+export function subscription (client: Redis, channel: string, heard: (message: string) => void, caughtUp: () => void): Redis {
+  const subscriber = client.duplicate({ autoResubscribe: false })
+  // errors are the connection's: it reconnects by itself, and the store's poll or timer covers meanwhile
+  subscriber.on('error', ignore)
+  subscriber.on('message', (_channel: string, message: string) => heard(message))
+  subscriber.on('ready', () => {
+    caughtUp()
+    subscriber.subscribe(channel).then(caughtUp, ignore)
+  })
+  // a client opened from a URL connects on first use (lazyConnect), and so does its duplicate
+  if (subscriber.status === 'wait') subscriber.connect().catch(ignore)
+  return subscriber
+}
+
 /** A Lua script run by its SHA, sent in full only when the server does not know it yet. */
 export class RedisScript {
   readonly #source: string

@@ -17,7 +17,7 @@ import { BackedRunStore } from './run-store.js'
 import type { RunBackend, RunEnded, RunFilters, Taken } from './run-store.js'
 import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
-import { RedisScript, RedisStore } from './redis-connection.js'
+import { RedisScript, RedisStore, subscription } from './redis-connection.js'
 import { GroupCommit } from './group-commit.js'
 import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
 import type { NewRun, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, StoredEvent } from './types.js'
@@ -684,17 +684,10 @@ class RedisRunBackend extends RedisStore implements RunBackend {
     return await FREE_SESSIONS.run(this.#client(), [this.prefix, ...sessionIds.filter((id) => storable(id, this.text))]) as string[]
   }
 
-  /** The store's own connection for pub/sub (a subscribed connection can do nothing else), made on the first watch. */
+  /** The store's own connection for pub/sub, made on the first watch. */
   listen (): void {
     if (this.#subscriber !== null || this.closed) return
-    const subscriber = this.#client().duplicate()
-    this.#subscriber = subscriber
-    // errors are the connection's (it reconnects and subscribes again by itself); the poll covers meanwhile
-    subscriber.on('error', noop)
-    subscriber.on('message', (_channel: string, message: string) => this.signals.heard(message, this.#tag))
-    // (re)subscribed: what was published before is not heard, so the watchers catch up now
-    subscriber.on('ready', () => this.#catchUp())
-    subscriber.subscribe(this.channel).then(() => this.#catchUp(), noop)
+    this.#subscriber = subscription(this.#client(), this.channel, (message) => this.signals.heard(message, this.#tag), () => this.#catchUp())
   }
 
   #catchUp (): void {

@@ -5,7 +5,7 @@
 // publishes on `schedules` for the other instances' watchers. The scripts derive keys from the prefix: one Redis
 // server, not a Cluster.
 import type { Redis } from 'ioredis'
-import { RedisScript, RedisStore } from './redis-connection.js'
+import { RedisScript, RedisStore, subscription } from './redis-connection.js'
 import { checkLimit, decodeKeyCursor, encodeKeyCursor } from './common.js'
 import { MAX_SCHEDULE_LIST_LIMIT } from './memory-schedules.js'
 import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
@@ -190,14 +190,7 @@ export class RedisScheduleStore extends RedisStore implements ScheduleStore {
 
   #subscribe (): void {
     if (this.#subscriber !== null || this.closed) return
-    const subscriber = this.#client().duplicate()
-    this.#subscriber = subscriber
-    // errors are the connection's (it reconnects and subscribes again by itself); the scheduler's timer covers meanwhile
-    subscriber.on('error', () => {})
-    subscriber.on('message', () => this.#tell())
-    // (re)subscribed: what was published before is not heard, so the watchers look again now
-    subscriber.on('ready', () => this.#tell())
-    subscriber.subscribe(`${this.prefix}schedules`).then(() => this.#tell(), () => {})
+    this.#subscriber = subscription(this.#client(), `${this.prefix}schedules`, () => this.#tell(), () => this.#tell())
   }
 
   #tell (): void {

@@ -4,7 +4,10 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { postgresStores } from '../../lib/stores/postgres.js'
+import { Redis } from 'ioredis'
 import { redisStores } from '../../lib/stores/redis.js'
+import { RedisRunStore } from '../../lib/stores/redis-runs.js'
+import { RedisScheduleStore } from '../../lib/stores/redis-schedules.js'
 import type { AgentServiceOptions } from '../../lib/core/types.js'
 import { build, eventually } from '../helper.js'
 import { privatePostgres, privateRedis } from '../helpers/private-servers.js'
@@ -93,4 +96,50 @@ t.test('PostgreSQL frozen and thawed', async (t) => {
   await pg.thaw()
   await eventually(async () => (await app.inject(run)).statusCode === 200, 10_000, 'runs after SIGCONT')
   t.equal((await app.inject({ method: 'GET', url: '/health' })).statusCode, 200, 'healthy again')
+})
+
+t.test('Redis killed while a store\'s pub/sub connection subscribes again: no unhandled rejection as the store closes', async (t) => {
+  const unhandled: unknown[] = []
+  const record = (reason: unknown): void => { unhandled.push(reason) }
+  process.on('unhandledRejection', record)
+  t.teardown(() => { process.off('unhandledRejection', record) })
+  const prefix = 'outage:'
+  const stores = {
+    runs: (client: Redis) => {
+      const store = new RedisRunStore(client, { prefix })
+      store.watch('r1', () => {})
+      return { store, channel: store.channel }
+    },
+    schedules: (client: Redis) => {
+      const store = new RedisScheduleStore(client, { prefix })
+      store.watch(() => {})
+      return { store, channel: `${prefix}schedules` }
+    }
+  }
+  for (const [name, open] of Object.entries(stores)) {
+    const redis = await privateRedis(t)
+    if (redis === null) return
+    // ready as soon as connected (no HELLO, INFO nor CLIENT SETINFO first), as a client of yours may be
+    const client = new Redis(redis.url, { protocol: 2, enableReadyCheck: false, disableClientInfo: true })
+    client.on('error', () => {})
+    t.teardown(() => client.disconnect())
+    // the store's subscriber: a duplicate of the client
+    let subscriber: Redis | undefined
+    const duplicate = client.duplicate.bind(client)
+    client.duplicate = (override) => (subscriber = duplicate(override))
+    const { store, channel } = open(client)
+    await eventually(async () => ((await client.pubsub('NUMSUB', channel)) as [string, number])[1] === 1, 10_000, `${name}: subscribed`)
+    // the server frozen and the subscriber's connection lost: it connects again (the kernel accepts for the frozen
+    // server), is ready at once and sends its SUBSCRIBE, which nobody answers; the store closes, and the server dies
+    await redis.freeze()
+    const ready = new Promise<void>((resolve) => subscriber!.once('ready', resolve))
+    subscriber!.stream.destroy()
+    await ready
+    const closing = store.close()
+    await redis.kill()
+    await closing
+    await eventually(() => subscriber!.status === 'end', 10_000, `${name}: the subscriber ended`)
+    await new Promise((resolve) => setImmediate(resolve))
+    t.same(unhandled, [], `${name}: no unhandled rejection`)
+  }
 })
