@@ -90,14 +90,17 @@ export type RedisSource = string | RedisClient | RedisConnection
 
 function ignore (): void {}
 
+/** A store's pub/sub connection, as the store keeps it (typed without ioredis: the declarations ship without it). */
+export interface Subscription { disconnect(): void }
+
 /**
  * A connection of its own that listens on `channel` (a subscribed connection can do nothing else). It subscribes
  * again at each reconnection itself: ioredis' own resubscription leaves its promise unhandled, and a connection
  * closed before the reply (the store closed, the server gone) ended the process with an unhandled rejection.
  * `caughtUp` is called when the connection is ready and once it is subscribed: what was published before is not heard.
  */
-export function subscription (client: Redis, channel: string, heard: (message: string) => void, caughtUp: () => void): Redis {
-  const subscriber = client.duplicate({ autoResubscribe: false })
+export function subscription (client: RedisClient, channel: string, heard: (message: string) => void, caughtUp: () => void): Subscription {
+  const subscriber = (client as Redis).duplicate({ autoResubscribe: false })
   // errors are the connection's: it reconnects by itself, and the store's poll or timer covers meanwhile
   subscriber.on('error', ignore)
   subscriber.on('message', (_channel: string, message: string) => heard(message))

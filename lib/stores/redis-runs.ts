@@ -19,7 +19,7 @@ import { RunSignals } from './run-watch.js'
 import type { RunState } from './run-watch.js'
 import { RedisScript, RedisStore, subscription } from './redis-connection.js'
 import { GroupCommit } from './group-commit.js'
-import type { RedisSource, RedisStoreOptions } from './redis-connection.js'
+import type { RedisSource, RedisStoreOptions, Subscription } from './redis-connection.js'
 import type { NewRun, RunEnd, RunLease, RunRecord, RunSpec, RunStatus, StoredEvent } from './types.js'
 
 export interface RedisRunStoreOptions extends RedisStoreOptions {
@@ -471,7 +471,7 @@ class RedisRunBackend extends RedisStore implements RunBackend {
   /** the pub/sub channel of every instance using this prefix */
   readonly channel: string
   readonly signals: RunSignals
-  #subscriber: Redis | null = null
+  #subscriber: Subscription | null = null
   /** names this store in what it publishes of the queue: its own messages it has told its watchers already */
   readonly #tag = randomUUID()
   /**

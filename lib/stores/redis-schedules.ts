@@ -6,6 +6,7 @@
 // server, not a Cluster.
 import type { Redis } from 'ioredis'
 import { RedisScript, RedisStore, subscription } from './redis-connection.js'
+import type { Subscription } from './redis-connection.js'
 import { checkLimit, decodeKeyCursor, encodeKeyCursor } from './common.js'
 import { MAX_SCHEDULE_LIST_LIMIT } from './memory-schedules.js'
 import type { ScheduleListQuery, ScheduleRow, ScheduleRowPage, ScheduleState, ScheduleStore, ScheduleWrite } from './types.js'
@@ -122,7 +123,7 @@ function toRows (reply: unknown): ScheduleRow[] {
 
 export class RedisScheduleStore extends RedisStore implements ScheduleStore {
   readonly #watchers = new Set<() => void>()
-  #subscriber: Redis | null = null
+  #subscriber: Subscription | null = null
 
   #client (): Redis {
     return this.client() as Redis
