@@ -6,19 +6,24 @@ import pg from 'pg'
 import t from 'tap'
 import type { Test } from 'tap'
 import { eventually, parseSse, sleep } from '../helper.js'
-import { LEASE_MS, storeCluster } from '../helpers/instances.js'
+import { storeCluster } from '../helpers/instances.js'
 import type { Backend, Execution, Instance } from '../helpers/instances.js'
 import { pgUrl, pgReachable, redisReachable } from '../helpers/services.js'
 import { ADAPTER_STEPS } from '../fixtures/adapter-agents.js'
 
 t.setTimeout(240_000)
 
+// The victim is found by its lease's lapse. An instance fences its own runs off with a third of its lease
+// unrenewed: on a 1 s lease, a stall of a loaded machine (the suite's other files beside) lost the survivor's
+// attempt too (attempt 3, its node run again), so these instances hold their runs for 3 s.
+const KILL_LEASE_MS = 3_000
+
 const range = (n: number): number[] => Array.from({ length: n }, (_v, i) => i)
 
 /** A run of `agent` killed on its instance in its fourth step; resolves once the other instance ended it. */
 async function killedInFourthStep (t: Test, backend: Backend, admin: pg.Pool | null, agent: string) {
   const cluster = storeCluster(t, backend, admin, { adapters: true })
-  const instances = await Promise.all([cluster.start('a'), cluster.start('b')])
+  const instances = await Promise.all([cluster.start('a', KILL_LEASE_MS), cluster.start('b', KILL_LEASE_MS)])
   const res = await fetch(`${instances[0]!.url}/v1/agents/${agent}/runs`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: 'go', background: true })
   })
@@ -32,7 +37,7 @@ async function killedInFourthStep (t: Test, backend: Backend, admin: pg.Pool | n
   const record = await eventually(async () => {
     const run = await (await fetch(`${survivor.url}/v1/runs/${runId}`)).json() as { status: string }
     return run.status !== 'running' && run.status !== 'queued' && run
-  }, LEASE_MS + 20_000, 'the run ended')
+  }, KILL_LEASE_MS + 20_000, 'the run ended')
   const log = parseSse(await (await fetch(`${survivor.url}/v1/runs/${runId}/events`)).text())
   const requeue = log.findIndex((e) => e.event === 'run.requeued')
   t.same(log[requeue]?.data, { attempt: 2, reason: 'INSTANCE_LOST' })
